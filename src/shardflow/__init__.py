@@ -1,0 +1,1 @@
+"""shardflow: Python-native toolkit for Amazon Kinesis Data Streams."""

@@ -1,0 +1,3 @@
+from shardflow.cli import main
+
+main()

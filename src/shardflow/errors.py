@@ -1,0 +1,187 @@
+"""Every error shardflow raises, as types.
+
+Errors carry the context a user needs to act (stream, shard, sequence number, AWS error code)
+and never credentials. Catch :class:`ShardflowError` for everything, or a narrower class.
+"""
+
+from __future__ import annotations
+
+
+class ShardflowError(Exception):
+    """Base class of all shardflow errors."""
+
+
+# --- AWS calls -------------------------------------------------------------------------------
+
+
+class AwsError(ShardflowError):
+    """An AWS call failed. ``code`` is the AWS error code (e.g. ``ResourceNotFoundException``)."""
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str = "",
+        code: str = "",
+        stream: str | None = None,
+        shard_id: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        self.operation = operation
+        self.code = code
+        self.stream = stream
+        self.shard_id = shard_id
+        self.status = status
+        where = ", ".join(
+            part
+            for part in (
+                f"operation={operation}" if operation else "",
+                f"code={code}" if code else "",
+                f"stream={stream}" if stream else "",
+                f"shard={shard_id}" if shard_id else "",
+            )
+            if part
+        )
+        super().__init__(f"{message} ({where})" if where else message)
+
+
+class ThrottledError(AwsError):
+    """Throughput or request-rate limit exceeded (ProvisionedThroughputExceeded, LimitExceeded...)."""
+
+    retryable = True
+
+
+class TransientError(AwsError):
+    """A failure that is expected to pass: 5xx, timeouts, dropped connections."""
+
+    retryable = True
+
+
+class ExpiredIteratorError(AwsError):
+    """A shard iterator is older than 5 minutes; get a new one at the last position."""
+
+    retryable = True
+
+
+class ResourceNotFoundError(AwsError):
+    """The stream, shard, table or consumer does not exist (wrong name, wrong region?)."""
+
+
+class ResourceInUseError(AwsError):
+    """The resource is being created, updated or deleted, or a subscription is still active."""
+
+    retryable = True
+
+
+class AccessDeniedError(AwsError):
+    """The credentials lack a permission (or KMS access) for this call."""
+
+
+class InvalidArgumentError(AwsError):
+    """The request was rejected as invalid; retrying the same request will not help."""
+
+
+# --- Records and aggregation -----------------------------------------------------------------
+
+
+class RecordTooLargeError(ShardflowError):
+    """A record (data plus partition key) exceeds the Kinesis record size limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"record of {size} bytes exceeds the limit of {limit} bytes")
+
+
+class InvalidPartitionKeyError(ShardflowError):
+    """A partition key is empty or longer than 256 Unicode characters."""
+
+
+class AggregationError(ShardflowError):
+    """An aggregated (KPL) record could not be decoded.
+
+    ``reason`` is one of ``"md5"``, ``"truncated"``, ``"protobuf"``, ``"index"``.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        detail: str,
+        *,
+        shard_id: str | None = None,
+        sequence_number: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.shard_id = shard_id
+        self.sequence_number = sequence_number
+        where = ", ".join(
+            p
+            for p in (
+                f"shard={shard_id}" if shard_id else "",
+                f"sequence_number={sequence_number}" if sequence_number else "",
+            )
+            if p
+        )
+        super().__init__(
+            f"malformed aggregated record ({reason}): {detail}" + (f" [{where}]" if where else "")
+        )
+
+
+class DeserializationError(ShardflowError):
+    """A record's payload could not be turned into a value by the configured deserializer."""
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        shard_id: str | None = None,
+        sequence_number: str | None = None,
+        sub_sequence_number: int = 0,
+    ) -> None:
+        self.shard_id = shard_id
+        self.sequence_number = sequence_number
+        self.sub_sequence_number = sub_sequence_number
+        super().__init__(
+            f"cannot deserialize record {sequence_number}/{sub_sequence_number} "
+            f"of shard {shard_id}: {detail}"
+        )
+
+
+# --- Producer --------------------------------------------------------------------------------
+
+
+class ProducerError(ShardflowError):
+    """Base class of producer errors."""
+
+
+class ProducerClosedError(ProducerError):
+    """``put`` was called on a producer that is closing or closed."""
+
+
+class RecordDeliveryError(ProducerError):
+    """A record could not be written within the retry budget.
+
+    ``code`` is the last error code Kinesis returned for it (or the exception class name).
+    """
+
+    def __init__(self, message: str, *, code: str, attempts: int, stream: str) -> None:
+        self.code = code
+        self.attempts = attempts
+        self.stream = stream
+        super().__init__(f"{message} (code={code}, attempts={attempts}, stream={stream})")
+
+
+# --- Consumer --------------------------------------------------------------------------------
+
+
+class ShardLeaseLost(ShardflowError):
+    """This worker no longer owns the shard's lease; stop processing and do not checkpoint."""
+
+    def __init__(self, shard_id: str, *, owner: str | None = None) -> None:
+        self.shard_id = shard_id
+        self.owner = owner
+        super().__init__(
+            f"lease for shard {shard_id} is lost" + (f" (now owned by {owner})" if owner else "")
+        )
