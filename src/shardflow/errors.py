@@ -83,6 +83,10 @@ class InvalidArgumentError(AwsError):
     """The request was rejected as invalid; retrying the same request will not help."""
 
 
+class ConditionFailedError(AwsError):
+    """A conditional DynamoDB write found the item changed (someone else wrote it first)."""
+
+
 # --- Records and aggregation -----------------------------------------------------------------
 
 

@@ -1,0 +1,67 @@
+"""Jittered exponential backoff and the retry loop every AWS call goes through."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from shardflow.aws.classify import classify
+
+T = TypeVar("T")
+log = logging.getLogger("shardflow.aws")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base * 2**n)).
+
+    Full jitter spreads retries of many workers hit by the same throttling event instead of
+    having them retry in lock-step. ``max_attempts`` counts the first call too.
+    """
+
+    base: float = 0.05
+    cap: float = 5.0
+    max_attempts: int = 8
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (0-based)."""
+        ceiling = min(self.cap, self.base * (2 ** min(attempt, 62)))
+        return (rng or random).uniform(0.0, ceiling)
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    operation: str,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    stream: str | None = None,
+    shard_id: str | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    rng: random.Random | None = None,
+) -> T:
+    """Run ``call`` until it succeeds, retrying retryable failures with backoff.
+
+    Every failure is raised as a classified :class:`AwsError` (the original is its ``__cause__``);
+    non-retryable ones at once, retryable ones after ``backoff.max_attempts`` attempts.
+    """
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = classify(exc, operation=operation, stream=stream, shard_id=shard_id)
+            attempt += 1
+            if not error.retryable or attempt >= backoff.max_attempts:
+                raise error from exc
+            pause = backoff.delay(attempt - 1, rng)
+            log.debug("%s failed (%s), retry %d in %.3fs", operation, error.code, attempt, pause)
+            await sleep(pause)

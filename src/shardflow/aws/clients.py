@@ -1,0 +1,80 @@
+"""The one place that builds AWS clients (asyncio, aiobotocore) from the standard configuration."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import AioSession, get_session
+
+from shardflow.aws.redaction import register_secret
+from shardflow.aws.settings import AwsSettings
+
+Service = Literal["kinesis", "dynamodb", "dynamodbstreams", "cloudwatch"]
+
+
+class ClientFactory:
+    """Builds asyncio clients for one :class:`AwsSettings`, sharing one botocore session.
+
+    Clients are async context managers: ``async with factory.kinesis() as kinesis: ...``.
+    Long-lived components open one client and keep it; its connection pool is sized by
+    ``AwsSettings.max_pool_connections`` so that many shards can share it.
+    """
+
+    def __init__(self, settings: AwsSettings | None = None) -> None:
+        self.settings = settings or AwsSettings()
+        self._session: AioSession | None = None
+
+    @property
+    def session(self) -> AioSession:
+        if self._session is None:
+            session = get_session()
+            if self.settings.profile:
+                session.set_config_variable("profile", self.settings.profile)
+            self._session = session
+        return self._session
+
+    def config(self, **overrides: Any) -> AioConfig:
+        s = self.settings
+        options: dict[str, Any] = {
+            "connect_timeout": s.connect_timeout,
+            "read_timeout": s.read_timeout,
+            "max_pool_connections": s.max_pool_connections,
+            "retries": {"total_max_attempts": s.sdk_max_attempts, "mode": "standard"},
+            "user_agent_extra": "shardflow",
+        }
+        options.update(overrides)
+        return AioConfig(**options)
+
+    @asynccontextmanager
+    async def client(self, service: Service, **config_overrides: Any) -> AsyncIterator[Any]:
+        """An open client for ``service``; closed when the block ends."""
+        await self._register_credentials()
+        kwargs: dict[str, Any] = {"config": self.config(**config_overrides)}
+        if self.settings.region:
+            kwargs["region_name"] = self.settings.region
+        if self.settings.endpoint_url:
+            kwargs["endpoint_url"] = self.settings.endpoint_url
+        async with self.session.create_client(service, **kwargs) as client:
+            yield client
+
+    def kinesis(self, **config_overrides: Any) -> Any:
+        return self.client("kinesis", **config_overrides)
+
+    def dynamodb(self, **config_overrides: Any) -> Any:
+        return self.client("dynamodb", **config_overrides)
+
+    def dynamodbstreams(self, **config_overrides: Any) -> Any:
+        return self.client("dynamodbstreams", **config_overrides)
+
+    def cloudwatch(self, **config_overrides: Any) -> Any:
+        return self.client("cloudwatch", **config_overrides)
+
+    async def _register_credentials(self) -> None:
+        # Whatever credentials the chain resolves are masked in every shardflow message.
+        credentials = await self.session.get_credentials()
+        if credentials is not None:
+            frozen = await credentials.get_frozen_credentials()
+            register_secret(frozen.secret_key, frozen.token)
