@@ -189,3 +189,38 @@ class ShardLeaseLost(ShardflowError):
         super().__init__(
             f"lease for shard {shard_id} is lost" + (f" (now owned by {owner})" if owner else "")
         )
+
+
+# --- Local stack -----------------------------------------------------------------------------
+
+
+class LocalStackError(ShardflowError):
+    """The embedded local stack (moto, kinesis-local, kinesalite) failed or was misused."""
+
+
+class EmulatorNotInstalledError(LocalStackError):
+    """A program or package a local server needs is missing; the message says how to install it."""
+
+
+class NodeModulesNotFoundError(EmulatorNotInstalledError):
+    """The npm package of a Node emulator (kinesis-local, kinesalite) is not installed."""
+
+
+class ServerStartError(LocalStackError):
+    """A local server did not become ready. ``log_tail`` holds the last lines of its output."""
+
+    def __init__(self, server: str, reason: str, *, log_path: str, log_tail: str) -> None:
+        self.server = server
+        self.reason = reason
+        self.log_path = log_path
+        self.log_tail = log_tail
+        tail = f"\n--- last lines of {log_path} ---\n{log_tail}" if log_tail else ""
+        super().__init__(f"{server} did not start: {reason}{tail}")
+
+
+class ServerExitedError(ServerStartError):
+    """A local server exited before it answered HTTP requests."""
+
+
+class ServerNotReadyError(ServerStartError):
+    """A local server was still not answering HTTP requests when the start-up deadline passed."""
