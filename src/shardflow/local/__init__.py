@@ -1,0 +1,20 @@
+"""The embedded local stack: AWS emulators on 127.0.0.1 for the demo, tests and benchmarks.
+
+:class:`LocalStack` runs any of moto's server (Kinesis, DynamoDB, DynamoDB Streams,
+CloudWatch), kinesis-local and kinesalite; each server class also works on its own.
+"""
+
+from shardflow.local.environment import client_environment, export_lines
+from shardflow.local.server import LocalServer
+from shardflow.local.servers import KinesaliteServer, KinesisLocalServer, MotoServer
+from shardflow.local.stack import LocalStack
+
+__all__ = [
+    "KinesaliteServer",
+    "KinesisLocalServer",
+    "LocalServer",
+    "LocalStack",
+    "MotoServer",
+    "client_environment",
+    "export_lines",
+]
