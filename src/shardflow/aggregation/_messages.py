@@ -9,7 +9,7 @@ wire, so the package name chosen here does not affect compatibility.
 
 from __future__ import annotations
 
-from collections.abc import MutableSequence
+from collections.abc import Iterator, MutableSequence
 from typing import Protocol, cast
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -50,6 +50,8 @@ class RecordList(Protocol):
     def __len__(self) -> int: ...
 
     def __getitem__(self, index: int) -> RecordMessage: ...
+
+    def __iter__(self) -> Iterator[RecordMessage]: ...
 
 
 class AggregatedRecordMessage(Protocol):
