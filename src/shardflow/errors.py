@@ -224,3 +224,37 @@ class ServerExitedError(ServerStartError):
 
 class ServerNotReadyError(ServerStartError):
     """A local server was still not answering HTTP requests when the start-up deadline passed."""
+
+
+# --- Acknowledgements and checkpoints --------------------------------------------------------
+
+
+class AckError(ShardflowError):
+    """Per-record acknowledgement was misused (a programming error in the caller)."""
+
+
+class RecordNotDeliveredError(AckError):
+    """An acknowledgement named a position this shard's tracker never delivered."""
+
+    def __init__(self, shard_id: str, position: str) -> None:
+        self.shard_id = shard_id
+        self.position = position
+        super().__init__(f"record {position} of shard {shard_id or '?'} was never delivered")
+
+
+class DeliveryOrderError(AckError):
+    """A record was delivered out of shard order: positions must strictly increase."""
+
+    def __init__(self, shard_id: str, position: str, last: str | None) -> None:
+        self.shard_id = shard_id
+        self.position = position
+        self.last = last
+        super().__init__(
+            f"record {position} of shard {shard_id or '?'} delivered after {last}"
+            if last is not None
+            else f"{position} is not a record position (shard {shard_id or '?'})"
+        )
+
+
+class CompletedStateError(ShardflowError):
+    """Stored state of records completed beyond a checkpoint is malformed or of an unknown version."""
