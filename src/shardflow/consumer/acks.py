@@ -1,0 +1,508 @@
+"""Per-shard acknowledgement tracking: which delivered records are done, and how far a checkpoint may go.
+
+Records of one shard are delivered in shard order and may be acknowledged in any order, from any
+task or thread. The checkpoint may only advance over the *contiguous acknowledged prefix*: the
+highest position such that every delivered record at or before it is acknowledged. Records
+acknowledged beyond the first gap can be stored compactly next to the checkpoint
+(:func:`encode_completed`) so that a restart can skip them.
+
+Threads: an :class:`AckTracker` belongs to one event loop and takes no locks. :meth:`AckHandle.ack`
+may be called from any thread (a sync handler in a thread pool): off the loop's thread it hands
+the acknowledgement to the loop with ``call_soon_threadsafe`` and returns at once. For positions,
+use :meth:`AckTracker.ack_threadsafe`. The tracker binds to the running loop the first time it
+delivers a record (or on :meth:`AckTracker.bind_loop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from shardflow.errors import CompletedStateError, DeliveryOrderError, RecordNotDeliveredError
+from shardflow.records import ExtendedSequenceNumber, Record
+
+log = logging.getLogger(__name__)
+
+AckTarget = Record | ExtendedSequenceNumber
+"""What an acknowledgement names: a delivered record or its position."""
+
+# Drop the acknowledged prefix from the slot arrays once it is this long and at least half of
+# them: each slot is moved at most once per compaction, so acks stay O(1) amortized.
+_COMPACT_AFTER: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCounts:
+    """Where a shard's records are, counted one by one (each sub-record of an aggregate counts)."""
+
+    delivered: int
+    """Records delivered so far."""
+    unacked: int
+    """Delivered and not yet acknowledged."""
+    acked_unchecked: int
+    """Acknowledged but not covered by the last written checkpoint."""
+    checkpointed: int
+    """Delivered records covered by the last written checkpoint."""
+
+    @property
+    def lag(self) -> int:
+        """Records between the last delivered one and the checkpoint."""
+        return self.delivered - self.checkpointed
+
+
+class AckHandle:
+    """The acknowledgement of one delivered record; :meth:`ack` may be called from any thread."""
+
+    __slots__ = ("_index", "_tracker", "position")
+
+    def __init__(self, tracker: AckTracker, index: int, position: ExtendedSequenceNumber) -> None:
+        self._tracker = tracker
+        self._index = index
+        self.position = position
+
+    def ack(self) -> None:
+        """Mark the record as handled. Idempotent, never blocks, never fails."""
+        self._tracker._ack_from_any_thread(self._index)
+
+    def __repr__(self) -> str:
+        return f"AckHandle({self.position})"
+
+
+class AckTracker:
+    """Tracks the records of one shard from delivery to acknowledgement.
+
+    ``deliver`` registers records in shard order and returns their :class:`AckHandle`; ``ack``
+    and ``ack_through`` mark them handled; ``safe_position`` is the checkpoint they allow.
+    """
+
+    def __init__(
+        self, shard_id: str = "", *, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        self.shard_id = shard_id
+        # Slots from global index ``_base`` on; slots before ``_head`` form the acked prefix.
+        self._positions: list[ExtendedSequenceNumber] = []
+        self._acked = bytearray()
+        self._base = 0
+        self._head = 0
+        # Global index of every delivered slot after the acked prefix.
+        self._index: dict[ExtendedSequenceNumber, int] = {}
+        self._acked_count = 0
+        self._checkpointed_count = 0
+        self._first_delivered: ExtendedSequenceNumber | None = None
+        self._last_delivered: ExtendedSequenceNumber | None = None
+        self._safe: ExtendedSequenceNumber | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        if loop is not None:
+            self.bind_loop(loop)
+
+    # --- delivery ------------------------------------------------------------------------------
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Tie the tracker to ``loop`` (default: the running loop); call from that loop's thread."""
+        self._loop = loop if loop is not None else asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+
+    def deliver(self, record: Record) -> AckHandle:
+        """Register the next record of the shard; positions must strictly increase."""
+        position = record.position
+        last = self._last_delivered
+        if position.is_sentinel:
+            raise DeliveryOrderError(self.shard_id, str(position), None)
+        if last is not None and not position > last:
+            raise DeliveryOrderError(self.shard_id, str(position), str(last))
+        if self._loop is None:
+            # Without a running loop (plain synchronous use) there is nothing to bind to.
+            with contextlib.suppress(RuntimeError):
+                self.bind_loop()
+        index = self._base + len(self._positions)
+        self._positions.append(position)
+        self._acked.append(0)
+        self._index[position] = index
+        self._last_delivered = position
+        if self._first_delivered is None:
+            self._first_delivered = position
+        return AckHandle(self, index, position)
+
+    # --- acknowledgement -----------------------------------------------------------------------
+
+    def ack(self, target: AckTarget) -> None:
+        """Mark one delivered record as handled (idempotent).
+
+        Raises :class:`RecordNotDeliveredError` for a position that was never delivered. A
+        position at or before :attr:`safe_position` counts as a repeated ack: the tracker keeps no
+        history of the prefix it has let go.
+        """
+        index = self._resolve(target)
+        if index is not None:
+            self._ack_index(index)
+
+    def ack_through(self, target: AckTarget) -> None:
+        """Mark every delivered record up to and including ``target`` as handled."""
+        index = self._resolve(target)
+        if index is None:
+            return
+        start, end = self._head, index - self._base + 1
+        segment = self._acked[start:end]
+        newly = segment.count(0)
+        if newly:
+            self._acked[start:end] = b"\x01" * len(segment)
+            self._acked_count += newly
+            self._advance()
+            self._notify()
+
+    def ack_threadsafe(self, target: AckTarget) -> concurrent.futures.Future[None]:
+        """:meth:`ack` from any thread, without blocking.
+
+        The returned future completes once the loop has applied the ack (with
+        :class:`RecordNotDeliveredError` if it names an unknown position); waiting on it is
+        optional.
+        """
+        result: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def apply() -> None:
+            if not result.set_running_or_notify_cancel():
+                return
+            try:
+                self.ack(target)
+            except Exception as exc:
+                result.set_exception(exc)
+            else:
+                result.set_result(None)
+
+        loop = self._loop
+        if loop is None or threading.get_ident() == self._loop_thread:
+            apply()
+        else:
+            loop.call_soon_threadsafe(apply)
+        return result
+
+    def _ack_from_any_thread(self, index: int) -> None:
+        loop = self._loop
+        if loop is None or threading.get_ident() == self._loop_thread:
+            self._ack_index(index)
+            return
+        try:
+            loop.call_soon_threadsafe(self._ack_index, index)
+        except RuntimeError:
+            # The loop is closed: nothing will write a checkpoint any more, so the ack is moot.
+            log.debug("ack of %s dropped: event loop closed", self.shard_id)
+
+    def _resolve(self, target: AckTarget) -> int | None:
+        """Global slot index of ``target``, or None when it lies in the acked prefix."""
+        position = target.position if isinstance(target, Record) else target
+        index = self._index.get(position)
+        if index is not None:
+            return index
+        safe, first = self._safe, self._first_delivered
+        if safe is not None and first is not None and first <= position <= safe:
+            return None
+        raise RecordNotDeliveredError(self.shard_id, str(position))
+
+    def _ack_index(self, index: int) -> None:
+        local = index - self._base
+        if local < self._head or self._acked[local]:
+            return
+        self._acked[local] = 1
+        self._acked_count += 1
+        if local == self._head:
+            self._advance()
+        self._notify()
+
+    def _advance(self) -> None:
+        """Move the prefix boundary over acknowledged slots (the head slot must be acked)."""
+        positions, acked, index = self._positions, self._acked, self._index
+        head, size = self._head, len(positions)
+        while head < size and acked[head]:
+            del index[positions[head]]
+            head += 1
+        if head == self._head:
+            return
+        self._safe = positions[head - 1]
+        if head >= _COMPACT_AFTER and head * 2 >= size:
+            del positions[:head]
+            del acked[:head]
+            self._base += head
+            head = 0
+        self._head = head
+
+    def _notify(self) -> None:
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("ack listener failed (shard %s)", self.shard_id)
+
+    # --- observation ---------------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` on the loop after every ack that changed something; it must be quick."""
+        self._listeners.append(listener)
+
+    @property
+    def safe_position(self) -> ExtendedSequenceNumber | None:
+        """The highest position with every delivered record at or before it acked (None: none)."""
+        return self._safe
+
+    @property
+    def last_delivered(self) -> ExtendedSequenceNumber | None:
+        return self._last_delivered
+
+    @property
+    def delivered_count(self) -> int:
+        return self._base + len(self._positions)
+
+    @property
+    def prefix_count(self) -> int:
+        """Records in the contiguous acknowledged prefix (covered by :attr:`safe_position`)."""
+        return self._base + self._head
+
+    @property
+    def acked_count(self) -> int:
+        """Records acknowledged so far, inside the prefix or beyond it."""
+        return self._acked_count
+
+    @property
+    def checkpointed_count(self) -> int:
+        return self._checkpointed_count
+
+    @property
+    def all_acked(self) -> bool:
+        """True when every delivered record is acknowledged (also when none was delivered)."""
+        return self._acked_count == self.delivered_count
+
+    @property
+    def pending(self) -> PendingCounts:
+        delivered = self.delivered_count
+        return PendingCounts(
+            delivered=delivered,
+            unacked=delivered - self._acked_count,
+            acked_unchecked=self._acked_count - self._checkpointed_count,
+            checkpointed=self._checkpointed_count,
+        )
+
+    def mark_checkpointed(self, count: int) -> None:
+        """Record that a checkpoint covering the first ``count`` delivered records was written."""
+        self._checkpointed_count = max(self._checkpointed_count, min(count, self.delivered_count))
+
+    def completed_beyond_prefix(self) -> list[ExtendedSequenceNumber]:
+        """Acknowledged positions after the first gap, in shard order."""
+        acked, positions = self._acked, self._positions
+        return [positions[i] for i in range(self._head, len(positions)) if acked[i]]
+
+    def completed_state(self) -> CompletedState:
+        """The safe position and the records completed beyond it, ready to encode."""
+        return CompletedState(self._safe, tuple(self.completed_beyond_prefix()))
+
+
+# --- compact storage of completed records ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedState:
+    """Records completed beyond a checkpoint: ``base`` is the checkpoint, ``completed`` lies after it.
+
+    ``completed`` is in strictly increasing shard order and every position is after ``base``.
+    """
+
+    base: ExtendedSequenceNumber | None
+    completed: tuple[ExtendedSequenceNumber, ...] = ()
+
+
+DEFAULT_MAX_COMPLETED_BYTES: Final = 256 * 1024
+"""Default size cap of encoded state: leaves room in a 400 KB DynamoDB item for the lease itself."""
+
+_FORMAT_VERSION: Final = 1
+# Decoding refuses to inflate beyond this, so a corrupt or hostile item cannot exhaust memory.
+_MAX_DECODED_BYTES: Final = 16 * 1024 * 1024
+_MAX_DECODED_RECORDS: Final = 2_000_000
+
+
+def encode_completed(
+    state: CompletedState, *, max_bytes: int = DEFAULT_MAX_COMPLETED_BYTES
+) -> bytes:
+    """Compact bytes for ``state``: one version byte, then a zlib stream.
+
+    Positions are stored as the difference of each sequence number from the previous one plus
+    runs of consecutive sub-sequence numbers, so sparse acknowledgements over long stretches of a
+    shard stay small. If the result exceeds ``max_bytes`` the completed records are dropped and
+    only the base is kept: a restart then re-processes them, which is always safe.
+    """
+    body = _encode_body(state)
+    encoded = bytes([_FORMAT_VERSION]) + zlib.compress(body, 6)
+    if len(encoded) > max_bytes and state.completed:
+        log.warning(
+            "completed-record state of %d records takes %d bytes (> %d): storing the checkpoint only",
+            len(state.completed),
+            len(encoded),
+            max_bytes,
+        )
+        return encode_completed(CompletedState(state.base), max_bytes=max_bytes)
+    return encoded
+
+
+def decode_completed(data: bytes) -> CompletedState:
+    """The state :func:`encode_completed` stored; :class:`CompletedStateError` if malformed."""
+    if not data or data[0] != _FORMAT_VERSION:
+        raise CompletedStateError(
+            f"unknown completed-state format {data[:1].hex() or 'empty'} (expected version 1)"
+        )
+    inflater = zlib.decompressobj()
+    try:
+        body = inflater.decompress(data[1:], _MAX_DECODED_BYTES)
+    except zlib.error as exc:
+        raise CompletedStateError(f"completed state is not a valid zlib stream: {exc}") from None
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise CompletedStateError("completed state is truncated or too large")
+    return _decode_body(body)
+
+
+def _encode_body(state: CompletedState) -> bytes:
+    out = bytearray()
+    base = state.base
+    if base is None:
+        _put_varint(out, 0)
+        previous_seq = 0
+    else:
+        if base.is_sentinel:
+            raise CompletedStateError(
+                f"completed state needs a record position as base, not {base}"
+            )
+        seq_text = base.sequence_number.encode("ascii")
+        _put_varint(out, len(seq_text))
+        out += seq_text
+        _put_varint(out, base.sub_sequence_number)
+        previous_seq = int(base.sequence_number)
+    groups = _group_by_sequence_number(state.base, state.completed)
+    _put_varint(out, len(groups))
+    for seq, subs in groups:
+        _put_varint(out, seq - previous_seq)
+        previous_seq = seq
+        runs = _runs(subs)
+        _put_varint(out, len(runs))
+        next_sub = 0
+        for start, length in runs:
+            _put_varint(out, start - next_sub)
+            _put_varint(out, length - 1)
+            next_sub = start + length
+    return bytes(out)
+
+
+def _group_by_sequence_number(
+    base: ExtendedSequenceNumber | None, completed: Iterable[ExtendedSequenceNumber]
+) -> list[tuple[int, list[int]]]:
+    groups: list[tuple[int, list[int]]] = []
+    previous = base
+    for position in completed:
+        if position.is_sentinel or (previous is not None and not position > previous):
+            raise CompletedStateError(
+                f"completed positions must be record positions in increasing order after the base;"
+                f" got {position} after {previous}"
+            )
+        seq = int(position.sequence_number)
+        if groups and groups[-1][0] == seq:
+            groups[-1][1].append(position.sub_sequence_number)
+        else:
+            groups.append((seq, [position.sub_sequence_number]))
+        previous = position
+    return groups
+
+
+def _runs(subs: list[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive numbers in an increasing list, as (start, length)."""
+    runs: list[tuple[int, int]] = []
+    for sub in subs:
+        if runs and runs[-1][0] + runs[-1][1] == sub:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((sub, 1))
+    return runs
+
+
+def _decode_body(body: bytes) -> CompletedState:
+    reader = _Reader(body)
+    seq_length = reader.varint()
+    base: ExtendedSequenceNumber | None = None
+    previous_seq = 0
+    if seq_length:
+        seq_text = reader.take(seq_length).decode("ascii", errors="replace")
+        if not seq_text.isdigit():
+            raise CompletedStateError(f"completed state has a malformed base {seq_text!r}")
+        base = ExtendedSequenceNumber(seq_text, reader.varint())
+        previous_seq = int(seq_text)
+    completed: list[ExtendedSequenceNumber] = []
+    for _ in range(reader.varint()):
+        seq = previous_seq + reader.varint()
+        previous_seq = seq
+        seq_text = str(seq)
+        next_sub = 0
+        run_count = reader.varint()
+        if run_count == 0:
+            raise CompletedStateError("completed state has a sequence number without records")
+        for _ in range(run_count):
+            start = next_sub + reader.varint()
+            length = reader.varint() + 1
+            if len(completed) + length > _MAX_DECODED_RECORDS:
+                raise CompletedStateError("completed state lists implausibly many records")
+            completed.extend(
+                ExtendedSequenceNumber(seq_text, sub) for sub in range(start, start + length)
+            )
+            next_sub = start + length
+    if not reader.at_end:
+        raise CompletedStateError("completed state has trailing bytes")
+    if base is not None and completed and not completed[0] > base:
+        raise CompletedStateError("completed state lists a record at or before its base")
+    return CompletedState(base, tuple(completed))
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    """Unsigned LEB128 (as in protobuf): 7 bits a byte, high bit set on all but the last."""
+    if value < 0:
+        raise CompletedStateError(f"cannot encode negative number {value}")
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+class _Reader:
+    __slots__ = ("_data", "_offset")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._offset = 0
+
+    @property
+    def at_end(self) -> bool:
+        return self._offset == len(self._data)
+
+    def take(self, count: int) -> bytes:
+        end = self._offset + count
+        if end > len(self._data):
+            raise CompletedStateError("completed state is truncated")
+        chunk = self._data[self._offset : end]
+        self._offset = end
+        return chunk
+
+    def varint(self) -> int:
+        value = shift = 0
+        data = self._data
+        while True:
+            if self._offset >= len(data):
+                raise CompletedStateError("completed state is truncated")
+            byte = data[self._offset]
+            self._offset += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 7 * 40:  # far beyond any sequence number (~190 bits)
+                raise CompletedStateError("completed state has an overlong number")

@@ -1,0 +1,68 @@
+"""What a fetcher hands over: one GetRecords result of one shard, with shard-end lineage."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardflow.records import Record
+from shardflow.shards import HashKeyRange
+
+
+@dataclass(frozen=True, slots=True)
+class ChildShard:
+    """A shard created from a closed one, as GetRecords' ``ChildShards`` reports it."""
+
+    shard_id: str
+    parent_shard_ids: tuple[str, ...]
+    hash_range: HashKeyRange | None = None
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> ChildShard:
+        hash_range = raw.get("HashKeyRange")
+        return cls(
+            shard_id=raw["ShardId"],
+            parent_shard_ids=tuple(raw.get("ParentShards", ())),
+            hash_range=(
+                HashKeyRange(int(hash_range["StartingHashKey"]), int(hash_range["EndingHashKey"]))
+                if hash_range
+                else None
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedBatch:
+    """The records of one GetRecords call, exactly as Kinesis returned them (not deaggregated).
+
+    ``millis_behind_latest`` is None when the service did not say. On the last batch of a closed
+    shard ``shard_ended`` is True and ``child_shards`` lists the shards that continue it (empty
+    if the service does not report them: read the parent ids from ListShards then).
+    """
+
+    shard_id: str
+    records: list[Record]
+    millis_behind_latest: int | None
+    shard_ended: bool = False
+    child_shards: tuple[ChildShard, ...] = field(default=())
+
+    @property
+    def has_next_iterator(self) -> bool:
+        """Whether GetRecords returned a next iterator (False only at shard end)."""
+        return not self.shard_ended
+
+    @property
+    def caught_up(self) -> bool:
+        """No more records to read for now: an empty batch at the tip, or the shard's end.
+
+        An empty batch alone is not enough: Kinesis returns empty batches while it walks past
+        stretches of a shard's history that hold no records, with MillisBehindLatest > 0.
+        """
+        if self.shard_ended:
+            return True
+        return not self.records and not self.millis_behind_latest
+
+    @property
+    def last_sequence_number(self) -> str | None:
+        return self.records[-1].sequence_number if self.records else None

@@ -1,0 +1,229 @@
+"""The polling fetcher: batches of one shard by GetRecords, pulled one call at a time."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.classify import classify
+from shardflow.aws.kinesis import stream_name_of, stream_ref
+from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
+from shardflow.consumer.fetch.convert import record_from_kinesis
+from shardflow.consumer.fetch.limiter import CallRateLimiter
+from shardflow.errors import AwsError, ExpiredIteratorError, ThrottledError
+from shardflow.positions import StartPosition
+
+log = logging.getLogger("shardflow.consumer.fetch")
+
+GET_RECORDS_LIMIT = 10_000
+"""The most records one GetRecords call may ask for."""
+
+GET_RECORDS_CALLS_PER_SECOND = 5
+"""Kinesis' limit of GetRecords calls per shard and second (shared by all readers of a shard)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PollingSettings:
+    """How a :class:`PollingFetcher` polls. Defaults follow KCL where a user would compare.
+
+    ``idle_time`` is the time between the starts of two GetRecords calls while the shard is
+    caught up (KCL's ``idleTimeBetweenReadsInMillis``, whose default is 1.5 s): an idle shard
+    costs exactly ``1 / idle_time`` calls per second. While behind, the next call is made at
+    once, limited only by ``max_calls_per_second``.
+
+    ``throttle_backoff`` applies to throttling (the read budget of a shard is shared by every
+    application reading it, so being throttled is normal and waits longer); ``error_backoff``
+    to other retryable failures (5xx, timeouts). Their ``max_attempts`` count consecutive
+    failures; the error is raised once they are used up. ``max_iterator_renewals`` bounds
+    consecutive ExpiredIterator recoveries without a successful call in between.
+    """
+
+    max_records: int = GET_RECORDS_LIMIT
+    idle_time: float = 1.0
+    max_calls_per_second: int = GET_RECORDS_CALLS_PER_SECOND
+    throttle_backoff: Backoff = field(
+        default_factory=lambda: Backoff(base=0.5, cap=10.0, max_attempts=30)
+    )
+    error_backoff: Backoff = field(
+        default_factory=lambda: Backoff(base=0.1, cap=5.0, max_attempts=8)
+    )
+    max_iterator_renewals: int = 3
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_records <= GET_RECORDS_LIMIT:
+            raise ValueError(f"max_records must be within 1..{GET_RECORDS_LIMIT}")
+        if self.idle_time < 0:
+            raise ValueError("idle_time must not be negative")
+        if not 1 <= self.max_calls_per_second <= GET_RECORDS_CALLS_PER_SECOND:
+            raise ValueError(
+                f"max_calls_per_second must be within 1..{GET_RECORDS_CALLS_PER_SECOND}"
+            )
+        if self.max_iterator_renewals < 0:
+            raise ValueError("max_iterator_renewals must not be negative")
+
+
+class PollingFetcher:
+    """An async iterator of :class:`FetchedBatch` for one shard, by GetRecords polling.
+
+    Pull-based: each ``__anext__`` makes (at most) one successful GetRecords call and nothing
+    is read ahead, so the caller's pace bounds memory. Waits happen at the start of the next
+    pull: the idle interval while caught up and the per-shard call limit. Throttling and
+    transient failures are retried with jittered backoff; an expired iterator is replaced by one
+    AFTER_SEQUENCE_NUMBER of the last record handed out (or at ``start`` if none was); other
+    failures are raised as typed :class:`~shardflow.errors.AwsError`. At the shard's end the last
+    batch has ``shard_ended=True`` and iteration stops.
+
+    Not safe for concurrent ``__anext__`` calls: one reader per fetcher.
+    """
+
+    def __init__(
+        self,
+        kinesis: Any,
+        stream: str,
+        shard_id: str,
+        start: StartPosition | None = None,
+        settings: PollingSettings | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._kinesis = kinesis
+        self.stream = stream
+        self.shard_id = shard_id
+        self.start = start or StartPosition.trim_horizon()
+        self.settings = settings or PollingSettings()
+        self._stream_name = stream_name_of(stream)
+        self._clock = clock
+        self._rng = rng
+        self._limiter = CallRateLimiter(self.settings.max_calls_per_second, clock=clock)
+        self._iterator: str | None = None
+        self._last_delivered: str | None = None
+        self._next_call_at: float | None = None
+        self._ended = False
+        self.get_records_calls = 0
+
+    @property
+    def last_sequence_number(self) -> str | None:
+        """Sequence number of the last record handed out, if any."""
+        return self._last_delivered
+
+    @property
+    def resume_position(self) -> StartPosition:
+        """Where reading would start again: just after the last record handed out."""
+        if self._last_delivered is not None:
+            return StartPosition.after_sequence_number(self._last_delivered)
+        return self.start
+
+    @property
+    def ended(self) -> bool:
+        """True once the shard-end batch has been handed out."""
+        return self._ended
+
+    def __aiter__(self) -> PollingFetcher:
+        return self
+
+    async def __anext__(self) -> FetchedBatch:
+        if self._ended:
+            raise StopAsyncIteration
+        if self._next_call_at is not None:
+            wait = self._next_call_at - self._clock.monotonic()
+            if wait > 0:
+                await self._clock.sleep(wait)
+        response, started = await self._get_records()
+        batch = self._batch_from(response)
+        behind = bool(batch.millis_behind_latest) or (
+            len(batch.records) >= self.settings.max_records
+        )
+        self._next_call_at = None if behind else started + self.settings.idle_time
+        if batch.records:
+            self._last_delivered = batch.last_sequence_number
+        if batch.shard_ended:
+            self._ended = True
+        return batch
+
+    # --- calls -----------------------------------------------------------------------------
+
+    async def _get_records(self) -> tuple[Mapping[str, Any], float]:
+        """One successful GetRecords response and the monotonic time its call started."""
+        throttled = failed = renewals = 0
+        while True:
+            if self._iterator is None:
+                iterator = await self._new_iterator()
+                if iterator is None:
+                    # The shard ended before the position asked for: nothing is left to read.
+                    return {"Records": [], "NextShardIterator": None}, self._clock.monotonic()
+                self._iterator = iterator
+            await self._limiter.acquire()
+            started = self._clock.monotonic()
+            self.get_records_calls += 1
+            try:
+                response: Mapping[str, Any] = await self._kinesis.get_records(
+                    ShardIterator=self._iterator, Limit=self.settings.max_records
+                )
+                return response, started
+            except Exception as exc:
+                # CancelledError is a BaseException and passes through untouched.
+                error = classify(
+                    exc, operation="GetRecords", stream=self.stream, shard_id=self.shard_id
+                )
+                error.__cause__ = exc
+            if isinstance(error, ExpiredIteratorError):
+                renewals += 1
+                if renewals > self.settings.max_iterator_renewals:
+                    raise error
+                log.info(
+                    "iterator of %s expired; resuming at %s", self.shard_id, self.resume_position
+                )
+                self._iterator = None
+                continue
+            if isinstance(error, ThrottledError):
+                await self._back_off(error, self.settings.throttle_backoff, throttled)
+                throttled += 1
+            else:
+                await self._back_off(error, self.settings.error_backoff, failed)
+                failed += 1
+
+    async def _back_off(self, error: AwsError, backoff: Backoff, attempt: int) -> None:
+        """Sleep before retry ``attempt + 1``, or raise ``error`` if it may not be retried."""
+        if not error.retryable or attempt + 1 >= backoff.max_attempts:
+            raise error
+        pause = backoff.delay(attempt, self._rng)
+        log.debug("GetRecords on %s failed (%s); retry in %.3fs", self.shard_id, error.code, pause)
+        await self._clock.sleep(pause)
+
+    async def _new_iterator(self) -> str | None:
+        params = {
+            **stream_ref(self.stream),
+            "ShardId": self.shard_id,
+            **self.resume_position.iterator_params(),
+        }
+        response = await retrying(
+            lambda: self._kinesis.get_shard_iterator(**params),
+            operation="GetShardIterator",
+            backoff=self.settings.error_backoff,
+            stream=self.stream,
+            shard_id=self.shard_id,
+            sleep=self._clock.sleep,
+            rng=self._rng,
+        )
+        iterator: str | None = response.get("ShardIterator")
+        return iterator
+
+    def _batch_from(self, response: Mapping[str, Any]) -> FetchedBatch:
+        self._iterator = response.get("NextShardIterator")
+        records = [
+            record_from_kinesis(raw, shard_id=self.shard_id, stream_name=self._stream_name)
+            for raw in response.get("Records", ())
+        ]
+        return FetchedBatch(
+            shard_id=self.shard_id,
+            records=records,
+            millis_behind_latest=response.get("MillisBehindLatest"),
+            shard_ended=self._iterator is None,
+            child_shards=tuple(ChildShard.from_api(c) for c in response.get("ChildShards", ())),
+        )
