@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from shardflow.aws.classify import classify
+from shardflow.errors import ExpiredIteratorError
 
 T = TypeVar("T")
 log = logging.getLogger("shardflow.aws")
@@ -49,7 +50,9 @@ async def retrying(
     """Run ``call`` until it succeeds, retrying retryable failures with backoff.
 
     Every failure is raised as a classified :class:`AwsError` (the original is its ``__cause__``);
-    non-retryable ones at once, retryable ones after ``backoff.max_attempts`` attempts.
+    non-retryable ones at once, retryable ones after ``backoff.max_attempts`` attempts. An
+    :class:`ExpiredIteratorError` is raised at once too: repeating a call with the same expired
+    iterator or token cannot succeed, the caller must get a new one.
     """
     attempt = 0
     while True:
@@ -60,7 +63,13 @@ async def retrying(
         except Exception as exc:
             error = classify(exc, operation=operation, stream=stream, shard_id=shard_id)
             attempt += 1
-            if not error.retryable or attempt >= backoff.max_attempts:
+            if (
+                not error.retryable
+                or isinstance(error, ExpiredIteratorError)
+                or attempt >= backoff.max_attempts
+            ):
+                if error is exc:
+                    raise  # already typed: keep its own cause and traceback
                 raise error from exc
             pause = backoff.delay(attempt - 1, rng)
             log.debug("%s failed (%s), retry %d in %.3fs", operation, error.code, attempt, pause)
