@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
 from shardflow.aws.backoff import Backoff, retrying
-from shardflow.errors import ResourceNotFoundError
+from shardflow.errors import (
+    AccessDeniedError,
+    AwsError,
+    ExpiredIteratorError,
+    ResourceNotFoundError,
+)
 from shardflow.shards import ShardInfo
 
 _CONTROL_BACKOFF = Backoff(base=0.1, cap=2.0, max_attempts=6)
+# How often a listing whose NextToken expired is started over before giving up.
+_LISTING_RESTARTS = 2
+log = logging.getLogger("shardflow.aws")
 
 
 def stream_ref(stream: str) -> dict[str, str]:
@@ -24,24 +33,37 @@ def stream_name_of(stream: str) -> str:
 
 
 async def list_shards(
-    kinesis: Any, stream: str, *, shard_filter: dict[str, Any] | None = None
+    kinesis: Any,
+    stream: str,
+    *,
+    shard_filter: dict[str, Any] | None = None,
+    max_results: int | None = None,
 ) -> list[ShardInfo]:
     """Every shard of the stream (open and closed, or as filtered), following pagination.
 
-    Guards against emulators that return a NextToken forever or repeat pages: a page that adds
-    no new shard ends the listing.
+    ``max_results`` is the page size (None: the service default). An expired NextToken restarts
+    the listing. Guards against emulators: a page that adds no new shard ends the listing (some
+    return a NextToken forever or repeat pages), and a NextToken the emulator rejects when sent
+    alone, as the API requires, is sent again with the stream named (moto's tokens need that).
     """
-    shards: dict[str, ShardInfo] = {}
-    params: dict[str, Any] = {**stream_ref(stream)}
+    first: dict[str, Any] = {**stream_ref(stream)}
     if shard_filter:
-        params["ShardFilter"] = shard_filter
+        first["ShardFilter"] = shard_filter
+    if max_results is not None:
+        first["MaxResults"] = max_results
+    for _ in range(_LISTING_RESTARTS):
+        try:
+            return await _list_pages(kinesis, stream, first)
+        except ExpiredIteratorError:
+            log.debug("ListShards token of %s expired; listing again", stream)
+    return await _list_pages(kinesis, stream, first)
+
+
+async def _list_pages(kinesis: Any, stream: str, first: dict[str, Any]) -> list[ShardInfo]:
+    shards: dict[str, ShardInfo] = {}
+    page = await _list_shards_call(kinesis, stream, first)
+    token_needs_stream = False
     while True:
-        page = await retrying(
-            lambda p=params: kinesis.list_shards(**p),  # type: ignore[misc]
-            operation="ListShards",
-            stream=stream,
-            backoff=_CONTROL_BACKOFF,
-        )
         before = len(shards)
         for raw in page.get("Shards", []):
             shard = ShardInfo.from_api(raw)
@@ -49,8 +71,35 @@ async def list_shards(
         token = page.get("NextToken")
         if not token or len(shards) == before:
             break
-        params = {"NextToken": token}
+        params: dict[str, Any] = {"NextToken": token}
+        if "MaxResults" in first:
+            params["MaxResults"] = first["MaxResults"]
+        if token_needs_stream:
+            params.update(stream_ref(stream))
+        try:
+            page = await _list_shards_call(kinesis, stream, params)
+        except AwsError as error:
+            if token_needs_stream or not _token_rejected(error):
+                raise
+            token_needs_stream = True
+            page = await _list_shards_call(kinesis, stream, {**params, **stream_ref(stream)})
     return sorted(shards.values(), key=lambda s: s.shard_id)
+
+
+def _token_rejected(error: AwsError) -> bool:
+    # Expired tokens are retryable (handled by restarting); a missing stream or a missing
+    # permission would fail with the stream named too.
+    return not error.retryable and not isinstance(error, ResourceNotFoundError | AccessDeniedError)
+
+
+async def _list_shards_call(kinesis: Any, stream: str, params: dict[str, Any]) -> dict[str, Any]:
+    page: dict[str, Any] = await retrying(
+        lambda: kinesis.list_shards(**params),
+        operation="ListShards",
+        stream=stream,
+        backoff=_CONTROL_BACKOFF,
+    )
+    return page
 
 
 async def describe_stream_summary(kinesis: Any, stream: str) -> dict[str, Any]:
