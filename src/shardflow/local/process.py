@@ -131,8 +131,13 @@ def _is_zombie(pid: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    # The state letter follows the command name, which is in parentheses and may hold spaces.
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+    fields = dict(line.partition(":")[::2] for line in status.splitlines())
+    # A multi-threaded process whose main thread exited shows "Z" while its other threads still
+    # run (and still hold its sockets): it is finished only when one thread is left.
+    return (
+        fields.get("State", "").strip().startswith("Z")
+        and fields.get("Threads", "1").strip() == "1"
+    )
