@@ -73,8 +73,9 @@ class ClientFactory:
         return self.client("cloudwatch", **config_overrides)
 
     async def _register_credentials(self) -> None:
-        # Whatever credentials the chain resolves are masked in every shardflow message.
+        # Whatever credentials the chain resolves are masked in every shardflow message; the
+        # access key id too, since it need not look like AKIA... (emulators, custom providers).
         credentials = await self.session.get_credentials()
         if credentials is not None:
             frozen = await credentials.get_frozen_credentials()
-            register_secret(frozen.secret_key, frozen.token)
+            register_secret(frozen.access_key, frozen.secret_key, frozen.token)
