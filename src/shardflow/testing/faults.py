@@ -42,6 +42,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections import Counter
 from dataclasses import replace
 from types import TracebackType
@@ -101,6 +102,7 @@ log = logging.getLogger("shardflow.testing.faults")
 
 _REGION: Final = re.compile(r"Credential=[^/,\s]+/\d{8}/([a-z0-9-]+)/")
 _MAX_BODY: Final = 64 * 1024 * 1024
+_IDLE_POLL: Final = 0.01
 
 
 class FaultProxy:
@@ -118,6 +120,7 @@ class FaultProxy:
         self._rules = RuleBook(seed)
         self._counts_lock = threading.Lock()
         self._forwarded: Counter[str] = Counter()
+        self._in_flight = 0
         self._port: int | None = None
         self._runner: web.AppRunner | None = None
         self._upstream = UpstreamClient(self.upstream)
@@ -186,6 +189,35 @@ class FaultProxy:
         """How many client requests for ``operation`` (fully or partly) reached the upstream."""
         with self._counts_lock:
             return self._forwarded[operation]
+
+    @property
+    def in_flight(self) -> int:
+        """Requests the proxy is still handling (e.g. delays the client gave up waiting for)."""
+        with self._counts_lock:
+            return self._in_flight
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Block until no request is in flight, so that the injection log is complete.
+
+        Not from the proxy's own event loop (``async with`` mode): use :meth:`idle` there.
+        """
+        deadline = time.monotonic() + timeout
+        while self.in_flight:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.in_flight} requests still in flight after {timeout}s")
+            time.sleep(_IDLE_POLL)
+
+    async def idle(self, limit: float = 10.0) -> None:
+        """Wait until no request is in flight, at most ``limit`` seconds (from any event loop).
+
+        Async tests must use this rather than :meth:`wait_idle`: blocking their event loop would
+        also keep their clients from closing connections the proxy is waiting on.
+        """
+        deadline = time.monotonic() + limit
+        while self.in_flight:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.in_flight} requests still in flight after {limit}s")
+            await asyncio.sleep(_IDLE_POLL)
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -281,6 +313,15 @@ class FaultProxy:
     # --- serving -------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        with self._counts_lock:
+            self._in_flight += 1
+        try:
+            return await self._inject_or_relay(request)
+        finally:
+            with self._counts_lock:
+                self._in_flight -= 1
+
+    async def _inject_or_relay(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         service, operation, doc = _describe(request, body)
         stream = _stream_of(doc)
@@ -288,7 +329,11 @@ class FaultProxy:
         decision = self._rules.choose(RequestInfo(service, operation, stream, entries))
         if decision is None:
             return await self._relay(request, body, operation)
-        log.debug("injecting %s into %s (stream %s)", decision.fault, operation, stream)
+        # Kind and code only: a fault's message may be anything the test chose.
+        code = getattr(decision.fault, "code", "")
+        log.debug(
+            "injecting %s %s into %s (stream %s)", kind_of(decision.fault), code, operation, stream
+        )
         ctx = Context(service, operation, stream, account=self.account, region=_region(request))
 
         fault = decision.fault
