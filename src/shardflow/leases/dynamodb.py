@@ -1,0 +1,267 @@
+"""The lease store on DynamoDB: the KCL lease table, shared with KCL workers of the same app."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.clients import ClientFactory
+from shardflow.errors import (
+    InvalidArgumentError,
+    LeaseConditionFailed,
+    MalformedLeaseError,
+    ResourceNotFoundError,
+    TransientError,
+)
+from shardflow.leases.expressions import render
+from shardflow.leases.model import Item, Lease
+from shardflow.leases.serialization import LEASE_KEY, is_lease_item, key_of, lease_from_item
+from shardflow.leases.store import LeaseStoreBase, TableStatus
+from shardflow.leases.writes import LeaseWrite
+
+log = logging.getLogger("shardflow.leases")
+
+LEASE_BACKOFF: Final = Backoff(base=0.05, cap=1.0, max_attempts=6)
+"""Retries of lease calls stay well inside KCL's 10 s failover time (at most ~3 s of waiting)."""
+
+STREAM_VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"
+
+_OPERATION_OF: Final = {"update": "UpdateItem", "put": "PutItem", "delete": "DeleteItem"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Rejected:
+    """A conditional write DynamoDB refused; ``item`` is the item as it was (ALL_OLD)."""
+
+    item: Item | None
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _as_lease(item: Item | None) -> Lease | None:
+    if not item or not is_lease_item(item):
+        return None
+    try:
+        return lease_from_item(item)
+    except MalformedLeaseError:
+        return None
+
+
+class DynamoDBLeaseStore(LeaseStoreBase):
+    """A :class:`~shardflow.leases.store.LeaseStore` on a DynamoDB table named ``table_name``.
+
+    ``client`` is an open aiobotocore DynamoDB client (see :meth:`connect` to open one from a
+    :class:`~shardflow.aws.ClientFactory`). ``scan_page_size`` limits items per Scan page
+    (None: DynamoDB's 1 MB pages). ``table_wait`` bounds the wait for the table to be ACTIVE.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        *,
+        backoff: Backoff = LEASE_BACKOFF,
+        scan_page_size: int | None = None,
+        table_wait: float = 300.0,
+    ) -> None:
+        super().__init__(table_name)
+        self._client = client
+        self._backoff = backoff
+        self._scan_page_size = scan_page_size
+        self._table_wait = table_wait
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls, factory: ClientFactory, table_name: str, **options: Any
+    ) -> AsyncIterator[DynamoDBLeaseStore]:
+        """A store with its own DynamoDB client, closed when the block ends."""
+        async with factory.dynamodb() as client:
+            yield cls(client, table_name, **options)
+
+    async def _call(self, operation: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        return await retrying(call, operation=operation, backoff=self._backoff)
+
+    # --- table ---------------------------------------------------------------------------------
+
+    async def _describe(self) -> dict[str, Any] | None:
+        try:
+            answer = await self._call(
+                "DescribeTable", lambda: self._client.describe_table(TableName=self._table_name)
+            )
+        except ResourceNotFoundError:
+            return None
+        table: dict[str, Any] = answer["Table"]
+        return table
+
+    async def _create(self, stream_view: bool) -> bool:
+        """Create the table; False if someone else created it first."""
+        params: dict[str, Any] = {
+            "TableName": self._table_name,
+            "KeySchema": [{"AttributeName": LEASE_KEY, "KeyType": "HASH"}],
+            "AttributeDefinitions": [{"AttributeName": LEASE_KEY, "AttributeType": "S"}],
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+        if stream_view:
+            params["StreamSpecification"] = {
+                "StreamEnabled": True,
+                "StreamViewType": STREAM_VIEW_TYPE,
+            }
+
+        async def create() -> bool:
+            try:
+                await self._client.create_table(**params)
+            except ClientError as exc:
+                # Another worker of the application is creating it right now: not an error.
+                if _error_code(exc) == "ResourceInUseException":
+                    return False
+                raise
+            return True
+
+        created: bool = await self._call("CreateTable", create)
+        return created
+
+    async def _wait_active(self) -> dict[str, Any]:
+        deadline = time.monotonic() + self._table_wait
+        pause = 0.05
+        while True:
+            table = await self._describe()
+            if table is not None and table.get("TableStatus") == "ACTIVE":
+                return table
+            if time.monotonic() >= deadline:
+                raise TransientError(
+                    f"lease table {self._table_name} not ACTIVE after {self._table_wait:.0f}s",
+                    operation="DescribeTable",
+                    code="TableNotActive",
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def _enable_stream(self) -> None:
+        spec = {"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE}
+
+        async def update() -> None:
+            await self._client.update_table(TableName=self._table_name, StreamSpecification=spec)
+
+        await self._call("UpdateTable", update)
+
+    async def ensure_table(self, *, stream_view: bool = False) -> TableStatus:
+        table = await self._describe()
+        created = False
+        if table is None:
+            created = await self._create(stream_view)
+        table = await self._wait_active()
+        spec = table.get("StreamSpecification") or {}
+        if stream_view and not spec.get("StreamEnabled"):
+            await self._enable_stream()
+            table = await self._wait_active()
+            spec = table.get("StreamSpecification") or {}
+        elif stream_view and spec.get("StreamViewType") != STREAM_VIEW_TYPE:
+            raise InvalidArgumentError(
+                f"lease table {self._table_name} has a DynamoDB stream of view type "
+                f"{spec.get('StreamViewType')}; shardflow needs {STREAM_VIEW_TYPE}",
+                operation="DescribeTable",
+                code="StreamViewType",
+            )
+        enabled = bool(spec.get("StreamEnabled"))
+        return TableStatus(
+            name=self._table_name,
+            created=created,
+            billing_mode=(table.get("BillingModeSummary") or {}).get("BillingMode", "PROVISIONED"),
+            stream_arn=table.get("LatestStreamArn") if enabled else None,
+            stream_view_type=spec.get("StreamViewType") if enabled else None,
+        )
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    async def list_leases(self) -> list[Lease]:
+        params: dict[str, Any] = {"TableName": self._table_name, "ConsistentRead": True}
+        if self._scan_page_size is not None:
+            params["Limit"] = self._scan_page_size
+        leases: list[Lease] = []
+        while True:
+            page = await self._call(
+                "Scan",
+                lambda p=dict(params): self._client.scan(**p),  # type: ignore[misc]
+            )
+            for item in page.get("Items", []):
+                if not is_lease_item(item):
+                    continue
+                try:
+                    leases.append(lease_from_item(item))
+                except MalformedLeaseError as exc:
+                    log.warning("skipping lease item %s: %s", exc.lease_key, exc.reason)
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                break
+            params["ExclusiveStartKey"] = last
+        return sorted(leases, key=lambda lease: lease.lease_key)
+
+    async def get(self, lease_key: str) -> Lease | None:
+        answer = await self._call(
+            "GetItem",
+            lambda: self._client.get_item(
+                TableName=self._table_name, Key=key_of(lease_key), ConsistentRead=True
+            ),
+        )
+        item = answer.get("Item")
+        if not item or not is_lease_item(item):
+            return None
+        return lease_from_item(item)
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    def _request(self, write: LeaseWrite) -> Callable[[], Awaitable[Any]]:
+        common: dict[str, Any] = {
+            "TableName": self._table_name,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            **render(write.conditions, write.actions),
+        }
+        if write.kind == "update":
+            return lambda: self._client.update_item(
+                Key=key_of(write.lease_key), ReturnValues="ALL_NEW", **common
+            )
+        if write.kind == "put":
+            return lambda: self._client.put_item(Item=write.item, **common)
+        return lambda: self._client.delete_item(Key=key_of(write.lease_key), **common)
+
+    async def execute(self, write: LeaseWrite) -> Lease | None:
+        request = self._request(write)
+        attempts = 0
+
+        async def attempt() -> Any:
+            nonlocal attempts
+            attempts += 1
+            try:
+                return await request()
+            except ClientError as exc:
+                # A refused condition is an answer, not a failure: never retried.
+                if _error_code(exc) == "ConditionalCheckFailedException":
+                    return _Rejected(exc.response.get("Item"))
+                raise
+
+        answer = await self._call(_OPERATION_OF[write.kind], attempt)
+        if isinstance(answer, _Rejected):
+            current = _as_lease(answer.item)
+            if attempts > 1 and write.already_applied(current):
+                # An earlier attempt succeeded but its answer was lost (timeout, dropped
+                # connection): the item shows our own write, as KCL's renew also checks.
+                log.info("%s of %s had succeeded before a retry", write.operation, write.lease_key)
+                return current
+            raise LeaseConditionFailed(write.operation, write.lease_key, current=current)
+        if write.kind == "update":
+            return lease_from_item(answer["Attributes"])
+        if write.kind == "put":
+            assert write.item is not None
+            return lease_from_item(write.item)
+        return None

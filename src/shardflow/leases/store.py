@@ -1,0 +1,216 @@
+"""The lease store: what the lease coordinator and the checkpointer may do to the lease table.
+
+Every mutating call is one conditional write (see :mod:`shardflow.leases.writes` for the exact
+conditions, which follow KCL). It returns the lease as it is after the write, or raises
+:class:`~shardflow.errors.LeaseConditionFailed` carrying the lease as it is now (``current``),
+read from the failed write's own response. Transient AWS failures are retried with backoff; a
+failed condition never is. Worker ids must be non-empty strings: an empty ``leaseOwner`` is
+never written.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from shardflow.leases import writes
+from shardflow.leases.model import Lease
+from shardflow.records import ExtendedSequenceNumber
+from shardflow.shards import HashKeyRange
+
+
+@dataclass(frozen=True, slots=True)
+class TableStatus:
+    """The lease table after :meth:`LeaseStore.ensure_table`.
+
+    ``created`` tells whether this call created it. ``stream_arn`` is the table's DynamoDB
+    stream (NEW_AND_OLD_IMAGES) when one is enabled.
+    """
+
+    name: str
+    created: bool
+    billing_mode: str
+    stream_arn: str | None = None
+    stream_view_type: str | None = None
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """A KCL-compatible lease table (DynamoDB, or in memory with the same semantics)."""
+
+    @property
+    def table_name(self) -> str: ...
+
+    async def ensure_table(self, *, stream_view: bool = False) -> TableStatus:
+        """Create the table if missing (key leaseKey S, on-demand) and wait until it is ACTIVE.
+
+        ``stream_view`` enables a DynamoDB stream with NEW_AND_OLD_IMAGES on it.
+        """
+        ...
+
+    async def list_leases(self) -> list[Lease]:
+        """Every lease, read strongly consistently, sorted by lease key.
+
+        Items that are not leases (KCL 3.5 entities) are skipped, and so are malformed lease
+        items, with a warning: one broken item must not stop every shard.
+        """
+        ...
+
+    async def get(self, lease_key: str) -> Lease | None:
+        """The lease (consistent read), or None if there is no lease item with that key."""
+        ...
+
+    async def create_if_absent(self, lease: Lease) -> Lease:
+        """Write a new lease item; fails (``current`` = the existing lease) if the key exists."""
+        ...
+
+    async def renew(
+        self, lease: Lease, owner: str, *, throughput_kbps: float | None = None
+    ) -> Lease: ...
+
+    async def take(self, lease: Lease, new_owner: str) -> Lease: ...
+
+    async def release(self, lease: Lease, owner: str) -> Lease: ...
+
+    async def checkpoint(
+        self,
+        lease: Lease,
+        owner: str,
+        position: ExtendedSequenceNumber,
+        *,
+        pending: ExtendedSequenceNumber | None = None,
+        pending_state: bytes | None = None,
+        clear_pending: bool = True,
+    ) -> Lease: ...
+
+    async def prepare_checkpoint(
+        self,
+        lease: Lease,
+        owner: str,
+        pending: ExtendedSequenceNumber,
+        *,
+        pending_state: bytes | None = None,
+    ) -> Lease: ...
+
+    async def update_children(self, lease: Lease, child_shard_ids: Iterable[str]) -> Lease: ...
+
+    async def update_hash_range(self, lease: Lease, hash_range: HashKeyRange) -> Lease: ...
+
+    async def delete(self, lease: Lease) -> None: ...
+
+    async def handoff(self, lease: Lease, from_owner: str, to_owner: str) -> Lease: ...
+
+    async def complete_handoff(self, lease: Lease, from_owner: str) -> Lease: ...
+
+
+class LeaseStoreBase(abc.ABC):
+    """The lease operations, built once on :mod:`~shardflow.leases.writes` for every backend.
+
+    A backend supplies reads, table creation and :meth:`execute` of one conditional write.
+    """
+
+    def __init__(self, table_name: str) -> None:
+        if not table_name:
+            raise ValueError("the lease table needs a name (the application name)")
+        self._table_name = table_name
+
+    @property
+    def table_name(self) -> str:
+        return self._table_name
+
+    @abc.abstractmethod
+    async def ensure_table(self, *, stream_view: bool = False) -> TableStatus: ...
+
+    @abc.abstractmethod
+    async def list_leases(self) -> list[Lease]: ...
+
+    @abc.abstractmethod
+    async def get(self, lease_key: str) -> Lease | None: ...
+
+    @abc.abstractmethod
+    async def execute(self, write: writes.LeaseWrite) -> Lease | None:
+        """Perform one conditional write; the lease after it (None after a delete).
+
+        Raises :class:`~shardflow.errors.LeaseConditionFailed` when a condition does not hold.
+        """
+
+    async def _lease(self, write: writes.LeaseWrite) -> Lease:
+        result = await self.execute(write)
+        if result is None:  # only deletes answer None
+            raise AssertionError(f"{write.operation} returned no lease")
+        return result
+
+    async def create_if_absent(self, lease: Lease) -> Lease:
+        """Write a new lease item (attribute_not_exists(leaseKey)), as KCL creates leases."""
+        return await self._lease(writes.create(lease))
+
+    async def renew(
+        self, lease: Lease, owner: str, *, throughput_kbps: float | None = None
+    ) -> Lease:
+        """Bump the counter if ``owner`` still holds ``lease`` at ``lease.lease_counter``."""
+        return await self._lease(writes.renew(lease, owner, throughput_kbps=throughput_kbps))
+
+    async def take(self, lease: Lease, new_owner: str) -> Lease:
+        """Become the owner of ``lease`` if it is unchanged since it was read."""
+        return await self._lease(writes.take(lease, new_owner))
+
+    async def release(self, lease: Lease, owner: str) -> Lease:
+        """Free the lease (or, during a handoff, pass it to the next owner) at once."""
+        return await self._lease(writes.release(lease, owner))
+
+    async def checkpoint(
+        self,
+        lease: Lease,
+        owner: str,
+        position: ExtendedSequenceNumber,
+        *,
+        pending: ExtendedSequenceNumber | None = None,
+        pending_state: bytes | None = None,
+        clear_pending: bool = True,
+    ) -> Lease:
+        """Record ``position`` (SHARD_END allowed) as processed by ``owner``."""
+        return await self._lease(
+            writes.checkpoint(
+                lease,
+                owner,
+                position,
+                pending=pending,
+                pending_state=pending_state,
+                clear_pending=clear_pending,
+            )
+        )
+
+    async def prepare_checkpoint(
+        self,
+        lease: Lease,
+        owner: str,
+        pending: ExtendedSequenceNumber,
+        *,
+        pending_state: bytes | None = None,
+    ) -> Lease:
+        """Store a prepared checkpoint (and optional application state) next to the checkpoint."""
+        return await self._lease(
+            writes.prepare_checkpoint(lease, owner, pending, pending_state=pending_state)
+        )
+
+    async def update_children(self, lease: Lease, child_shard_ids: Iterable[str]) -> Lease:
+        """Record the child shards of an ended shard (non-empty)."""
+        return await self._lease(writes.update_children(lease, child_shard_ids))
+
+    async def update_hash_range(self, lease: Lease, hash_range: HashKeyRange) -> Lease:
+        """Record the shard's hash-key range."""
+        return await self._lease(writes.update_hash_range(lease, hash_range))
+
+    async def delete(self, lease: Lease) -> None:
+        """Delete the lease item if it still has the counter and owner of ``lease``."""
+        await self.execute(writes.delete(lease))
+
+    async def handoff(self, lease: Lease, from_owner: str, to_owner: str) -> Lease:
+        """Begin a graceful handoff of a lease held by ``from_owner`` to ``to_owner``."""
+        return await self._lease(writes.handoff(lease, from_owner, to_owner))
+
+    async def complete_handoff(self, lease: Lease, from_owner: str) -> Lease:
+        """End a handoff begun by :meth:`handoff`: ``from_owner`` lets the lease go."""
+        return await self._lease(writes.complete_handoff(lease, from_owner))
