@@ -32,7 +32,7 @@ app = typer.Typer(
     help="Run the embedded local stack (moto, kinesis-local, kinesalite).", no_args_is_help=True
 )
 
-_out = Console(highlight=False)
+_out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False)
 
 StateDir = Annotated[
@@ -143,9 +143,10 @@ def status(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
 
 def _servers_table(records: list[ServerRecord], *, states: list[ServerState] | None) -> Table:
     table = Table(title="shardflow local stack")
-    for column in ("server", "endpoint", "pid", "state", "log"):
+    for column in ("server", "endpoint", "pid", "state"):
         if column != "state" or states is not None:
-            table.add_column(column)
+            table.add_column(column, no_wrap=True)
+    table.add_column("log", overflow="fold")  # the one column that may wrap on a narrow terminal
     for index, record in enumerate(records):
         cells = [record.name, record.endpoint_url, str(record.pid)]
         if states is not None:

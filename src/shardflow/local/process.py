@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,8 +36,10 @@ def spawn(
 
 
 def is_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and has not finished (a zombie counts as finished)."""
-    _reap_if_child(pid)
+    """Whether process ``pid`` exists and has not finished (a zombie counts as finished).
+
+    Does not reap: the owner of a child's ``Popen`` still gets its exit status.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -121,15 +121,12 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     return not is_alive(pid)
 
 
-def _reap_if_child(pid: int) -> None:
-    # A finished child of ours stays a zombie (and keeps its PID) until someone waits for it.
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
 def _is_zombie(pid: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
+    if not Path("/proc/self/status").exists():
+        result = subprocess.run(
+            ["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False
+        )
+        return result.stdout.strip().startswith("Z")
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
@@ -137,7 +134,5 @@ def _is_zombie(pid: int) -> bool:
     fields = dict(line.partition(":")[::2] for line in status.splitlines())
     # A multi-threaded process whose main thread exited shows "Z" while its other threads still
     # run (and still hold its sockets): it is finished only when one thread is left.
-    return (
-        fields.get("State", "").strip().startswith("Z")
-        and fields.get("Threads", "1").strip() == "1"
-    )
+    state, threads = fields.get("State", "").strip(), fields.get("Threads", "1").strip()
+    return state.startswith("Z") and threads == "1"
