@@ -72,7 +72,7 @@ async def test_credentials_never_appear_in_errors_or_logs(
 
     errors: list[AwsError] = []
     with FaultProxy(moto_url) as proxy:
-        factory = ClientFactory(AwsSettings(endpoint_url=proxy.url, read_timeout=0.3))
+        factory = ClientFactory(AwsSettings(endpoint_url=proxy.url, read_timeout=0.2))
         async with factory.kinesis() as kinesis, factory.dynamodb() as dynamodb:
 
             async def expect(
@@ -98,7 +98,7 @@ async def test_credentials_never_appear_in_errors_or_logs(
                 (ErrorResponse("SomeUnknownCode", message=echo), AwsError),
                 (Drop(), TransientError),
                 (Drop(reset=True), TransientError),
-                (Delay(1.0), TransientError),
+                (Delay(0.5), TransientError),
             ]:
                 rule = proxy.add(fault, operation="PutRecord")
                 await expect(error_type, put, "PutRecord")

@@ -38,7 +38,7 @@ def proxy(moto_url: str) -> Iterator[FaultProxy]:
 @pytest.fixture
 async def kinesis(proxy: FaultProxy) -> AsyncIterator[Any]:
     # A short read timeout so that injected delays turn into client read timeouts quickly.
-    factory = ClientFactory(AwsSettings(endpoint_url=proxy.url, read_timeout=0.4))
+    factory = ClientFactory(AwsSettings(endpoint_url=proxy.url, read_timeout=0.25))
     async with factory.kinesis() as client:
         yield client
 
@@ -71,7 +71,7 @@ async def _put(kinesis: Any, stream: str, data: bytes, backoff: Backoff = FAST) 
         ErrorResponse("ServiceUnavailable"),
         Drop(),
         Drop(reset=True),
-        Delay(1.0),  # longer than read_timeout; the client gives up and nothing is written
+        Delay(0.6),  # longer than read_timeout; the client gives up and nothing is written
     ],
     ids=lambda f: f"{type(f).__name__}-{getattr(f, 'code', '')}{getattr(f, 'reset', '')}",
 )
@@ -88,7 +88,7 @@ async def test_recovers_from_transient_faults(
 
 
 async def test_read_timeouts_are_injected_as_timeouts(proxy: FaultProxy, kinesis: Any) -> None:
-    proxy.add(Delay(1.0), operation="ListStreams", times=1)
+    proxy.add(Delay(0.6), operation="ListStreams", times=1)
     with pytest.raises(TransientError) as caught:
         await retrying(
             kinesis.list_streams, operation="ListStreams", backoff=Backoff(max_attempts=1)

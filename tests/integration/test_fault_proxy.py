@@ -81,8 +81,9 @@ def test_partial_failure_writes_only_the_entries_reported_written(
             assert result["SequenceNumber"]
     assert _read_all(moto_url, stream) == [b"r1", b"r2", b"r5"]
     [injection] = proxy.injections
-    assert (injection.kind, injection.failed_entries, injection.forwarded) == (
+    assert (injection.kind, injection.entries, injection.failed_entries, injection.forwarded) == (
         "partial_failure",
+        6,
         (0, 3, 4),
         True,
     )

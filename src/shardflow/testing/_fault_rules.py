@@ -134,6 +134,7 @@ class Decision:
 
     rule_id: int
     fault: Fault
+    entries: int = 0
     failed_entries: tuple[int, ...] = ()
 
 
@@ -143,6 +144,7 @@ class Injection:
 
     ``forwarded`` tells whether the request (for a partial failure: what was left of it)
     reached the upstream server; ``client_gone`` that the client hung up during a delay.
+    ``entries`` is the number of records in a PutRecords request (0 for other operations).
     """
 
     rule_id: int
@@ -151,6 +153,7 @@ class Injection:
     operation: str
     stream: str | None
     forwarded: bool
+    entries: int = 0
     failed_entries: tuple[int, ...] = ()
     client_gone: bool = False
     at: float = field(default_factory=time.monotonic)
@@ -214,7 +217,7 @@ class RuleBook:
                 failed: tuple[int, ...] = ()
                 if isinstance(rule.fault, PartialFailure):
                     failed = self._pick_entries(rule.fault, request.entry_count)
-                return Decision(rule_id, rule.fault, failed)
+                return Decision(rule_id, rule.fault, request.entry_count, failed)
         return None
 
     def record(self, injection: Injection) -> None:

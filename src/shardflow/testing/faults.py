@@ -295,7 +295,7 @@ class FaultProxy:
         await self._upstream.open()
         app = web.Application(client_max_size=_MAX_BODY)
         app.router.add_route("*", "/{path:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.25)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -451,6 +451,7 @@ class FaultProxy:
                 operation=ctx.operation,
                 stream=ctx.stream,
                 forwarded=forwarded,
+                entries=decision.entries,
                 failed_entries=decision.failed_entries,
                 client_gone=client_gone,
             )
