@@ -35,7 +35,7 @@ def shard_records(draw: st.DrawFn) -> list[Record]:
     """Records of one shard in order: plain ones and aggregates, some with dropped sub-records."""
     records: list[Record] = []
     seq = draw(st.integers(10**20, 10**55))
-    for _ in range(draw(st.integers(0, 20))):
+    for _ in range(draw(st.integers(0, 12))):
         seq += draw(st.integers(1, 10**12))
         if draw(st.booleans()):
             last = draw(st.integers(0, 5))
@@ -93,7 +93,7 @@ def test_safe_position_is_the_contiguous_acked_prefix(
         tracker = AckTracker("shardId-000000000000")
         model = Model()
         handles: list[AckHandle] = []
-        for _ in range(4 * len(records) + 5):
+        for _ in range(3 * len(records) + 5):
             choices = ["deliver"] if len(model.delivered) < len(records) else []
             if model.delivered:
                 choices += ["handle", "position", "record", "through"]

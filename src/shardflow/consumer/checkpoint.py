@@ -1,0 +1,458 @@
+"""Checkpointing one shard: stage handled records, write the safe position, resume after a restart.
+
+A checkpoint means "every record up to and including this position is handled" (sub-sequence
+numbers included), exactly as in the KCL lease table, so a table shared with KCL workers
+behaves the same. The :class:`Checkpointer` writes the contiguous handled prefix that its
+:class:`~shardflow.consumer.acks.AckTracker` allows, through a :class:`CheckpointWriter`
+(the lease store), one write at a time; it never moves backwards and never writes again after
+the lease was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final, Literal, Protocol
+
+from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.consumer.acks import (
+    DEFAULT_MAX_COMPLETED_BYTES,
+    AckTracker,
+    CompletedState,
+    PendingCounts,
+    decode_completed,
+    encode_completed,
+)
+from shardflow.errors import CompletedStateError, ShardLeaseLost
+from shardflow.positions import PositionKind, StartPosition
+from shardflow.records import (
+    AT_TIMESTAMP,
+    LATEST,
+    SHARD_END,
+    TRIM_HORIZON,
+    ExtendedSequenceNumber,
+    Record,
+)
+
+log = logging.getLogger(__name__)
+
+SHARD_END_POSITION: Final = ExtendedSequenceNumber(SHARD_END)
+
+
+class CheckpointWriter(Protocol):
+    """Stores a shard's checkpoint (the lease store implements it)."""
+
+    async def write(
+        self, position: ExtendedSequenceNumber, *, completed_state: bytes | None = None
+    ) -> None:
+        """Store ``position`` as the checkpoint, conditional on still holding the lease.
+
+        ``completed_state`` (from :func:`~shardflow.consumer.acks.encode_completed`) lists records
+        handled beyond ``position``; None means there are none, and any earlier state must be
+        cleared. Raises :class:`~shardflow.errors.ShardLeaseLost` if another worker owns the lease.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSettings:
+    """When a :class:`Checkpointer` writes on its own; by default only when asked (like KCL).
+
+    ``every_n``: write once this many records were handled since the last write.
+    ``interval``: write handled records at most this many seconds after they became safe.
+    ``store_completed``: also store records handled beyond the first unhandled one (compactly,
+    at most ``max_completed_bytes``) so a restart can skip them; writes then also happen when
+    only that set grew.
+    """
+
+    every_n: int | None = None
+    interval: float | None = None
+    store_completed: bool = False
+    max_completed_bytes: int = DEFAULT_MAX_COMPLETED_BYTES
+
+    def __post_init__(self) -> None:
+        if self.every_n is not None and self.every_n < 1:
+            raise ValueError(f"every_n must be at least 1, got {self.every_n}")
+        if self.interval is not None and not self.interval > 0:
+            raise ValueError(f"interval must be positive, got {self.interval}")
+
+
+WriteReason = Literal["checkpoint", "flush", "count", "interval", "final", "shard_end"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointWritten:
+    """A checkpoint was written (the event handed to hooks)."""
+
+    shard_id: str
+    position: ExtendedSequenceNumber
+    previous: ExtendedSequenceNumber | None
+    reason: WriteReason
+    records: int
+    """Records newly covered by this checkpoint."""
+    lag: int
+    """Records delivered but not covered, right after the write."""
+    duration: float
+    """Seconds the write took."""
+
+
+CheckpointHook = Callable[[CheckpointWritten], None]
+
+
+class Checkpointer:
+    """Checkpoints one shard for user code: ``stage``, ``checkpoint``, ``flush``, ``final``.
+
+    The consumer delivers each record to :attr:`tracker` before user code sees it; user code then
+    acknowledges records one by one (``handle.ack()``) or stages prefixes (``stage(record)``).
+    Call :meth:`start` on the event loop to run the automatic flushes of ``settings``, and
+    :meth:`final` at shutdown, before the lease is given up, and at shard end. Exactly one write
+    is in flight at a time; callers that arrive meanwhile are served by the next write, which
+    takes the latest safe position.
+
+    Example::
+
+        checkpointer = Checkpointer(lease_store_writer, shard_id=shard_id,
+                                    settings=CheckpointSettings(every_n=500, interval=10.0))
+        checkpointer.start()
+        for record in batch:
+            handle = checkpointer.tracker.deliver(record)
+            ...  # handle.ack() when done, from any task or thread
+        await checkpointer.final(shard_end=batch_was_last)
+    """
+
+    def __init__(
+        self,
+        writer: CheckpointWriter,
+        *,
+        shard_id: str = "",
+        tracker: AckTracker | None = None,
+        settings: CheckpointSettings | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        initial: ExtendedSequenceNumber | None = None,
+        hooks: Iterable[CheckpointHook] = (),
+    ) -> None:
+        """``initial`` is the checkpoint already stored: nothing at or before it is written."""
+        self.shard_id = shard_id or (tracker.shard_id if tracker else "")
+        self._writer = writer
+        self._tracker = tracker if tracker is not None else AckTracker(self.shard_id)
+        self._settings = settings or CheckpointSettings()
+        self._clock = clock
+        self._hooks = list(hooks)
+        self._written = initial
+        self._written_state: bytes | None = None
+        self._written_at: float | None = None
+        self._written_acked = 0
+        self._lost: ShardLeaseLost | None = None
+        self._last_error: Exception | None = None
+        self._lock = asyncio.Lock()
+        self._count_due = asyncio.Event()
+        self._background: list[asyncio.Task[None]] = []
+        self._tracker.add_listener(self._on_ack)
+
+    # --- user API ------------------------------------------------------------------------------
+
+    @property
+    def tracker(self) -> AckTracker:
+        return self._tracker
+
+    def stage(self, record: Record) -> None:
+        """Mark ``record`` and every record before it as handled, without writing.
+
+        Raises :class:`ShardLeaseLost` once the lease is known to be lost, so handlers stop early.
+        """
+        self._raise_if_lost()
+        self._tracker.ack_through(record)
+
+    async def checkpoint(self, record: Record | None = None) -> ExtendedSequenceNumber | None:
+        """Write up to and including ``record`` (None: everything safe so far); returns the checkpoint."""
+        self._raise_if_lost()
+        if record is not None:
+            self._tracker.ack_through(record)
+        return await self._write("checkpoint")
+
+    async def flush(self) -> ExtendedSequenceNumber | None:
+        """Write what is staged or acknowledged, if anything new; returns the checkpoint."""
+        return await self._write("flush")
+
+    async def final(self, *, shard_end: bool) -> ExtendedSequenceNumber | None:
+        """Stop the automatic flushes and write what was handled: at shutdown, before the lease
+        is given up, or at the end of the shard.
+
+        With ``shard_end`` and every delivered record handled, writes SHARD_END (the caller
+        asserts that the shard's last record was delivered); otherwise the safe position.
+        """
+        await self.stop()
+        if shard_end and self._tracker.all_acked:
+            return await self._write("shard_end", shard_end=True)
+        if shard_end:
+            log.warning(
+                "shard %s ended with %d unhandled records: checkpointing %s, not SHARD_END",
+                self.shard_id,
+                self._tracker.pending.unacked,
+                self._tracker.safe_position,
+            )
+        return await self._write("final")
+
+    def add_hook(self, hook: CheckpointHook) -> None:
+        """Call ``hook(event)`` after every successful write (errors in hooks are logged)."""
+        self._hooks.append(hook)
+
+    # --- observation ---------------------------------------------------------------------------
+
+    @property
+    def last_written(self) -> ExtendedSequenceNumber | None:
+        """The checkpoint last written (or the initial one)."""
+        return self._written
+
+    @property
+    def last_written_age(self) -> float | None:
+        """Seconds since the last write by this checkpointer (None: none yet)."""
+        return None if self._written_at is None else self._clock.monotonic() - self._written_at
+
+    @property
+    def lag(self) -> int:
+        """Records delivered but not covered by the last written checkpoint."""
+        return self._tracker.pending.lag
+
+    @property
+    def pending(self) -> PendingCounts:
+        return self._tracker.pending
+
+    @property
+    def lease_lost(self) -> bool:
+        return self._lost is not None
+
+    @property
+    def last_error(self) -> Exception | None:
+        """The last error of an automatic flush (they are retried at the next trigger)."""
+        return self._last_error
+
+    # --- automatic flushes ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the automatic flushes of the settings on the running loop (idempotent)."""
+        if self._background:
+            return
+        self._tracker.bind_loop()
+        if self._settings.every_n is not None:
+            self._background.append(asyncio.create_task(self._flush_by_count()))
+        if self._settings.interval is not None:
+            self._background.append(asyncio.create_task(self._flush_by_interval()))
+
+    async def stop(self) -> None:
+        """Stop the automatic flushes without writing; a write in progress completes."""
+        tasks, self._background = self._background, []
+        current = asyncio.current_task()
+        for task in tasks:
+            if task is not current:
+                task.cancel()
+        for task in tasks:
+            if task is not current:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def _on_ack(self) -> None:
+        every_n = self._settings.every_n
+        if every_n is not None and self._unwritten() >= every_n:
+            self._count_due.set()
+
+    def _unwritten(self) -> int:
+        """Handled records the next write would add to what is stored."""
+        tracker = self._tracker
+        if self._settings.store_completed:
+            return tracker.acked_count - self._written_acked
+        return tracker.prefix_count - tracker.checkpointed_count
+
+    async def _flush_by_count(self) -> None:
+        every_n = self._settings.every_n or 1
+        while self._lost is None:
+            await self._count_due.wait()
+            self._count_due.clear()
+            if self._unwritten() >= every_n:
+                await self._flush_in_background("count")
+
+    async def _flush_by_interval(self) -> None:
+        interval = self._settings.interval or 1.0
+        while self._lost is None:
+            await self._clock.sleep(interval)
+            if self._unwritten() > 0:
+                await self._flush_in_background("interval")
+
+    async def _flush_in_background(self, reason: WriteReason) -> None:
+        # Shielded, so that stop() cancelling this task never abandons a write half-way.
+        write = asyncio.ensure_future(self._write(reason))
+        write.add_done_callback(_log_unobserved_failure)
+        try:
+            await asyncio.shield(write)
+        except ShardLeaseLost:
+            pass  # the loops stop by themselves: _lost is set
+        except Exception as exc:
+            self._last_error = exc
+            log.warning("automatic checkpoint of shard %s failed: %r", self.shard_id, exc)
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def _raise_if_lost(self) -> None:
+        if self._lost is not None:
+            raise ShardLeaseLost(self._lost.shard_id, owner=self._lost.owner)
+
+    async def _write(
+        self, reason: WriteReason, *, shard_end: bool = False
+    ) -> ExtendedSequenceNumber | None:
+        """Write the latest safe position (or SHARD_END) if it is ahead of what is stored."""
+        async with self._lock:
+            self._raise_if_lost()
+            tracker = self._tracker
+            # Read at write time, not call time: the one write serves every caller that waited.
+            position = SHARD_END_POSITION if shard_end else tracker.safe_position
+            covered = tracker.delivered_count if shard_end else tracker.prefix_count
+            acked = tracker.acked_count
+            written = self._written
+            if position is None or (written is not None and position < written):
+                return written
+            state = None if shard_end else self._completed_state(position)
+            if position == written and state == self._written_state:
+                return written
+            started = self._clock.monotonic()
+            try:
+                await self._writer.write(position, completed_state=state)
+            except ShardLeaseLost as exc:
+                self._lost = exc
+                self._count_due.set()  # wake the count loop so it sees the loss and ends
+                log.warning("shard %s: lease lost, checkpointing stops (%s)", self.shard_id, exc)
+                raise
+            before = tracker.checkpointed_count
+            self._written, self._written_state, self._written_acked = position, state, acked
+            self._written_at = self._clock.monotonic()
+            tracker.mark_checkpointed(covered)
+            self._emit(
+                CheckpointWritten(
+                    shard_id=self.shard_id,
+                    position=position,
+                    previous=written,
+                    reason=reason,
+                    records=tracker.checkpointed_count - before,
+                    lag=tracker.pending.lag,
+                    duration=self._written_at - started,
+                )
+            )
+            return position
+
+    def _completed_state(self, position: ExtendedSequenceNumber) -> bytes | None:
+        if not self._settings.store_completed:
+            return None
+        completed = self._tracker.completed_beyond_prefix()
+        if not completed:
+            return None
+        return encode_completed(
+            CompletedState(position, tuple(completed)),
+            max_bytes=self._settings.max_completed_bytes,
+        )
+
+    def _emit(self, event: CheckpointWritten) -> None:
+        for hook in self._hooks:
+            try:
+                hook(event)
+            except Exception:
+                log.exception("checkpoint hook failed (shard %s)", self.shard_id)
+
+
+def _log_unobserved_failure(task: asyncio.Future[ExtendedSequenceNumber | None]) -> None:
+    """Retrieve a background write's error even when nobody awaits it any more (after stop)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("background checkpoint write failed: %r", task.exception())
+
+
+# --- restart ---------------------------------------------------------------------------------
+
+ResumeKind = Literal["AT_SEQUENCE_NUMBER", "TRIM_HORIZON", "LATEST", "AT_TIMESTAMP", "SHARD_END"]
+
+_SENTINEL_KINDS: Final[dict[str, ResumeKind]] = {
+    TRIM_HORIZON: "TRIM_HORIZON",
+    LATEST: "LATEST",
+    AT_TIMESTAMP: "AT_TIMESTAMP",
+    SHARD_END: "SHARD_END",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """Where to read a shard again after a restart, and which re-read records to drop.
+
+    ``kind`` is a GetShardIterator type, or ``"SHARD_END"`` when the shard is finished and
+    nothing is left to read. For ``AT_TIMESTAMP`` the timestamp is the application's configured
+    initial position (the lease table does not store it).
+    """
+
+    kind: ResumeKind
+    sequence_number: str | None
+    checkpoint: ExtendedSequenceNumber
+    completed: frozenset[ExtendedSequenceNumber] = field(default_factory=frozenset)
+
+    def after_checkpoint(self, record: Record) -> bool:
+        """False for a record the checkpoint already covers (the KCL's filter)."""
+        if self.kind == "SHARD_END":
+            return False
+        if self.kind != "AT_SEQUENCE_NUMBER":
+            return True
+        return record.position > self.checkpoint
+
+    def already_completed(self, record: Record) -> bool:
+        """True for a record after the checkpoint that the stored state lists as handled.
+
+        A dispatcher should still deliver such a record to the tracker and ack it at once, so
+        that the state written next keeps it.
+        """
+        return record.position in self.completed
+
+    def keep(self, record: Record) -> bool:
+        """The predicate: True for records to hand to the application again."""
+        return self.after_checkpoint(record) and not self.already_completed(record)
+
+    def start_position(self, initial_timestamp: datetime | None = None) -> StartPosition | None:
+        """The GetShardIterator position to read from (None: the shard is finished).
+
+        ``initial_timestamp`` is required for an ``AT_TIMESTAMP`` checkpoint.
+        """
+        if self.kind == "SHARD_END":
+            return None
+        if self.kind == "AT_SEQUENCE_NUMBER":
+            return StartPosition.at_sequence_number(self.sequence_number or "")
+        if self.kind == "AT_TIMESTAMP":
+            if initial_timestamp is None:
+                raise ValueError("an AT_TIMESTAMP checkpoint needs the initial timestamp")
+            return StartPosition.at_timestamp(initial_timestamp)
+        return StartPosition(PositionKind(self.kind))
+
+
+def resume_filter(
+    checkpoint: ExtendedSequenceNumber, completed_state: bytes | None = None
+) -> ResumePlan:
+    """The restart plan for a stored checkpoint (and optionally its completed-record state).
+
+    A record checkpoint resumes AT its sequence number, so the rest of a partly handled
+    aggregate is read again; the plan's predicate then drops every record at or before the
+    checkpoint. State whose base is not this checkpoint (written before another worker, e.g. a
+    KCL one, moved the checkpoint) or that cannot be decoded is ignored: skipping is only an
+    optimisation, re-processing is always safe.
+    """
+    sequence_number = checkpoint.sequence_number
+    sentinel_kind = _SENTINEL_KINDS.get(sequence_number)
+    if sentinel_kind is not None:
+        return ResumePlan(sentinel_kind, None, checkpoint)
+    if not sequence_number.isdigit():
+        raise ValueError(f"not a checkpoint: {checkpoint!r}")
+    completed: frozenset[ExtendedSequenceNumber] = frozenset()
+    if completed_state:
+        try:
+            state = decode_completed(completed_state)
+        except CompletedStateError as exc:
+            log.warning("ignoring stored completed-record state: %s", exc)
+        else:
+            if state.base == checkpoint:
+                completed = frozenset(state.completed)
+    return ResumePlan("AT_SEQUENCE_NUMBER", sequence_number, checkpoint, completed)
