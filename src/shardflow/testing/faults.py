@@ -27,8 +27,12 @@ What the proxy guarantees:
   port (DynamoDB on moto) and streamed answers (SubscribeToShard's HTTP/1.1 event stream is
   relayed chunk by chunk).
 - Every injected fault is logged (:attr:`FaultProxy.injections`) so that tests can assert that
-  the faults really happened. Rules may be added and removed while the proxy runs, from any
-  thread.
+  the faults really happened. An entry is written when the proxy is done with the request (a
+  delay outlives the client's timeout): call ``proxy.wait_idle()`` (sync tests) or
+  ``await proxy.idle()`` (async tests) before reading the log. Rules may be added and removed
+  while the proxy runs, from any thread.
+- Delays and drops before forwarding never reach the emulator, even when the delay ends after
+  the client gave up; ``after_forwarding=True`` variants model the ambiguous case instead.
 
 Signatures: the proxy rewrites bodies, so the SigV4 signature of a rewritten request no longer
 matches it. moto, kinesalite and kinesis-local do not verify signatures; never put the proxy in
