@@ -59,8 +59,11 @@ class Lease:
             raise ValueError("lease_key must not be empty")
         if self.lease_counter < 0 or self.owner_switches_since_checkpoint < 0:
             raise ValueError("lease counters must not be negative")
-        if self.throughput_kbps is not None and not math.isfinite(self.throughput_kbps):
-            raise ValueError("throughput_kbps must be a finite number")
+        if self.throughput_kbps is not None:
+            if not (math.isfinite(self.throughput_kbps) and 0 <= self.throughput_kbps < 1e15):
+                raise ValueError(f"throughput_kbps out of range: {self.throughput_kbps}")
+            # Kept as stored: to the thousandth of a KB/s (DynamoDB numbers have 38 digits).
+            object.__setattr__(self, "throughput_kbps", round(self.throughput_kbps, 3))
         # Sets arrive as lists or sets from callers; keep them immutable and hashable.
         object.__setattr__(self, "parent_shard_ids", frozenset(self.parent_shard_ids))
         object.__setattr__(self, "child_shard_ids", frozenset(self.child_shard_ids))

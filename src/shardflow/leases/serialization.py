@@ -36,6 +36,7 @@ Any other attribute is kept in :attr:`Lease.extra` and written back only by
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
@@ -120,8 +121,11 @@ def s(value: str) -> AttributeValue:
 def n(value: int | float) -> AttributeValue:
     if isinstance(value, int):
         return {"N": str(value)}
-    # repr round-trips a float exactly; format "f" avoids exponents some readers dislike.
-    return {"N": format(Decimal(repr(value)), "f")}
+    if not math.isfinite(value):
+        raise ValueError(f"DynamoDB numbers must be finite, got {value}")
+    # Rates are kept to 1/1000 (DynamoDB numbers have at most 38 significant digits); repr
+    # round-trips a float exactly and format "f" writes it without an exponent.
+    return {"N": format(Decimal(repr(round(value, 3))), "f")}
 
 
 def ss(values: Iterable[str]) -> AttributeValue:

@@ -1,0 +1,112 @@
+"""The in-memory store's own parts: DynamoDB condition/update semantics, table, faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardflow.errors import (
+    InvalidArgumentError,
+    LeaseConditionFailed,
+    ResourceNotFoundError,
+    ThrottledError,
+)
+from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
+from shardflow.leases.memory import apply, holds, item_size
+from shardflow.leases.writes import Absent, Add, Equals, Exists, Put, Remove
+
+
+def test_conditions_judge_like_dynamodb() -> None:
+    item = {"n": {"N": "7"}, "s": {"S": "a"}, "ss": {"SS": ["x", "y"]}}
+    assert holds(Equals("n", {"N": "7.0"}), item)  # numbers compare as numbers
+    assert not holds(Equals("n", {"S": "7"}), item)  # types must match
+    assert holds(Equals("ss", {"SS": ["y", "x"]}), item)
+    assert not holds(Equals("missing", {"S": "a"}), item)
+    assert holds(Absent("missing"), item)
+    assert not holds(Absent("s"), item)
+    assert holds(Exists("s"), item)
+    assert not holds(Exists("missing"), item)
+    assert holds(Absent("anything"), None)
+    assert not holds(Exists("leaseKey"), None)
+
+
+def test_updates_change_like_dynamodb() -> None:
+    item = {"k": {"S": "key"}, "n": {"N": "7"}, "gone": {"S": "x"}}
+    new = apply((Put("s", {"S": "v"}), Remove("gone"), Add("n", 1), Add("fresh", 1)), item)
+    assert new == {"k": {"S": "key"}, "n": {"N": "8"}, "s": {"S": "v"}, "fresh": {"N": "1"}}
+    assert item["n"] == {"N": "7"}, "the original is untouched"
+    with pytest.raises(InvalidArgumentError):
+        apply((Add("k", 1),), item)
+
+
+def test_item_size_counts_names_and_values() -> None:
+    assert item_size({"ab": {"S": "xyz"}, "b": {"B": b"12345"}}) == 2 + 3 + 1 + 5
+
+
+async def test_operations_need_the_table() -> None:
+    store = InMemoryLeaseStore("app")
+    with pytest.raises(ResourceNotFoundError):
+        await store.list_leases()
+    status = await store.ensure_table(stream_view=True)
+    assert status.created
+    assert status.stream_view_type == "NEW_AND_OLD_IMAGES"
+    again = await store.ensure_table()
+    assert not again.created
+    assert again.stream_arn == status.stream_arn
+
+
+async def test_stores_of_one_backend_share_tables() -> None:
+    tables = InMemoryLeaseTables()
+    one = InMemoryLeaseStore("app", tables=tables, create_table=True)
+    other = InMemoryLeaseStore("app", tables=tables)
+    elsewhere = InMemoryLeaseStore("other-app", tables=tables, create_table=True)
+    lease = await one.create_if_absent(Lease.new("shardId-1"))
+    assert await other.get("shardId-1") == lease
+    assert await elsewhere.get("shardId-1") is None
+    assert tables.items("app")["shardId-1"]["leaseCounter"] == {"N": "0"}
+
+
+async def test_faults_are_raised_before_the_call() -> None:
+    calls: list[str] = []
+
+    def fault(operation: str) -> None:
+        calls.append(operation)
+        if operation == "UpdateItem":
+            raise ThrottledError("slow down", operation=operation, code="Throttled")
+
+    store = InMemoryLeaseStore("app", create_table=True, fault=fault)
+    lease = await store.create_if_absent(Lease.new("shardId-1"))
+    with pytest.raises(ThrottledError):
+        await store.take(lease, "w")
+    assert await store.get("shardId-1") == lease
+    assert calls == ["PutItem", "UpdateItem", "GetItem"]
+
+
+async def test_items_over_400_kb_are_refused() -> None:
+    store = InMemoryLeaseStore("app", create_table=True)
+    lease = await store.take(await store.create_if_absent(Lease.new("shardId-1")), "w")
+    with pytest.raises(InvalidArgumentError, match="size"):
+        await store.prepare_checkpoint(
+            lease, "w", lease.checkpoint, pending_state=b"x" * 400 * 1024
+        )
+    assert await store.get("shardId-1") == lease
+
+
+async def test_raw_items_written_by_others_are_read() -> None:
+    tables = InMemoryLeaseTables()
+    store = InMemoryLeaseStore("app", tables=tables, create_table=True)
+    tables.put_raw(
+        "app",
+        {
+            "leaseKey": {"S": "shardId-1"},
+            "leaseCounter": {"N": "4"},
+            "ownerSwitchesSinceCheckpoint": {"N": "0"},
+            "checkpoint": {"S": "LATEST"},
+            "extraThing": {"S": "kept"},
+        },
+    )
+    lease = await store.get("shardId-1")
+    assert lease is not None
+    assert lease.lease_counter == 4
+    with pytest.raises(LeaseConditionFailed) as failed:
+        await store.create_if_absent(Lease.new("shardId-1"))
+    assert failed.value.current == lease
