@@ -1,0 +1,70 @@
+"""What every command that talks to AWS shares: connection options and one-line error reports."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from botocore.exceptions import BotoCoreError, NoRegionError
+from rich.console import Console
+from rich.markup import escape
+
+from shardflow.aws.classify import classify
+from shardflow.aws.redaction import redact
+from shardflow.aws.settings import AwsSettings
+from shardflow.errors import AccessDeniedError, ResourceNotFoundError, ShardflowError
+
+T = TypeVar("T")
+
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EndpointUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint-url",
+        help="Endpoint URL, e.g. of a local emulator.",
+        show_default=False,
+    ),
+]
+Region = Annotated[
+    str | None,
+    typer.Option(
+        "--region", help="AWS region (default: the standard AWS configuration).", show_default=False
+    ),
+]
+Profile = Annotated[
+    str | None,
+    typer.Option("--profile", help="Profile of the shared AWS config files.", show_default=False),
+]
+
+
+def aws_settings(endpoint_url: str | None, region: str | None, profile: str | None) -> AwsSettings:
+    return AwsSettings(region=region, profile=profile, endpoint_url=endpoint_url)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print ``error: message`` on stderr and leave with ``code``."""
+    stderr.print(f"[bold red]error:[/] {escape(redact(message))}")
+    raise typer.Exit(code)
+
+
+def run(work: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; failures become one line on stderr and a non-zero exit."""
+    try:
+        return asyncio.run(work)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except NoRegionError:
+        fail("no AWS region configured: pass --region or set AWS_DEFAULT_REGION")
+    except ResourceNotFoundError as exc:
+        fail(f"{exc} - check the name, the region and the endpoint")
+    except AccessDeniedError as exc:
+        fail(f"{exc} - check the credentials and their permissions")
+    except ShardflowError as exc:
+        fail(str(exc))
+    except BotoCoreError as exc:
+        fail(str(classify(exc, operation="")))
+    except TimeoutError as exc:
+        fail(str(exc) or "timed out")
