@@ -365,7 +365,7 @@ def _kcl_item(key: str, **attributes: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_unknown_attributes_survive_every_write(backend: Backend, store: LeaseStore) -> None:
-    extras = {
+    extras: dict[str, Any] = {
         "entityType": {"S": "LEASE"},
         "leaseOwnerSince": {"N": "1700000000000"},
         "futureMap": {"M": {"nested": {"L": [{"S": "x"}, {"N": "2"}]}}},

@@ -9,7 +9,7 @@ import pytest
 
 from lease_backends import DynamoBackend
 from shardflow.errors import InvalidArgumentError
-from shardflow.leases import Lease
+from shardflow.leases import DynamoDBLeaseStore, Lease
 
 
 @pytest.fixture
@@ -84,3 +84,13 @@ async def test_workers_starting_together_create_the_table_once(backend: DynamoBa
     assert sum(status.created for status in statuses) == 1
     tables = backend.raw.list_tables()["TableNames"]
     assert tables.count(backend.table_name) == 1
+
+
+async def test_connect_opens_and_closes_its_own_client(backend: DynamoBackend) -> None:
+    async with DynamoDBLeaseStore.connect(
+        backend.factory, backend.table_name, scan_page_size=1
+    ) as store:
+        status = await store.ensure_table()
+        lease = await store.create_if_absent(Lease.new("shardId-000000000000"))
+        assert status.created
+        assert await store.list_leases() == [lease]

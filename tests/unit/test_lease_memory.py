@@ -12,11 +12,12 @@ from shardflow.errors import (
 )
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
 from shardflow.leases.memory import apply, holds, item_size
+from shardflow.leases.model import Item
 from shardflow.leases.writes import Absent, Add, Equals, Exists, Put, Remove
 
 
 def test_conditions_judge_like_dynamodb() -> None:
-    item = {"n": {"N": "7"}, "s": {"S": "a"}, "ss": {"SS": ["x", "y"]}}
+    item: Item = {"n": {"N": "7"}, "s": {"S": "a"}, "ss": {"SS": ["x", "y"]}}
     assert holds(Equals("n", {"N": "7.0"}), item)  # numbers compare as numbers
     assert not holds(Equals("n", {"S": "7"}), item)  # types must match
     assert holds(Equals("ss", {"SS": ["y", "x"]}), item)
@@ -30,7 +31,7 @@ def test_conditions_judge_like_dynamodb() -> None:
 
 
 def test_updates_change_like_dynamodb() -> None:
-    item = {"k": {"S": "key"}, "n": {"N": "7"}, "gone": {"S": "x"}}
+    item: Item = {"k": {"S": "key"}, "n": {"N": "7"}, "gone": {"S": "x"}}
     new = apply((Put("s", {"S": "v"}), Remove("gone"), Add("n", 1), Add("fresh", 1)), item)
     assert new == {"k": {"S": "key"}, "n": {"N": "8"}, "s": {"S": "v"}, "fresh": {"N": "1"}}
     assert item["n"] == {"N": "7"}, "the original is untouched"

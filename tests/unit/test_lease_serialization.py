@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from shardflow.errors import MalformedLeaseError
 from shardflow.leases import Lease
+from shardflow.leases.model import Item
 from shardflow.leases.serialization import (
     ATTRIBUTE_TYPES,
     is_lease_item,
@@ -102,7 +103,7 @@ def test_items_use_the_kcl_names_and_types(lease: Lease) -> None:
 
 
 def test_a_kcl_2_item_reads_as_kcl_means_it() -> None:
-    item = {
+    item: Item = {
         "leaseKey": {"S": "shardId-000000000002"},
         "leaseOwner": {"S": "worker-a"},
         "leaseCounter": {"N": "42"},
@@ -142,7 +143,7 @@ def test_optional_attributes_default_as_in_kcl() -> None:
 
 
 def test_kcl_3_attributes_and_unknown_ones() -> None:
-    item = {
+    item: Item = {
         "leaseKey": {"S": "123:orders:1700000000:shardId-000000000001"},
         "leaseOwner": {"S": "b"},
         "leaseCounter": {"N": "9"},
