@@ -173,6 +173,7 @@ def test_complete_handoff_is_kcl_3_assign_to_the_next_owner() -> None:
         lambda: w.handoff(HELD, "a", ""),
         lambda: w.handoff(HELD, "a", "a"),
         lambda: w.create(Lease("s", lease_owner="")),
+        lambda: w.create(Lease("s", lease_owner="a", checkpoint_owner="")),
         lambda: w.complete_handoff(HELD, "a"),
         lambda: w.checkpoint(HELD, "a", ExtendedSequenceNumber("12abc")),
         lambda: w.checkpoint(HELD, "a", ExtendedSequenceNumber("12", -1)),

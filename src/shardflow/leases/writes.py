@@ -205,8 +205,12 @@ def _pending_actions(
 
 def create(lease: Lease) -> LeaseWrite:
     """PutItem of the whole lease if no item has its key (KCL createLeaseIfNotExists)."""
-    if lease.lease_owner is not None:
-        _worker(lease.lease_owner, "lease_owner")
+    for worker_id, role in (
+        (lease.lease_owner, "lease_owner"),
+        (lease.checkpoint_owner, "checkpoint_owner"),
+    ):
+        if worker_id is not None:
+            _worker(worker_id, role)
 
     def same(current: Lease | None) -> bool:
         return (
