@@ -314,3 +314,30 @@ class MalformedLeaseError(ShardflowError):
 
 class InvalidExplicitHashKeyError(InvalidPartitionKeyError):
     """An explicit hash key is not a decimal integer between 0 and 2**128 - 1."""
+
+
+class HandlerError(ShardflowError):
+    """The user's handler raised while processing a record; the original error is ``__cause__``.
+
+    ``sequence_number``/``sub_sequence_number`` name the record (the first of the batch for a
+    batch handler). Records before it that the handler finished stay acknowledged.
+    """
+
+    def __init__(
+        self,
+        error: BaseException,
+        *,
+        stream: str,
+        shard_id: str,
+        sequence_number: str,
+        sub_sequence_number: int = 0,
+    ) -> None:
+        self.error = error
+        self.stream = stream
+        self.shard_id = shard_id
+        self.sequence_number = sequence_number
+        self.sub_sequence_number = sub_sequence_number
+        super().__init__(
+            f"handler failed on record {sequence_number}/{sub_sequence_number} of shard "
+            f"{shard_id} (stream {stream}): {type(error).__name__}: {error}"
+        )
