@@ -1,0 +1,110 @@
+"""A shard split while the producer writes (kinesis-local, which closes split shards for real).
+
+The producer is not told about the split: it notices that records land on shards it did not
+predict, lists the shards again, and from then on predicts the children. Nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import boto3
+import pytest
+
+from shardflow.aws import AwsSettings
+from shardflow.producer import Producer, ProducerSettings, PutResult
+from shardflow.shards import MAX_HASH_KEY
+
+PARENT = "shardId-000000000000"
+
+
+def read_all(url: str, stream: str) -> list[tuple[str, str, bytes]]:
+    """(shard id, partition key, data) of every record in every shard, closed ones included."""
+    kinesis = boto3.client("kinesis", endpoint_url=url)
+    found = []
+    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
+        iterator = kinesis.get_shard_iterator(
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        for _ in range(1_000):
+            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+            found += [(shard["ShardId"], r["PartitionKey"], r["Data"]) for r in page["Records"]]
+            iterator = page.get("NextShardIterator")
+            if not page["Records"] or not iterator:
+                break
+    return found
+
+
+def split_first_shard(url: str, stream: str) -> list[str]:
+    """Split the first shard in two halves and wait for the stream; returns the open shard ids."""
+    kinesis = boto3.client("kinesis", endpoint_url=url)
+    kinesis.split_shard(
+        StreamName=stream, ShardToSplit=PARENT, NewStartingHashKey=str((MAX_HASH_KEY // 2) // 2)
+    )
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName=stream, WaiterConfig={"Delay": 0.1, "MaxAttempts": 200}
+    )
+    shards = kinesis.list_shards(StreamName=stream)["Shards"]
+    return [s["ShardId"] for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
+
+
+@pytest.mark.timeout(120)
+async def test_a_split_while_producing_is_followed_and_nothing_is_lost(
+    kinesis_local_url: str, stream_name: str
+) -> None:
+    kinesis = boto3.client("kinesis", endpoint_url=kinesis_local_url)
+    kinesis.create_stream(StreamName=stream_name, ShardCount=2)
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 200}
+    )
+    settings = ProducerSettings(linger=0.01, min_shard_refresh_interval=0.1)
+    written: list[tuple[str, bytes, asyncio.Future[PutResult]]] = []
+    keys = [f"key-{n}" for n in range(40)]
+
+    async with Producer(
+        stream_name, settings=settings, aws=AwsSettings(endpoint_url=kinesis_local_url)
+    ) as producer:
+
+        async def wave(label: str, count: int) -> None:
+            for n in range(count):
+                key = keys[n % len(keys)]
+                data = f"{label}-{n}".encode()
+                written.append((key, data, await producer.put(data, key)))
+
+        await wave("before", 120)
+        await producer.flush()
+        assert producer.predict_shard(keys[0]) is not None
+
+        # Keep writing while the shard splits.
+        split = asyncio.create_task(
+            asyncio.to_thread(split_first_shard, kinesis_local_url, stream_name)
+        )
+        during = 0
+        while not split.done():
+            await wave(f"during{during}", 20)
+            during += 1
+            await asyncio.sleep(0.02)
+        open_shards = await split
+        assert during >= 1  # records were being written while the shard split
+        assert PARENT not in open_shards
+        await producer.flush()
+
+        await wave("after", 160)
+        await producer.flush()
+        after = [
+            (key, future.result()) for key, data, future in written if data.startswith(b"after")
+        ]
+        # The producer now predicts the children, and Kinesis agrees with every prediction.
+        for key, result in after:
+            assert result.shard_id in open_shards
+            assert producer.predict_shard(key) == result.shard_id
+        assert {r.shard_id for _, r in after} == set(open_shards)
+        assert producer.metrics().shard_map_refreshes >= 2
+
+    assert all(future.exception() is None for _, _, future in written)
+    landed = read_all(kinesis_local_url, stream_name)
+    assert Counter(data for _, _, data in landed) == Counter(data for _, data, _ in written)
+    # Each record is in the shard its result named.
+    where = {data: shard_id for shard_id, _, data in landed}
+    assert all(where[data] == future.result().shard_id for _, data, future in written)
