@@ -270,3 +270,41 @@ async def test_a_missing_stream_is_reported_as_not_found(moto_url: str, stream_n
 async def test_sequence_positions_are_refused_for_a_whole_stream(stream_name: str) -> None:
     with pytest.raises(ValueError, match="one shard"):
         await read_all(stream_name, start=StartPosition.after_sequence_number("1"))
+
+
+@pytest.mark.parametrize("url_fixture", ["kinesis_local_url", "kinesalite_url"])
+async def test_following_crosses_a_split_made_while_reading(
+    url_fixture: str, stream_name: str, request: pytest.FixtureRequest
+) -> None:
+    url: str = request.getfixturevalue(url_fixture)
+    before, after = counted("before", 6, 3), counted("after", 6, 3, first=3)
+    async with kinesis_at(url) as kinesis:
+        await create_stream(kinesis, stream_name, 1)
+        await put(kinesis, stream_name, before)
+        reader = read_stream(
+            stream_name, kinesis=kinesis, follow=True, polling=PollingSettings(idle_time=0.05)
+        )
+        got: list[Record] = []
+        async with contextlib.aclosing(reader), asyncio.timeout(LIMIT):
+            async for record in reader:
+                got.append(record)
+                if len(got) == len(before):
+                    break
+            parent = (await list_shards(kinesis, stream_name))[0]
+            middle = (parent.hash_range.start + parent.hash_range.end + 1) // 2
+            await kinesis.split_shard(
+                StreamName=stream_name, ShardToSplit=parent.shard_id, NewStartingHashKey=str(middle)
+            )
+            await wait_for_active(kinesis, stream_name)
+            await put(kinesis, stream_name, after)
+            async for record in reader:
+                got.append(record)
+                if len(got) == len(before) + len(after):
+                    break
+
+    ranks: dict[str, list[int]] = defaultdict(list)
+    for record in got:
+        key, _, rank = record.data.decode().split(":")
+        ranks[key].append(int(rank))
+    assert ranks == {f"k{k}": list(range(6)) for k in range(6)}
+    assert {r.shard_id for r in got[len(before) :]}.isdisjoint({parent.shard_id})
