@@ -2,5 +2,5 @@
 
 Built in layers along the path of a record: ``fetch`` (getting batches of records from one
 shard, by polling or enhanced fan-out), then deaggregation, dispatch to handlers, checkpointing
-and lease coordination. Only the polling fetcher exists so far.
+and lease coordination.
 """
