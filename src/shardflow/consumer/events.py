@@ -1,0 +1,149 @@
+"""Diagnostic events of a consumer: what happened to leases, shards and fetches, as typed values.
+
+Every event names the worker that saw it (``worker_id``) and carries the wall-clock time it
+happened (``at``, epoch seconds); events about one shard also name its ``stream`` (the name
+the consumer was given) and ``shard_id``. :data:`DiagnosticEvent` is their union: handle them
+with ``match`` or ``isinstance``. Callbacks receiving them must be quick and must not raise
+(exceptions are logged and dropped).
+
+Who emits what: the lease coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost,
+LeaseReleased, ShardEnded, WorkerJoined and WorkerLeft; the consumer emits ShardStarted,
+CheckpointWritten, FetchThrottled and SubscriptionRenewed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from shardflow.records import ExtendedSequenceNumber
+
+AcquiredHow = Literal["free", "expired", "stolen"]
+"""Why a lease could be taken: nobody held it, its holder stopped renewing, or balancing."""
+
+LostWhy = Literal["taken", "expired", "deleted", "handoff"]
+"""How a lease was lost: another worker wrote it, it could no longer be renewed in time, its
+item disappeared, or a graceful handoff to another worker completed without us."""
+
+ReleasedWhy = Literal["shutdown", "shard_done", "handoff", "requested"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Event:
+    worker_id: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ShardEvent(_Event):
+    stream: str
+    shard_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseAcquired(_ShardEvent):
+    """This worker took a lease; ``previous_owner`` held it before (None: it was free)."""
+
+    lease_key: str
+    how: AcquiredHow
+    previous_owner: str | None
+    checkpoint: ExtendedSequenceNumber
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRenewed(_ShardEvent):
+    """A held lease was renewed; ``duration`` is the seconds the write took."""
+
+    lease_key: str
+    counter: int
+    duration: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseLost(_ShardEvent):
+    """A lease is no longer this worker's: stop processing the shard, do not checkpoint."""
+
+    lease_key: str
+    why: LostWhy
+    new_owner: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseReleased(_ShardEvent):
+    """This worker gave a lease up on purpose; others may take it at once."""
+
+    lease_key: str
+    why: ReleasedWhy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardStarted(_ShardEvent):
+    """Processing of a shard began at ``position`` (a checkpoint or an initial position)."""
+
+    position: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardEnded(_ShardEvent):
+    """A shard was read to its end and checkpointed; leases for its children exist."""
+
+    child_shard_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointWritten(_ShardEvent):
+    """A checkpoint was stored for the shard."""
+
+    position: ExtendedSequenceNumber
+    records: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchThrottled(_ShardEvent):
+    """Kinesis refused a read for exceeding a limit; the fetcher waits ``delay`` seconds."""
+
+    operation: str
+    delay: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubscriptionRenewed(_ShardEvent):
+    """An enhanced fan-out subscription was opened again (they last at most 5 minutes)."""
+
+    consumer_name: str
+    position: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerJoined(_Event):
+    """Another worker (``peer_id``) appeared in the lease table holding live leases."""
+
+    peer_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerLeft(_Event):
+    """A worker (``peer_id``) no longer holds any live lease (it stopped, crashed or released)."""
+
+    peer_id: str
+
+
+DiagnosticEvent = (
+    LeaseAcquired
+    | LeaseRenewed
+    | LeaseLost
+    | LeaseReleased
+    | ShardStarted
+    | ShardEnded
+    | CheckpointWritten
+    | FetchThrottled
+    | SubscriptionRenewed
+    | WorkerJoined
+    | WorkerLeft
+)
+"""Every diagnostic event."""
+
+EventCallback = Callable[[DiagnosticEvent], None]
+"""Receives diagnostic events; must be quick and should not raise."""

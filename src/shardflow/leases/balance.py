@@ -1,0 +1,134 @@
+"""Which leases a worker should take, given one scan of the lease table: pure functions.
+
+The rules follow KCL 2.x's lease taker, with one difference noted below:
+
+- Live workers are the owners of leases that are not expired (as this worker observes them),
+  plus this worker. The target is ``ceil(leases / live workers)``, capped by
+  ``max_leases_per_worker``.
+- A worker below target takes free leases first, then expired ones, up to the target.
+- Only when no lease is free or expired does it steal, from the most loaded worker and only
+  if that worker holds more than the target, at most ``max_steal`` leases and never so many
+  that the victim drops below the target. (KCL also steals from a worker *at* target when the
+  thief needs more than one lease; shardflow never takes a live lease from a worker that is
+  not above target, so a spread like 3/3/1 of 7 leases may stay as it is.)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from shardflow.consumer.events import AcquiredHow
+from shardflow.leases.model import Lease
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTake:
+    """One lease to take, as it was seen (the take is conditional on that view)."""
+
+    lease: Lease
+    how: AcquiredHow
+
+
+@dataclass(frozen=True, slots=True)
+class TakePlan:
+    """The outcome of one balancing decision."""
+
+    takes: tuple[PlannedTake, ...]
+    target: int
+    held: int
+    """Leases counted as this worker's before the takes."""
+    live_workers: frozenset[str]
+    loads: dict[str, int]
+    """Live leases per live worker (this worker included), before the takes."""
+
+
+def target_for(lease_count: int, worker_count: int, max_per_worker: int | None = None) -> int:
+    """How many leases each worker should hold: ``ceil(leases / workers)``, capped."""
+    if lease_count <= 0:
+        return 0
+    target = math.ceil(lease_count / max(worker_count, 1))
+    if max_per_worker is not None:
+        target = min(target, max_per_worker)
+    return target
+
+
+def plan_takes(
+    leases: Sequence[Lease],
+    *,
+    worker_id: str,
+    held: Collection[str],
+    is_expired: Callable[[Lease], bool],
+    max_leases_per_worker: int | None = None,
+    max_steal: int = 1,
+    rng: random.Random | None = None,
+) -> TakePlan:
+    """The leases ``worker_id`` should take now.
+
+    ``leases`` are the leases to balance (finished shards and other applications' streams
+    already left out); ``held`` the keys this worker holds; ``is_expired`` the observer's
+    judgement (free leases count as expired). ``rng`` shuffles candidates so that workers
+    starting together do not all race for the same leases.
+    """
+    chooser = rng or random.Random()
+    held_keys = set(held)
+    free: list[Lease] = []
+    expired: list[Lease] = []
+    alive_by_owner: dict[str, list[Lease]] = {}
+    mine = 0
+    for lease in leases:
+        if lease.lease_key in held_keys:
+            mine += 1
+        elif lease.is_free:
+            free.append(lease)
+        elif is_expired(lease):
+            expired.append(lease)
+        else:
+            owner = lease.lease_owner
+            assert owner is not None  # not free
+            if owner == worker_id:
+                mine += 1  # ours by name but not held here: never a candidate, counted as ours
+            else:
+                alive_by_owner.setdefault(owner, []).append(lease)
+
+    loads = Counter({owner: len(owned) for owner, owned in alive_by_owner.items()})
+    loads[worker_id] = mine
+    live = frozenset(loads)
+    target = target_for(len(leases), len(live), max_leases_per_worker)
+    need = target - mine
+
+    def plan(takes: list[PlannedTake]) -> TakePlan:
+        return TakePlan(tuple(takes), target, mine, live, dict(loads))
+
+    if need <= 0:
+        return plan([])
+    if free or expired:
+        chooser.shuffle(free)
+        chooser.shuffle(expired)
+        takes = [PlannedTake(lease, "free") for lease in free]
+        takes += [PlannedTake(lease, "expired") for lease in expired]
+        return plan(takes[:need])
+    return plan(_steals(alive_by_owner, target, need, max_steal, chooser))
+
+
+def _steals(
+    alive_by_owner: dict[str, list[Lease]],
+    target: int,
+    need: int,
+    max_steal: int,
+    chooser: random.Random,
+) -> list[PlannedTake]:
+    if not alive_by_owner or max_steal <= 0:
+        return []
+    # The most loaded worker; ties go to the smallest id so that every thief picks the same one.
+    victim = min(alive_by_owner, key=lambda owner: (-len(alive_by_owner[owner]), owner))
+    surplus = len(alive_by_owner[victim]) - target
+    if surplus <= 0:
+        return []
+    # A lease already being handed over is moving anyway: leave it alone.
+    stealable = [lease for lease in alive_by_owner[victim] if not lease.handoff_pending]
+    count = min(need, surplus, max_steal, len(stealable))
+    return [PlannedTake(lease, "stolen") for lease in chooser.sample(stealable, count)]

@@ -1,0 +1,84 @@
+"""Lease expiry as one worker observes it, on its own clock (clocks of workers need not agree).
+
+A held lease is expired when its ``leaseCounter`` has not changed for ``failover_time`` since
+this observer first saw that counter value; a lease nobody holds is free at once. The first
+sighting of a lease starts its clock, so after a restart a crashed worker's leases are taken
+one failover time later, as in KCL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from shardflow.leases.model import Lease
+
+
+@dataclass(frozen=True, slots=True)
+class _Sighting:
+    counter: int
+    owner: str | None
+    checkpoint_owner: str | None
+    since: float
+
+
+class ExpiryTracker:
+    """Remembers, per lease key, since when the lease has looked the same to this observer."""
+
+    def __init__(self, failover_time: float) -> None:
+        if not failover_time > 0:
+            raise ValueError(f"failover_time must be positive, got {failover_time}")
+        self._failover = failover_time
+        self._seen: dict[str, _Sighting] = {}
+
+    def observe(self, leases: Iterable[Lease], now: float, *, complete: bool = True) -> None:
+        """Record a table scan taken at ``now`` (monotonic seconds of this observer).
+
+        With ``complete`` the scan is the whole table: leases missing from it are forgotten.
+        """
+        present: set[str] = set()
+        for lease in leases:
+            present.add(lease.lease_key)
+            previous = self._seen.get(lease.lease_key)
+            # Owner changes are counted as changes too: a handoff moves the lease without
+            # bumping the counter, and the new holder deserves a fresh failover time.
+            if (
+                previous is None
+                or previous.counter != lease.lease_counter
+                or previous.owner != lease.lease_owner
+                or previous.checkpoint_owner != lease.checkpoint_owner
+            ):
+                self._seen[lease.lease_key] = _Sighting(
+                    lease.lease_counter, lease.lease_owner, lease.checkpoint_owner, now
+                )
+        if complete:
+            for key in self._seen.keys() - present:
+                del self._seen[key]
+
+    def unchanged_since(self, lease_key: str) -> float | None:
+        """When this observer first saw the lease as it is now (None: never seen)."""
+        sighting = self._seen.get(lease_key)
+        return None if sighting is None else sighting.since
+
+    def is_expired(self, lease: Lease, now: float) -> bool:
+        """Whether ``lease`` may be taken as expired at ``now``.
+
+        Free leases are expired at once. A lease this observer has never seen, or has seen
+        with another counter, is not expired: its clock starts when :meth:`observe` sees it.
+        """
+        if lease.is_free:
+            return True
+        sighting = self._seen.get(lease.lease_key)
+        if sighting is None or sighting.counter != lease.lease_counter:
+            return False
+        return now - sighting.since >= self._failover
+
+    def expires_at(self, lease: Lease) -> float | None:
+        """When ``lease`` (as last observed) expires for this observer; None: not observed."""
+        sighting = self._seen.get(lease.lease_key)
+        if sighting is None or sighting.counter != lease.lease_counter:
+            return None
+        return sighting.since + self._failover
+
+    def __len__(self) -> int:
+        return len(self._seen)

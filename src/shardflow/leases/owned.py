@@ -1,0 +1,336 @@
+"""A lease this worker holds: renewing it, checkpointing through it, letting it go.
+
+One :class:`OwnedLease` is shared by the coordinator (which renews it) and the shard's
+checkpointer (which writes through :attr:`OwnedLease.writer`). Every write to the lease goes
+through its lock, one at a time, conditional on the counter last written, and updates
+:attr:`OwnedLease.lease` in place.
+
+The deadline is what keeps two workers from processing one shard at once after a failure:
+another worker takes the lease only when its counter has not changed for ``failover_time``
+since *that* worker saw it, which is after our last successful write was sent. So this worker
+may use the lease until ``send time of the last successful write + failover_time -
+safety_margin`` and not a moment longer, whatever its own renewals are doing; past it
+:meth:`OwnedLease.valid` is False, ``lost`` is set and the writer refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Literal
+
+from shardflow.clock import Clock
+from shardflow.consumer.events import LostWhy, ReleasedWhy
+from shardflow.errors import AwsError, LeaseConditionFailed, ShardLeaseLost
+from shardflow.leases.model import Lease
+from shardflow.leases.settings import LeaseSettings
+from shardflow.leases.store import LeaseStore
+from shardflow.records import ExtendedSequenceNumber
+from shardflow.shards import HashKeyRange
+
+log = logging.getLogger("shardflow.leases")
+
+RenewOutcome = Literal["renewed", "failed", "lost", "handoff", "gone"]
+"""What a renewal attempt did: renewed; failed for now (retried next round); lost the lease;
+found a graceful handoff away from this worker begun (keeps renewing, ``giving_up`` set);
+the lease had already ended here."""
+
+
+class OwnedLease:
+    """A lease this worker holds; shared by the renewer and the shard's checkpointer.
+
+    Create through :class:`~shardflow.leases.coordinator.LeaseCoordinator` (it takes leases);
+    ``acquired_at`` is the monotonic time the successful take was sent.
+    """
+
+    def __init__(
+        self,
+        lease: Lease,
+        *,
+        stream: str,
+        store: LeaseStore,
+        worker_id: str,
+        settings: LeaseSettings,
+        clock: Clock,
+        acquired_at: float,
+        on_end: Callable[[OwnedLease], None] | None = None,
+    ) -> None:
+        self._lease = lease
+        self.stream = stream
+        """The stream's name (or ARN) as the consumer was given it: what fetchers call."""
+        self._store = store
+        self._worker_id = worker_id
+        self._settings = settings
+        self._clock = clock
+        self._deadline = acquired_at + settings.usable_time
+        self._on_end = on_end
+        self._lock = asyncio.Lock()
+        self.lost = asyncio.Event()
+        """Set once the lease is no longer this worker's (lost, expired, or released)."""
+        self.giving_up = asyncio.Event()
+        """Set when the coordinator wants the shard let go: checkpoint, then release."""
+        self.ended_why: LostWhy | ReleasedWhy | None = None
+        self.released = False
+        """True when the lease ended by :meth:`release` (not lost)."""
+        self.new_owner: str | None = None
+        """Who holds the lease after it was lost, when known."""
+        self.writer = LeaseCheckpointWriter(self)
+        """The shard's :class:`~shardflow.consumer.checkpoint.CheckpointWriter`."""
+
+    # --- what it is ---------------------------------------------------------------------------
+
+    @property
+    def lease(self) -> Lease:
+        """The lease as this worker last wrote or read it."""
+        return self._lease
+
+    @property
+    def lease_key(self) -> str:
+        return self._lease.lease_key
+
+    @property
+    def shard_id(self) -> str:
+        return self._lease.shard_id
+
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    @property
+    def checkpoint(self) -> ExtendedSequenceNumber:
+        """The stored checkpoint, as of acquisition or this worker's last write."""
+        return self._lease.checkpoint
+
+    @property
+    def completed_state(self) -> bytes | None:
+        """Records handled beyond the checkpoint, as the writer stored them (None: none).
+
+        Stored as a prepared checkpoint equal to the checkpoint, with the state as its bytes.
+        """
+        lease = self._lease
+        if lease.pending_checkpoint != lease.checkpoint:
+            return None
+        return lease.pending_checkpoint_state
+
+    @property
+    def parent_shard_ids(self) -> frozenset[str]:
+        return self._lease.parent_shard_ids
+
+    @property
+    def hash_range(self) -> HashKeyRange | None:
+        return self._lease.hash_range
+
+    @property
+    def deadline(self) -> float:
+        """Monotonic time after which the lease must not be used (see the module docstring)."""
+        return self._deadline
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_why is not None
+
+    def valid(self) -> bool:
+        """Whether the shard may still be processed: held, and the deadline not passed."""
+        return not self.ended and self._clock.monotonic() < self._deadline
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (<= 0: past it)."""
+        return self._deadline - self._clock.monotonic()
+
+    def ensure_valid(self) -> None:
+        """Raise :class:`ShardLeaseLost` unless :meth:`valid`."""
+        if self.ended:
+            raise ShardLeaseLost(self.shard_id, owner=self.new_owner)
+        if not self.valid():
+            self.mark_lost("expired")
+            raise ShardLeaseLost(self.shard_id)
+
+    def __repr__(self) -> str:
+        state = self.ended_why or f"valid for {self.remaining():.1f}s"
+        return f"OwnedLease({self.lease_key!r}, counter={self._lease.lease_counter}, {state})"
+
+    # --- writes -------------------------------------------------------------------------------
+
+    async def renew(self) -> RenewOutcome:
+        """Renew once; never raises for AWS failures (a failed renewal is retried next round).
+
+        The lease is lost when the write finds it changed by someone else, or when its
+        deadline passes first (the wait for the lock and the write are bounded by it).
+        """
+        if self.ended:
+            return "gone"
+        if self.remaining() <= 0:
+            self.mark_lost("expired")
+            return "lost"
+        try:
+            async with asyncio.timeout(self.remaining()):
+                async with self._lock:
+                    if self.ended:
+                        return "gone"
+                    sent = self._clock.monotonic()
+                    try:
+                        renewed = await self._store.renew(self._lease, self._worker_id)
+                    except LeaseConditionFailed as exc:
+                        return self._after_conflict(exc)
+                    self._confirm(renewed, sent)
+                    return "renewed"
+        except TimeoutError:
+            self.mark_lost("expired")
+            return "lost"
+        except AwsError as exc:
+            log.warning("renewing lease %s failed, retried next round: %s", self.lease_key, exc)
+            if self.remaining() <= 0:
+                self.mark_lost("expired")
+                return "lost"
+            return "failed"
+
+    async def write_checkpoint(
+        self, position: ExtendedSequenceNumber, *, completed_state: bytes | None = None
+    ) -> None:
+        """Store ``position`` (and optionally the completed-record state) as the checkpoint.
+
+        Raises :class:`ShardLeaseLost` if the lease is lost or past its deadline, before or
+        during the write.
+        """
+        self.ensure_valid()
+        pending = position if completed_state is not None else None
+
+        def write(lease: Lease) -> Awaitable[Lease]:
+            return self._store.checkpoint(
+                lease, self._worker_id, position, pending=pending, pending_state=completed_state
+            )
+
+        try:
+            async with asyncio.timeout(self.remaining()):
+                async with self._lock:
+                    self.ensure_valid()
+                    sent = self._clock.monotonic()
+                    self._confirm(await self._conditional(write), sent)
+        except TimeoutError:
+            self.mark_lost("expired")
+            raise ShardLeaseLost(self.shard_id) from None
+        except LeaseConditionFailed as exc:
+            self.mark_lost("taken", exc.current_owner)
+            raise exc.as_lease_lost() from exc
+
+    async def release(self, why: ReleasedWhy = "requested") -> bool:
+        """Let the lease go so that another worker may take it at once; True if released.
+
+        During a graceful handoff this passes the lease to its next owner. When the lease was
+        already lost (or the write finds it changed) nothing is written. A failed write leaves
+        the lease to expire; either way this worker stops using it.
+        """
+        async with self._lock:
+            if self.ended:
+                return False
+            try:
+                released = await self._conditional(
+                    lambda lease: self._store.release(lease, self._worker_id)
+                )
+            except LeaseConditionFailed as exc:
+                self.mark_lost("taken", exc.current_owner)
+                return False
+            except AwsError as exc:
+                log.warning("releasing lease %s failed; it will expire: %s", self.lease_key, exc)
+                self._end(why, released=True)
+                return False
+            self._lease = released
+            self._end(why, released=True)
+            return True
+
+    async def record_children(self, child_shard_ids: Iterable[str]) -> None:
+        """Record the child shards of this ended shard on its lease (KCL ``childShardIds``).
+
+        Not conditional on the counter (as KCL), so it works even after the lease was lost.
+        """
+        children = frozenset(child_shard_ids)
+        if not children:
+            return
+        async with self._lock:
+            updated = await self._store.update_children(self._lease, children)
+            if updated.lease_counter == self._lease.lease_counter:
+                self._lease = updated
+
+    # --- state changes (used by the coordinator) ----------------------------------------------
+
+    def mark_lost(self, why: LostWhy, new_owner: str | None = None) -> None:
+        """The lease is no longer ours: set ``lost`` and tell the coordinator (idempotent)."""
+        if self.ended:
+            return
+        self.new_owner = new_owner
+        log.warning(
+            "lease %s lost (%s)%s", self.lease_key, why, f" to {new_owner}" if new_owner else ""
+        )
+        self._end(why, released=False)
+
+    def _end(self, why: LostWhy | ReleasedWhy, *, released: bool) -> None:
+        self.ended_why = why
+        self.released = released
+        self.lost.set()
+        if self._on_end is not None:
+            self._on_end(self)
+
+    def _confirm(self, lease: Lease, sent: float) -> None:
+        """A write sent at ``sent`` succeeded: others restart their expiry clocks after it."""
+        self._lease = lease
+        self._deadline = max(self._deadline, sent + self._settings.usable_time)
+
+    async def _conditional(self, write: Callable[[Lease], Awaitable[Lease]]) -> Lease:
+        """``write(lease)``; once more when a refusal shows the lease is still ours."""
+        try:
+            return await write(self._lease)
+        except LeaseConditionFailed as exc:
+            if self._after_conflict(exc) in ("lost", "gone"):
+                raise
+        return await write(self._lease)
+
+    def _after_conflict(self, exc: LeaseConditionFailed) -> RenewOutcome:
+        """Make sense of a refused write: our own lost answer, a handoff, or a lost lease."""
+        current = exc.current
+        mine = self._worker_id
+        known = self._lease
+        if current is None:
+            self.mark_lost("deleted")
+            return "lost"
+        if (
+            current.lease_owner == mine
+            and current.checkpoint_owner is None
+            and current.lease_counter == known.lease_counter + 1
+        ):
+            # An earlier write of ours (renewal or checkpoint) landed although its answer was
+            # lost: only this worker writes itself as owner, so the lease is still ours. The
+            # deadline stays: we do not know when that write happened.
+            self._lease = current
+            return "renewed"
+        if current.checkpoint_owner == mine and current.lease_owner not in (None, mine):
+            # A KCL 3.x graceful handoff to another worker has begun: we keep the lease (and
+            # renew it as checkpoint owner) until the consumer checkpoints and releases it.
+            self._lease = current
+            self.giving_up.set()
+            return "handoff"
+        why: LostWhy = "handoff" if known.checkpoint_owner == mine else "taken"
+        self.mark_lost(why, current.actual_owner)
+        return "lost"
+
+
+class LeaseCheckpointWriter:
+    """The :class:`~shardflow.consumer.checkpoint.CheckpointWriter` of one held lease.
+
+    Refuses (:class:`ShardLeaseLost`) once the lease is lost or past its deadline; otherwise
+    writes through the store, conditional on the lease's current counter, serialized with
+    renewals. ``completed_state`` is kept as a prepared checkpoint equal to the checkpoint
+    (``pendingCheckpoint`` + ``pendingCheckpointState``); None clears it.
+    """
+
+    def __init__(self, owned: OwnedLease) -> None:
+        self._owned = owned
+
+    @property
+    def owned(self) -> OwnedLease:
+        return self._owned
+
+    async def write(
+        self, position: ExtendedSequenceNumber, *, completed_state: bytes | None = None
+    ) -> None:
+        await self._owned.write_checkpoint(position, completed_state=completed_state)
