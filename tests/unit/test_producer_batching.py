@@ -28,7 +28,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 class Records:
-    """Makes records (with a real future each) numbered in creation order."""
+    """Makes records (each a future) numbered in creation order."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -41,12 +41,12 @@ class Records:
         head = f"{self.count:08d}".encode()
         data = (head + b"x" * max(0, data_size - len(head)))[: max(data_size, len(head))]
         return Pending(
+            self.loop,
             data,
             key,
             None,
             self.count,
             len(data) + len(key.encode()),
-            self.loop.create_future(),
             self.epoch,
             accepted_at,
         )

@@ -14,6 +14,7 @@ separate entries of one request, the first could fail and the second succeed.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,11 +22,16 @@ from typing import Any, Protocol
 
 from shardflow.producer.buffer import Epoch
 from shardflow.producer.ratelimit import ShardRateLimiter
-from shardflow.producer.results import ResultSink
+from shardflow.producer.results import PutResult, ResultSink
 
 
-class Pending:
-    """One accepted user record on its way to Kinesis."""
+class Pending(asyncio.Future[PutResult]):
+    """One accepted user record on its way to Kinesis, and the future of its result.
+
+    The record is its own future (``put`` returns it): one object per record instead of two,
+    which matters at hundreds of thousands of records per second. When ``sink`` is set (the
+    sync facade's ``concurrent.futures.Future``), the outcome goes there instead.
+    """
 
     __slots__ = (
         "accepted_at",
@@ -33,36 +39,46 @@ class Pending:
         "data",
         "epoch",
         "explicit_hash_key",
-        "future",
         "hash_key",
         "lane",
-        "last_code",
         "partition_key",
+        "sink",
         "size",
     )
 
     def __init__(
         self,
+        loop: asyncio.AbstractEventLoop,
         data: bytes,
         partition_key: str,
         explicit_hash_key: str | None,
         hash_key: int,
         size: int,
-        future: ResultSink,
         epoch: Epoch,
         accepted_at: float,
+        sink: ResultSink | None = None,
     ) -> None:
+        super().__init__(loop=loop)
         self.data = data
         self.partition_key = partition_key
         self.explicit_hash_key = explicit_hash_key
         self.hash_key = hash_key
         self.size = size  # data plus UTF-8 partition key, as Kinesis counts it
-        self.future = future
         self.epoch = epoch
         self.accepted_at = accepted_at
         self.attempts = 0
-        self.last_code = ""
         self.lane: Lane | None = None
+        self.sink = sink
+
+    def settle(self, result: PutResult | BaseException) -> None:
+        """Hand over the outcome (unless the future was cancelled) and drop the payload."""
+        target: ResultSink = self if self.sink is None else self.sink
+        if not target.done():
+            if isinstance(result, BaseException):
+                target.set_exception(result)
+            else:
+                target.set_result(result)
+        self.data = b""  # callers may keep futures for long; they need not keep payloads
 
 
 class Lane:
@@ -287,7 +303,11 @@ class RequestAssembler:
             if keys is not None:
                 keys.add(record.partition_key)
             members.append(record)
-            payload.append(entry_of(record))
+            # (entry_of, inlined: this runs once per record)
+            if record.explicit_hash_key is None:
+                payload.append({"Data": record.data, "PartitionKey": record.partition_key})
+            else:
+                payload.append(entry_of(record))
             taken += 1
             taken_bytes += size
         if skipped:

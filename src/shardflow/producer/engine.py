@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -59,6 +60,8 @@ class Engine:
         self._buffer = buffer
         self._metrics = metrics
         self._linger = settings.linger
+        self._max_request_records = settings.max_request_records
+        self._max_request_bytes = settings.max_request_bytes
         self._key_order = settings.preserve_key_order
         self._assembler = RequestAssembler(
             max_records=settings.max_request_records,
@@ -122,22 +125,24 @@ class Engine:
 
     def add(self, record: Pending) -> None:
         """Queue an accepted record on the lane of its predicted shard."""
-        shard = self._router.shard_map.shard_for(record.hash_key)
-        shard_id = "" if shard is None else shard.shard_id
+        router = self._router
+        hash_key = record.hash_key
+        i = bisect_right(router.starts, hash_key) - 1
+        shard_id = router.ids[i] if i >= 0 and hash_key <= router.ends[i] else ""
         lane = self._lanes.get(shard_id)
         if lane is None:
             lane = self._open_lane(shard_id)
         lane.append(record)
-        if shard is None:
-            self._router.request_refresh(record.accepted_at)
+        if not shard_id:
+            router.request_refresh(record.accepted_at)
         self._added_since_wake += 1
         self._bytes_since_wake += record.size
         # Wake the pump only when it would otherwise sleep past this record's linger, or when
         # a full request's worth arrived since it last looked: not once per record.
         if (
             self._sleep_until > record.accepted_at + self._linger
-            or self._added_since_wake >= self._settings.max_request_records
-            or self._bytes_since_wake >= self._settings.max_request_bytes
+            or self._added_since_wake >= self._max_request_records
+            or self._bytes_since_wake >= self._max_request_bytes
         ):
             self.wake()
 
@@ -147,10 +152,9 @@ class Engine:
         return lane
 
     def _lane_for(self, hash_key: int) -> Lane:
-        shard = self._router.shard_map.shard_for(hash_key)
-        if shard is None:
+        shard_id = self._router.shard_id_for(hash_key)
+        if not shard_id:
             self._router.request_refresh(self._loop.time())
-        shard_id = "" if shard is None else shard.shard_id
         return self._lanes.get(shard_id) or self._open_lane(shard_id)
 
     # --- the pump ----------------------------------------------------------------------------
@@ -341,11 +345,12 @@ class Engine:
                 aggregated = True
             for index, record in enumerate(group):
                 attempts = record.attempts + 1
-                future = record.future
-                if not future.done():
-                    future.set_result(
+                target = record if record.sink is None else record.sink
+                if not target.done():
+                    target.set_result(
                         PutResult(shard_id, sequence_number, attempts, index, aggregated)
                     )
+                record.data = b""
                 release(record.epoch, record.size)
                 millis = int((now - record.accepted_at) * 1000)
                 latency[millis] = latency.get(millis, 0) + 1
@@ -412,8 +417,7 @@ class Engine:
 
     def _succeed(self, record: Pending, result: PutResult, now: float) -> None:
         metrics = self._metrics
-        if not record.future.done():
-            record.future.set_result(result)
+        record.settle(result)
         self._buffer.release(record.epoch, record.size)
         metrics.records_succeeded += 1
         metrics.bytes_succeeded += record.size
@@ -431,7 +435,6 @@ class Engine:
             records = [member] if type(member) is Pending else _records_of(member)
             for record in records:
                 record.attempts += 1
-                record.last_code = code
                 if (
                     retryable
                     and self.failure is None
@@ -457,8 +460,7 @@ class Engine:
             stream=self._stream,
         )
         failure.__cause__ = error
-        if not record.future.done():
-            record.future.set_exception(failure)
+        record.settle(failure)
         self._buffer.release(record.epoch, record.size)
         self._metrics.failed(code)
         tally(self._metrics.tallies["attempts"], max(record.attempts, 1))

@@ -188,7 +188,7 @@ class Producer:
         """
         buffer = self._running_buffer()
         prepared = [prepare_input(item, self._max_record_bytes) for item in records]
-        futures = []
+        futures: list[asyncio.Future[PutResult]] = []
         for payload, size, hash_key, partition_key, explicit_hash_key in prepared:
             epoch = buffer.try_reserve(size)
             if epoch is None:
@@ -223,34 +223,21 @@ class Producer:
         hash_key: int,
         size: int,
         epoch: Epoch,
-    ) -> asyncio.Future[PutResult]:
-        assert self._loop is not None
-        future: asyncio.Future[PutResult] = self._loop.create_future()
-        self._enqueue(data, partition_key, explicit_hash_key, hash_key, size, epoch, future)
-        return future
-
-    def _enqueue(
-        self,
-        data: bytes,
-        partition_key: str,
-        explicit_hash_key: str | None,
-        hash_key: int,
-        size: int,
-        epoch: Epoch,
-        sink: ResultSink,
-    ) -> None:
+        sink: ResultSink | None = None,
+    ) -> Pending:
         loop = self._loop
-        assert loop is not None
-        assert self._engine is not None
-        assert self._recorder is not None
-        self._engine.add(
-            Pending(
-                data, partition_key, explicit_hash_key, hash_key, size, sink, epoch, loop.time()
-            )
-        )
+        engine = self._engine
         recorder = self._recorder
+        assert loop is not None
+        assert engine is not None
+        assert recorder is not None
+        record = Pending(
+            loop, data, partition_key, explicit_hash_key, hash_key, size, epoch, loop.time(), sink
+        )
+        engine.add(record)
         recorder.records_put += 1
         tally(recorder.tallies["record_bytes"], size)
+        return record
 
     # --- for the sync facade: records checked (and hashed) in the caller's thread ------------
 
@@ -260,14 +247,14 @@ class Producer:
         epoch = self._running_buffer().try_reserve(size)
         if epoch is None:
             return False
-        self._enqueue(payload, partition_key, explicit_hash_key, hash_key, size, epoch, sink)
+        self._accept(payload, partition_key, explicit_hash_key, hash_key, size, epoch, sink)
         return True
 
     async def _submit(self, prepared: Prepared, sink: ResultSink) -> None:
         """Accept a prepared record, waiting for buffer room."""
         payload, size, hash_key, partition_key, explicit_hash_key = prepared
         epoch = await self._running_buffer().reserve(size)
-        self._enqueue(payload, partition_key, explicit_hash_key, hash_key, size, epoch, sink)
+        self._accept(payload, partition_key, explicit_hash_key, hash_key, size, epoch, sink)
 
     def _begin_flush(self) -> asyncio.Future[None]:
         """Like :meth:`flush`, but the set of records waited for is fixed now, synchronously."""

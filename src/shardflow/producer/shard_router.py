@@ -9,6 +9,7 @@ further requests join it, and listings are at least ``min_interval`` apart.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 from collections.abc import Callable
@@ -42,6 +43,10 @@ class ShardRouter:
         self.on_change = on_change
         self._loop = asyncio.get_running_loop()
         self.shard_map = ShardMap(())
+        # The open shards' ranges as parallel sorted lists, for a bisect per record.
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.ids: list[str] = []
         self.shards_by_id: dict[str, ShardInfo] = {}
         self.generation = 0
         self.refreshes = 0
@@ -76,8 +81,8 @@ class ShardRouter:
 
     def shard_id_for(self, hash_key: int) -> str:
         """The open shard predicted for ``hash_key``, or "" if the map has no shard for it."""
-        shard = self.shard_map.shard_for(hash_key)
-        return "" if shard is None else shard.shard_id
+        i = bisect.bisect_right(self.starts, hash_key) - 1
+        return self.ids[i] if i >= 0 and hash_key <= self.ends[i] else ""
 
     def request_refresh(self, observed_at: float) -> asyncio.Future[None]:
         """Ask for a listing that starts after ``observed_at`` (loop time); resolves when done.
@@ -135,6 +140,10 @@ class ShardRouter:
         self.listed_at = started
         if changed:
             self.shard_map = new_map
+            open_shards = new_map.shards
+            self.starts = [shard.hash_range.start for shard in open_shards]
+            self.ends = [shard.hash_range.end for shard in open_shards]
+            self.ids = [shard.shard_id for shard in open_shards]
             self.generation += 1
             log.info(
                 "shard map of %s: %d open shards (generation %d)",
