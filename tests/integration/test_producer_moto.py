@@ -231,6 +231,27 @@ def test_sync_producer_round_trip(moto_url: str, stream: str) -> None:
         producer.put(b"late", "k")
 
 
+def test_sync_producer_left_open_delivers_at_interpreter_exit(moto_url: str, stream: str) -> None:
+    script = f"""
+from shardflow.aws import AwsSettings
+from shardflow.producer import ProducerSettings, SyncProducer
+producer = SyncProducer(
+    {stream!r},
+    settings=ProducerSettings(linger=60.0, max_concurrent_requests=1),
+    aws=AwsSettings(endpoint_url={moto_url!r}),
+)
+producer.start()
+for i in range(300):
+    producer.put(f"{{i}}".encode(), f"k{{i % 7}}")
+# no close: the interpreter exits with everything still lingering in the buffer
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert sorted(int(r.data) for r in read_back(moto_url, stream)) == list(range(300))
+
+
 def test_sync_producer_reports_a_wrong_stream_at_start(moto_url: str, stream_name: str) -> None:
     producer = SyncProducer(f"{stream_name}-missing", aws=AwsSettings(endpoint_url=moto_url))
     with pytest.raises(ResourceNotFoundError):

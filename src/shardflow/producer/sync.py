@@ -16,7 +16,9 @@ the producer's own buffer is full: backpressure reaches the caller.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import logging
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -30,6 +32,8 @@ from shardflow.producer.producer import MetricsCallback, Producer
 from shardflow.producer.results import PutResult
 from shardflow.producer.settings import ProducerSettings
 from shardflow.producer.validation import Prepared, RecordInput, prepare, prepare_input
+
+log = logging.getLogger("shardflow.producer")
 
 PutFuture = concurrent.futures.Future[PutResult]
 
@@ -53,8 +57,8 @@ class SyncProducer:
     """A :class:`Producer` driven from ordinary threads; futures are ``concurrent.futures``.
 
     Thread-safe: any number of threads may ``put`` at once. Call :meth:`close` (or use
-    ``with``) before the program ends; the background thread is a daemon and records still
-    buffered when the interpreter exits without ``close`` are lost.
+    ``with``); a producer still open when the interpreter exits is closed then (waiting at
+    most ``exit_timeout`` seconds), so records put are not silently lost.
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class SyncProducer:
         clients: ClientFactory | None = None,
         on_metrics: MetricsCallback | None = None,
         inbox_max_records: int = 10_000,
+        exit_timeout: float = 30.0,
     ) -> None:
         self.stream = stream
         self.settings = settings or ProducerSettings()
@@ -75,6 +80,7 @@ class SyncProducer:
         self._max_record_bytes = self.settings.max_record_bytes
         self._inbox: deque[_Item] = deque()
         self._inbox_max = inbox_max_records
+        self._exit_timeout = exit_timeout
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -100,6 +106,7 @@ class SyncProducer:
         except BaseException:
             self._closing = True
             raise
+        atexit.register(self._close_at_exit)
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record put so far has its result."""
@@ -118,6 +125,13 @@ class SyncProducer:
             self._hand_over(self._close_marker, block=False, timeout=None, closing=True)
         self._closed.result(timeout)
         self._thread.join(timeout)
+        atexit.unregister(self._close_at_exit)
+
+    def _close_at_exit(self) -> None:
+        try:
+            self.close(self._exit_timeout)
+        except Exception:
+            log.exception("closing the producer of %s at exit failed", self.stream)
 
     def __enter__(self) -> Self:
         self.start()
