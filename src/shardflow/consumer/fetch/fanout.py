@@ -1,0 +1,471 @@
+"""The enhanced fan-out fetcher: batches of one shard pushed by SubscribeToShard.
+
+One subscription is an HTTP response that streams events for at most five minutes: records
+as they arrive, and an empty event about every five seconds while there are none. The fetcher
+subscribes at its start position, hands out each event as a :class:`FetchedBatch`, and
+subscribes again after the last event's ``ContinuationSequenceNumber`` (AFTER_SEQUENCE_NUMBER)
+before the service ends the subscription, and after failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from enum import Enum
+from types import TracebackType
+from typing import Any
+
+from shardflow.aws.backoff import Backoff
+from shardflow.aws.classify import classify
+from shardflow.aws.clients import ClientFactory
+from shardflow.aws.kinesis import stream_name_of, stream_ref
+from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
+from shardflow.consumer.fetch.convert import record_from_kinesis
+from shardflow.consumer.fetch.eventstream import tolerate_missing_initial_response
+from shardflow.consumer.fetch.pacing import SubscriptionPacer, shared_pacer
+from shardflow.errors import AwsError, ResourceInUseError, ThrottledError, TransientError
+from shardflow.positions import StartPosition
+
+log = logging.getLogger("shardflow.consumer.fetch")
+
+SUBSCRIPTION_LIFETIME = 300.0
+"""Kinesis ends every SubscribeToShard subscription after five minutes."""
+
+HEARTBEAT_INTERVAL = 5.0
+"""Kinesis sends an event at least this often on a subscription, records or not."""
+
+
+@dataclass(frozen=True, slots=True)
+class FanOutSettings:
+    """How a :class:`FanOutFetcher` subscribes.
+
+    ``renew_after``: a subscription this old is replaced by a new one at the next read (the
+    service would end it at five minutes). ``event_timeout``: while waiting for an event, this
+    much silence (no records and no heartbeat) means the connection is dead: subscribe again.
+    ``read_timeout`` is the HTTP read timeout :func:`fanout_client` gives the client; both must
+    exceed the heartbeat interval.
+
+    Backoffs count consecutive failures since the last event received; the error is raised
+    when one is used up. ``in_use_backoff``: ResourceInUse, the answer while the previous
+    subscription of the consumer-shard is still active (within ~5 s of it). ``throttle_backoff``:
+    LimitExceeded. ``error_backoff``: 5xx, network failures, silent or empty subscriptions.
+
+    ``closed_shard_check``: for emulators whose subscriptions never end a closed shard
+    (kinesis-local sends neither the final event nor ChildShards): when set, an empty event at
+    the tip triggers, at most this often, a GetRecords probe at the continuation; a probe that
+    finds the shard's end ends it as Kinesis would. Leave it None for Kinesis.
+    """
+
+    renew_after: float = 270.0
+    event_timeout: float = 30.0
+    read_timeout: float = 60.0
+    in_use_backoff: Backoff = field(
+        default_factory=lambda: Backoff(base=0.5, cap=5.0, max_attempts=16)
+    )
+    throttle_backoff: Backoff = field(
+        default_factory=lambda: Backoff(base=0.5, cap=10.0, max_attempts=30)
+    )
+    error_backoff: Backoff = field(
+        default_factory=lambda: Backoff(base=0.2, cap=5.0, max_attempts=8)
+    )
+    closed_shard_check: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.renew_after < SUBSCRIPTION_LIFETIME:
+            raise ValueError(f"renew_after must be within 0..{SUBSCRIPTION_LIFETIME:.0f}s")
+        for name in ("event_timeout", "read_timeout"):
+            if getattr(self, name) <= HEARTBEAT_INTERVAL:
+                raise ValueError(f"{name} must exceed the {HEARTBEAT_INTERVAL:.0f}s heartbeat")
+        if self.closed_shard_check is not None and self.closed_shard_check <= 0:
+            raise ValueError("closed_shard_check must be positive")
+
+
+def fanout_client(
+    factory: ClientFactory, settings: FanOutSettings | None = None, *, shards: int = 0
+) -> AbstractAsyncContextManager[Any]:
+    """A Kinesis client fit for subscriptions: ``async with fanout_client(factory) as kinesis``.
+
+    Its read timeout outlasts the gap between events, and its connection pool holds one
+    connection per subscribed shard (``shards``) besides those for other calls: a subscription
+    keeps its connection for minutes, and a pool that is too small would stall new ones.
+    """
+    read_timeout = (settings or FanOutSettings()).read_timeout
+    pool = max(factory.settings.max_pool_connections, shards + 16)
+    client: AbstractAsyncContextManager[Any] = factory.kinesis(
+        read_timeout=read_timeout, max_pool_connections=pool
+    )
+    return client
+
+
+class _Lapse(Enum):
+    """Why a subscription is over without an event to hand out."""
+
+    RENEW = "renewal due"
+    SILENT = "no event within the event timeout"
+    CLOSED = "closed by the service"
+
+
+class _Subscription:
+    """One SubscribeToShard response: its events, when it started, how many it delivered."""
+
+    def __init__(self, stream: Any, started: float) -> None:
+        self._stream = stream
+        self.events: AsyncIterator[Mapping[str, Any]] = aiter(stream)
+        self.started = started
+        self.received = 0
+
+    def close(self) -> None:
+        # Closes the HTTP response (and its connection); a read in progress fails or ends.
+        close = getattr(self._stream, "close", None)
+        if callable(close):
+            close()
+
+
+class FanOutFetcher:
+    """An async iterator of :class:`FetchedBatch` for one shard, by enhanced fan-out.
+
+    Each SubscribeToShardEvent becomes one batch (records not deaggregated, heartbeats as
+    empty batches with ``millis_behind_latest``); the event that ends a closed shard gives the
+    last batch, with ``shard_ended=True`` and its ``child_shards``, and iteration stops.
+
+    Nothing is read ahead: the next event is read from the connection only when asked for.
+    While the caller is busy, the connection's buffers fill up and the service is held back
+    by flow control; a slow caller is never a reason to fail. Its subscription may have been
+    ended meanwhile, or be older than ``renew_after``: either way the fetcher subscribes again
+    after the last event handed out, and nothing is lost or repeated.
+
+    Subscriptions start through ``pacer`` (shared by the process unless given). Non-retryable
+    failures (ResourceNotFound, AccessDenied, InvalidArgument) are raised typed; others are
+    retried with backoff. Call :meth:`aclose` (or use ``async with``) to release the connection
+    when stopping before the shard's end. One reader per fetcher.
+
+    ``consumer_arn`` is the ARN of a registered consumer (see
+    :func:`~shardflow.consumer.fetch.registration.register_consumer`); ``kinesis`` an
+    aiobotocore client, best made with :func:`fanout_client`.
+    """
+
+    def __init__(
+        self,
+        kinesis: Any,
+        stream: str,
+        shard_id: str,
+        start: StartPosition | None = None,
+        settings: FanOutSettings | None = None,
+        *,
+        consumer_arn: str,
+        pacer: SubscriptionPacer | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._kinesis = kinesis
+        self.stream = stream
+        self.shard_id = shard_id
+        self.consumer_arn = consumer_arn
+        self.start = start or StartPosition.trim_horizon()
+        self.settings = settings or FanOutSettings()
+        self._stream_name = stream_name_of(stream)
+        self._pacer = pacer or (
+            shared_pacer() if clock is SYSTEM_CLOCK else SubscriptionPacer(clock=clock)
+        )
+        self._clock = clock
+        self._rng = rng
+        tolerate_missing_initial_response(kinesis)
+        self._subscription: _Subscription | None = None
+        self._continuation: str | None = None
+        self._last_delivered: str | None = None
+        self._ended = False
+        self._closed = False
+        self._failures: dict[str, int] = {}
+        self._returned_at: float | None = None
+        self._last_check = float("-inf")
+        self.subscriptions = 0
+        """SubscribeToShard calls that returned an event stream."""
+        self.renewals = 0
+        """Subscriptions replaced because they reached ``renew_after``."""
+
+    # --- position --------------------------------------------------------------------------
+
+    @property
+    def last_sequence_number(self) -> str | None:
+        """Sequence number of the last record handed out, if any."""
+        return self._last_delivered
+
+    @property
+    def continuation_sequence_number(self) -> str | None:
+        """ContinuationSequenceNumber of the last event handed out, if any."""
+        return self._continuation
+
+    @property
+    def resume_position(self) -> StartPosition:
+        """Where reading would start again: after the last event handed out (its continuation
+        sequence number, which moves on even through stretches without records)."""
+        if self._continuation is not None:
+            return StartPosition.after_sequence_number(self._continuation)
+        return self.start
+
+    @property
+    def ended(self) -> bool:
+        """True once the shard-end batch has been handed out."""
+        return self._ended
+
+    # --- iteration -------------------------------------------------------------------------
+
+    def __aiter__(self) -> FanOutFetcher:
+        return self
+
+    async def __anext__(self) -> FetchedBatch:
+        if self._ended or self._closed:
+            raise StopAsyncIteration
+        called = self._clock.monotonic()
+        while True:
+            if self._subscription is None:
+                self._subscription = await self._subscribe()
+            subscription = self._subscription
+            try:
+                outcome = await self._next_event(subscription)
+            except asyncio.CancelledError:
+                self._drop()  # the event iterator was interrupted mid-read: unusable
+                raise
+            if isinstance(outcome, _Lapse):
+                await self._after_lapse(subscription, outcome)
+                continue
+            if isinstance(outcome, Exception):
+                self._drop()
+                await self._after_failure(outcome, called)
+                continue
+            self._failures.clear()
+            subscription.received += 1
+            if "SubscribeToShardEvent" not in outcome:
+                log.debug(
+                    "ignoring an event of another type on %s: %s", self.shard_id, list(outcome)
+                )
+                continue
+            batch = await self._hand_out(outcome["SubscribeToShardEvent"])
+            self._returned_at = self._clock.monotonic()
+            return batch
+
+    async def aclose(self) -> None:
+        """End the current subscription and stop iterating (the position is kept)."""
+        self._closed = True
+        self._drop()
+
+    async def __aenter__(self) -> FanOutFetcher:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # --- subscriptions ---------------------------------------------------------------------
+
+    async def _subscribe(self) -> _Subscription:
+        """A new subscription at the resume position, paced and retried."""
+        while True:
+            await self._pacer.acquire(self.consumer_arn, self.shard_id)
+            position = self.resume_position
+            try:
+                answer = await self._kinesis.subscribe_to_shard(
+                    ConsumerARN=self.consumer_arn,
+                    ShardId=self.shard_id,
+                    StartingPosition=_starting_position(position),
+                )
+            except Exception as exc:
+                await self._back_off(exc)
+                continue
+            self.subscriptions += 1
+            log.debug("subscribed to %s at %s", self.shard_id, position)
+            return _Subscription(answer["EventStream"], self._clock.monotonic())
+
+    async def _next_event(
+        self, subscription: _Subscription
+    ) -> Mapping[str, Any] | _Lapse | Exception:
+        """The next event, or why there is none: a lapse, or the failure that ended the stream."""
+        now = self._clock.monotonic()
+        renew_at = subscription.started + self.settings.renew_after
+        if renew_at <= now:
+            return _Lapse.RENEW
+        renewal_first = renew_at <= now + self.settings.event_timeout
+        deadline = min(renew_at, now + self.settings.event_timeout)
+        read = asyncio.ensure_future(anext(subscription.events))
+        timer = asyncio.ensure_future(self._clock.sleep(deadline - now))
+        try:
+            await asyncio.wait((read, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not read.done():
+                read.cancel()
+        if not read.done():
+            await asyncio.wait((read,))  # let the cancellation land (an event may win the race)
+        if read.cancelled():
+            return _Lapse.RENEW if renewal_first else _Lapse.SILENT
+        error = read.exception()
+        if isinstance(error, StopAsyncIteration):
+            return _Lapse.CLOSED
+        if isinstance(error, Exception):
+            return error
+        if error is not None:  # a BaseException such as KeyboardInterrupt
+            raise error
+        event: Mapping[str, Any] = read.result()
+        return event
+
+    async def _after_lapse(self, subscription: _Subscription, lapse: _Lapse) -> None:
+        self._drop()
+        if lapse is _Lapse.RENEW:
+            self.renewals += 1
+            log.debug("renewing the subscription to %s at %s", self.shard_id, self.resume_position)
+            return
+        if lapse is _Lapse.CLOSED and subscription.received:
+            log.debug(
+                "subscription to %s ended; resubscribing at %s", self.shard_id, self.resume_position
+            )
+            return
+        # Silence, or a stream that ended without a single event: a failure, so that a server
+        # that keeps doing it is eventually reported rather than retried forever.
+        await self._back_off(
+            TransientError(
+                f"subscription {lapse.value}",
+                operation="SubscribeToShard",
+                code="SubscriptionLapsed",
+                stream=self.stream,
+                shard_id=self.shard_id,
+            )
+        )
+
+    async def _after_failure(self, exc: Exception, called: float) -> None:
+        if (
+            self._returned_at is not None
+            and called - self._returned_at > self.settings.event_timeout
+        ):
+            # The caller was busy for a long time: the service may have ended the subscription
+            # meanwhile. Expected, not alarming: read again from the last event handed out.
+            log.info(
+                "subscription to %s was lost while the caller was busy for %.0fs (%s); "
+                "resubscribing at %s",
+                self.shard_id,
+                called - self._returned_at,
+                type(exc).__name__,
+                self.resume_position,
+            )
+        await self._back_off(exc)
+
+    async def _back_off(self, exc: Exception) -> None:
+        """Sleep before the next subscription attempt, or raise the failure typed if it may not
+        be retried (or its backoff is used up)."""
+        error = classify(
+            exc, operation="SubscribeToShard", stream=self.stream, shard_id=self.shard_id
+        )
+        if not error.retryable:
+            self._raise(error, exc)
+        kind, backoff = self._policy(error)
+        attempt = self._failures.get(kind, 0)
+        if attempt + 1 >= backoff.max_attempts:
+            self._raise(error, exc)
+        self._failures[kind] = attempt + 1
+        pause = backoff.delay(attempt, self._rng)
+        log.debug(
+            "subscription to %s failed (%s); retry in %.3fs", self.shard_id, error.code, pause
+        )
+        await self._clock.sleep(pause)
+
+    def _policy(self, error: AwsError) -> tuple[str, Backoff]:
+        if isinstance(error, ResourceInUseError):
+            return "in_use", self.settings.in_use_backoff
+        if isinstance(error, ThrottledError):
+            return "throttled", self.settings.throttle_backoff
+        return "error", self.settings.error_backoff
+
+    def _raise(self, error: AwsError, exc: Exception) -> None:
+        self._drop()
+        if error is exc:
+            raise error
+        raise error from exc
+
+    def _drop(self) -> None:
+        if self._subscription is not None:
+            self._subscription.close()
+            self._subscription = None
+
+    # --- events ----------------------------------------------------------------------------
+
+    async def _hand_out(self, body: Mapping[str, Any]) -> FetchedBatch:
+        records = [
+            record_from_kinesis(raw, shard_id=self.shard_id, stream_name=self._stream_name)
+            for raw in body.get("Records", ())
+        ]
+        continuation = body.get("ContinuationSequenceNumber")
+        batch = FetchedBatch(
+            shard_id=self.shard_id,
+            records=records,
+            millis_behind_latest=body.get("MillisBehindLatest"),
+            # Only the event after a closed shard's last record lacks a continuation.
+            shard_ended=continuation is None,
+            child_shards=tuple(ChildShard.from_api(c) for c in body.get("ChildShards", ())),
+        )
+        if records:
+            self._last_delivered = batch.last_sequence_number
+        if continuation is not None:
+            self._continuation = continuation
+            if batch.caught_up and self._check_due():
+                batch = await self._check_closed(batch)
+        if batch.shard_ended:
+            self._ended = True
+            self._drop()
+        return batch
+
+    def _check_due(self) -> bool:
+        interval = self.settings.closed_shard_check
+        if interval is None or self._clock.monotonic() - self._last_check < interval:
+            return False
+        self._last_check = self._clock.monotonic()
+        return True
+
+    async def _check_closed(self, batch: FetchedBatch) -> FetchedBatch:
+        """``batch`` as the shard's last one if GetRecords finds the shard ended right here."""
+        params = {
+            **stream_ref(self.stream),
+            "ShardId": self.shard_id,
+            **self.resume_position.iterator_params(),
+        }
+        try:
+            iterator = (await self._kinesis.get_shard_iterator(**params)).get("ShardIterator")
+            answer = (
+                await self._kinesis.get_records(ShardIterator=iterator, Limit=1) if iterator else {}
+            )
+        except Exception as exc:
+            log.debug("closed-shard check of %s failed: %s", self.shard_id, type(exc).__name__)
+            return batch
+        if not iterator or answer.get("Records") or answer.get("NextShardIterator"):
+            return batch
+        children = tuple(ChildShard.from_api(c) for c in answer.get("ChildShards", ()))
+        log.info(
+            "shard %s ended (found by GetRecords); children %s",
+            self.shard_id,
+            [c.shard_id for c in children],
+        )
+        return FetchedBatch(
+            shard_id=self.shard_id,
+            records=batch.records,
+            millis_behind_latest=batch.millis_behind_latest,
+            shard_ended=True,
+            child_shards=children,
+        )
+
+
+def _starting_position(position: StartPosition) -> dict[str, Any]:
+    """SubscribeToShard's ``StartingPosition`` for a start position."""
+    params = position.iterator_params()
+    starting: dict[str, Any] = {"Type": params["ShardIteratorType"]}
+    if "StartingSequenceNumber" in params:
+        starting["SequenceNumber"] = params["StartingSequenceNumber"]
+    if "Timestamp" in params:
+        starting["Timestamp"] = params["Timestamp"]
+    return starting
