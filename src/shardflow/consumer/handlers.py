@@ -1,0 +1,181 @@
+"""User handlers, whatever their shape, as one kind of call the consumer makes per chunk.
+
+A handler takes one :class:`~shardflow.consumer.records.ConsumedRecord` (``batch=False``) or a
+list of them (``batch=True``), and is a plain function (run in a thread pool so it never blocks
+the event loop) or an ``async def`` (awaited on the loop). Records of one shard reach the
+handler in shard order, one call at a time. With ``auto_ack`` a record is acknowledged when the
+call that received it returns; otherwise the handler calls ``record.ack()`` itself, from any
+task or thread, in any order.
+
+A handler that raises ends the chunk: records it finished before stay acknowledged, and the
+failure is raised as :class:`~shardflow.errors.HandlerError` naming the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardflow.consumer.records import ConsumedRecord
+from shardflow.errors import HandlerError
+
+RecordHandler = Callable[[ConsumedRecord[Any]], Awaitable[None] | None]
+"""Called with one record."""
+BatchHandler = Callable[[list[ConsumedRecord[Any]]], Awaitable[None] | None]
+"""Called with the records of one chunk of one shard, in shard order."""
+Handler = RecordHandler | BatchHandler
+
+MayContinue = Callable[[], bool]
+"""Asked before each call: False once the shard must stop delivering (lease lost, stopping)."""
+
+
+@dataclass(slots=True)
+class ChunkOutcome:
+    """What one :meth:`HandlerAdapter.run` did."""
+
+    handled: int = 0
+    """Records whose handler call returned (the first ``handled`` of the chunk)."""
+    latencies: list[float] = field(default_factory=list)
+    """Seconds each handler call took."""
+    error: HandlerError | None = None
+
+
+def is_async_handler(handler: Callable[..., Any]) -> bool:
+    """Whether calling ``handler`` gives a coroutine (an ``async def`` function or ``__call__``)."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects, not callability
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _not_awaitable(result: object, handler: Callable[..., Any]) -> None:
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise TypeError(
+            f"handler {handler!r} returned an awaitable but is not declared 'async def'; "
+            "declare it async so the consumer awaits it on the event loop"
+        )
+
+
+def _failure(error: BaseException, record: ConsumedRecord[Any]) -> HandlerError:
+    wrapped = HandlerError(
+        error,
+        stream=record.stream_name,
+        shard_id=record.shard_id,
+        sequence_number=record.sequence_number,
+        sub_sequence_number=record.sub_sequence_number,
+    )
+    wrapped.__cause__ = error
+    return wrapped
+
+
+class HandlerAdapter:
+    """Runs a user handler over chunks of records (see the module doc)."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        batch: bool = False,
+        auto_ack: bool = True,
+        executor: Executor | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r}")
+        self.handler = handler
+        self.batch = batch
+        self.auto_ack = auto_ack
+        self.is_async = is_async_handler(handler)
+        self._executor = executor
+
+    async def run(
+        self, records: Sequence[ConsumedRecord[Any]], may_continue: MayContinue
+    ) -> ChunkOutcome:
+        """Hand ``records`` to the handler; stops early once ``may_continue()`` is False."""
+        if not records:
+            return ChunkOutcome()
+        if self.batch:
+            outcome = await self._run_batch(list(records), may_continue)
+        elif self.is_async:
+            return await self._run_each_async(records, may_continue)  # acks as it goes
+        else:
+            loop = asyncio.get_running_loop()
+            outcome = await loop.run_in_executor(
+                self._executor, self._run_each_sync, records, may_continue
+            )
+        if self.auto_ack:
+            for record in records[: outcome.handled]:
+                record.ack()
+        return outcome
+
+    async def _run_batch(
+        self, records: list[ConsumedRecord[Any]], may_continue: MayContinue
+    ) -> ChunkOutcome:
+        outcome = ChunkOutcome()
+        if not may_continue():
+            return outcome
+        started = time.perf_counter()
+        try:
+            if self.is_async:
+                result = self.handler(records)  # type: ignore[arg-type]
+                if inspect.isawaitable(result):
+                    await result
+            else:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._executor, self._call_sync, records)
+        except Exception as exc:
+            outcome.error = _failure(exc, records[0])
+            return outcome
+        outcome.latencies.append(time.perf_counter() - started)
+        outcome.handled = len(records)
+        return outcome
+
+    def _call_sync(self, argument: Any) -> None:
+        _not_awaitable(self.handler(argument), self.handler)
+
+    async def _run_each_async(
+        self, records: Sequence[ConsumedRecord[Any]], may_continue: MayContinue
+    ) -> ChunkOutcome:
+        outcome = ChunkOutcome()
+        handler = self.handler
+        for record in records:
+            if not may_continue():
+                break
+            started = time.perf_counter()
+            try:
+                result = handler(record)  # type: ignore[arg-type]
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                outcome.error = _failure(exc, record)
+                break
+            outcome.latencies.append(time.perf_counter() - started)
+            outcome.handled += 1
+            if self.auto_ack:
+                # At once, not after the chunk: an ack may trigger a count checkpoint.
+                record.ack()
+        return outcome
+
+    def _run_each_sync(
+        self, records: Sequence[ConsumedRecord[Any]], may_continue: MayContinue
+    ) -> ChunkOutcome:
+        # Runs in a worker thread: one thread hop per chunk, not per record.
+        outcome = ChunkOutcome()
+        for record in records:
+            if not may_continue():
+                break
+            started = time.perf_counter()
+            try:
+                self._call_sync(record)
+            except Exception as exc:
+                outcome.error = _failure(exc, record)
+                break
+            outcome.latencies.append(time.perf_counter() - started)
+            outcome.handled += 1
+        return outcome

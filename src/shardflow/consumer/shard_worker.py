@@ -1,0 +1,554 @@
+"""One owned shard, from fetch to checkpoint.
+
+fetch (polling or fan-out) -> :mod:`~shardflow.consumer.intake` (de-aggregate, resume filter,
+hash-range rule) -> :mod:`~shardflow.consumer.prefetch` (bounded in records and bytes) ->
+deliver (register with the ack tracker, deserialize) -> the user's code -> acks -> the
+:class:`~shardflow.consumer.checkpoint.Checkpointer` -> the lease's checkpoint writer.
+
+Rules the worker keeps:
+
+- Records are delivered only while the lease is valid. Once it is lost (or its deadline passed)
+  delivery stops at once and the worker never writes a checkpoint again.
+- On stop or when the lease is given up: fetching stops, records already delivered may finish
+  (at most ``drain_timeout`` seconds), then the handled prefix is checkpointed.
+- At the shard's end: once every delivered record is handled, SHARD_END is written.
+- A record that cannot be deserialized stops the shard with a
+  :class:`~shardflow.errors.DeserializationError`; what was handled before it is checkpointed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final, Protocol
+
+from shardflow.aggregation import MalformedPolicy
+from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.consumer.checkpoint import (
+    Checkpointer,
+    CheckpointHook,
+    CheckpointSettings,
+    CheckpointWriter,
+    ResumePlan,
+    resume_filter,
+)
+from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
+from shardflow.consumer.handlers import HandlerAdapter
+from shardflow.consumer.intake import OutOfRangePolicy, RecordIntake
+from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
+from shardflow.consumer.prefetch import Chunk, PrefetchBuffer, chunks
+from shardflow.consumer.records import ConsumedRecord
+from shardflow.errors import DeserializationError, ShardLeaseLost
+from shardflow.leases.model import Lease
+from shardflow.positions import StartPosition
+from shardflow.records import Deserializer, ExtendedSequenceNumber, Record, as_bytes
+from shardflow.shards import HashKeyRange
+
+log = logging.getLogger("shardflow.consumer")
+
+MIB: Final = 1024 * 1024
+
+
+class ShardLease(Protocol):
+    """What a worker needs of the lease it processes (the coordinator's ``OwnedLease``)."""
+
+    @property
+    def lease_key(self) -> str: ...
+
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def shard_id(self) -> str: ...
+
+    @property
+    def lease(self) -> Lease: ...
+
+    @property
+    def lost(self) -> asyncio.Event: ...
+
+    @property
+    def giving_up(self) -> asyncio.Event: ...
+
+    def valid(self) -> bool: ...
+
+    @property
+    def checkpoint(self) -> ExtendedSequenceNumber: ...
+
+    @property
+    def completed_state(self) -> bytes | None:
+        """Records handled beyond the checkpoint, as stored (None: none)."""
+        ...
+
+    @property
+    def hash_range(self) -> HashKeyRange | None: ...
+
+    @property
+    def writer(self) -> CheckpointWriter: ...
+
+
+FetcherFactory = Callable[[StartPosition], AsyncIterator[FetchedBatch]]
+"""Opens a fetcher of the shard at a position (a PollingFetcher or a FanOutFetcher)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a :class:`ShardWorker` delivers (the consumer derives them from its settings)."""
+
+    deserializer: Deserializer[Any] = as_bytes
+    prefetch_records: int = 10_000
+    prefetch_bytes: int = 16 * MIB
+    out_of_range_sub_records: OutOfRangePolicy = "deliver"
+    on_malformed_aggregate: MalformedPolicy = "plain"
+    initial_timestamp: datetime | None = None
+    """The AT_TIMESTAMP moment, for leases whose checkpoint is AT_TIMESTAMP."""
+    drain_timeout: float = 30.0
+    """On stop: how long delivered records may take to be acknowledged before the checkpoint."""
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+
+
+class StopReason(StrEnum):
+    """Why a shard worker ended."""
+
+    SHARD_END = "shard_end"
+    """Every record handled; SHARD_END written."""
+    ALREADY_ENDED = "already_ended"
+    """The stored checkpoint was SHARD_END already: nothing to read."""
+    STOPPED = "stopped"
+    """The consumer is stopping."""
+    GIVEN_UP = "given_up"
+    """The coordinator asked for the lease back."""
+    LOST = "lost"
+    """The lease was lost: no checkpoint was written after that."""
+    FAILED = "failed"
+    """Reading, decoding or handling failed; ``error`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardResult:
+    """How a shard worker ended and the checkpoint it left."""
+
+    reason: StopReason
+    checkpoint: ExtendedSequenceNumber | None
+    children: tuple[ChildShard, ...] = ()
+    """Child shards GetRecords reported at the shard's end (may be empty: list the stream)."""
+    error: BaseException | None = None
+
+
+class ShardWorker:
+    """Reads one owned shard and delivers its records in order (see the module doc).
+
+    Use: :meth:`start`, iterate :meth:`batches` (one reader) handing records to user code, then
+    :meth:`finish` for the final checkpoint and the :class:`ShardResult`.
+    """
+
+    def __init__(
+        self,
+        lease: ShardLease,
+        fetchers: FetcherFactory,
+        *,
+        settings: WorkerSettings | None = None,
+        hash_range: HashKeyRange | None = None,
+        stream_name: str | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        metrics: ConsumerMetrics | None = None,
+        hooks: Iterable[CheckpointHook] = (),
+    ) -> None:
+        self.lease = lease
+        self.settings = settings or WorkerSettings()
+        self.shard_id = lease.shard_id
+        self.stream = stream_name or lease.stream
+        self._fetchers = fetchers
+        self._clock = clock
+        self._metrics = metrics
+        self.plan: ResumePlan = resume_filter(lease.checkpoint, lease.completed_state)
+        self.intake = RecordIntake(
+            plan=self.plan,
+            hash_range=hash_range if hash_range is not None else lease.hash_range,
+            out_of_range=self.settings.out_of_range_sub_records,
+            on_malformed=self.settings.on_malformed_aggregate,
+            stream=self.stream,
+            shard_id=self.shard_id,
+        )
+        self.buffer = PrefetchBuffer(self.settings.prefetch_records, self.settings.prefetch_bytes)
+        self.checkpointer = Checkpointer(
+            lease.writer,
+            shard_id=self.shard_id,
+            settings=self.settings.checkpoint,
+            clock=clock,
+            initial=lease.checkpoint,
+            hooks=hooks,
+        )
+        self._stop_reason: StopReason | None = None
+        self._stop_requested = asyncio.Event()  # wakes the watcher: stop, failure or finish
+        self._stop_called = asyncio.Event()  # request_stop only
+        self._all_acked = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._undecodable: DeserializationError | None = None
+        self._end_reached = False
+        self._children: tuple[ChildShard, ...] = ()
+        self._millis_behind: int | None = None
+        self._caught_up = False
+        self._reported_out_of_range = (0, 0)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self.checkpointer.tracker.add_listener(self._on_ack)
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        """The lease is lost, or its deadline passed, or a checkpoint write was refused."""
+        lease = self.lease
+        return lease.lost.is_set() or not lease.valid() or self.checkpointer.lease_lost
+
+    def may_deliver(self) -> bool:
+        """Whether records may still be handed to user code (asked before every record)."""
+        return (
+            self._stop_reason is None
+            and self._failure is None
+            and not self.lease.giving_up.is_set()
+            and not self.lost
+        )
+
+    @property
+    def caught_up(self) -> bool:
+        """The last fetch found nothing more to read, and every delivered record is handled."""
+        return (
+            (self._caught_up or self._end_reached or self.plan.kind == "SHARD_END")
+            and self.buffer.idle
+            and self.checkpointer.tracker.all_acked
+        )
+
+    @property
+    def millis_behind_latest(self) -> int | None:
+        return self._millis_behind
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    def gauges(self) -> ShardGauges:
+        pending = self.checkpointer.pending
+        return ShardGauges(
+            millis_behind_latest=self._millis_behind,
+            checkpoint_age=self.checkpointer.last_written_age,
+            checkpoint_lag=pending.lag,
+            unacked=pending.unacked,
+            prefetch_records=self.buffer.records_in_use,
+            prefetch_bytes=self.buffer.bytes_in_use,
+        )
+
+    # --- control -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin fetching (on the running loop) and the automatic checkpoint flushes."""
+        if self._started:
+            return
+        self._started = True
+        self.checkpointer.start()
+        self._tasks.append(
+            asyncio.create_task(self._watch(), name=f"shardflow-watch-{self.shard_id}")
+        )
+        start = self.plan.start_position(self.settings.initial_timestamp)
+        if start is None:
+            self._tasks.append(asyncio.create_task(self.buffer.finish()))
+            return
+        log.info(
+            "shard %s (stream %s): reading from %s (checkpoint %s)",
+            self.shard_id,
+            self.stream,
+            start,
+            self.lease.checkpoint,
+        )
+        self._tasks.append(
+            asyncio.create_task(self._fetch(start), name=f"shardflow-fetch-{self.shard_id}")
+        )
+        if self._metrics is not None:
+            self._metrics.track_shard(self.stream, self.shard_id, self.gauges)
+
+    def request_stop(self, reason: StopReason = StopReason.STOPPED) -> None:
+        """Stop delivering (the consumer is stopping); :meth:`finish` then checkpoints."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._stop_called.set()
+        self._stop_requested.set()
+
+    def fail(self, error: BaseException) -> None:
+        """Stop the shard because of ``error`` (a handler failure); the first error wins."""
+        if self._failure is None:
+            self._failure = error
+        self._stop_requested.set()
+
+    # --- delivery ------------------------------------------------------------------------------
+
+    async def batches(self) -> AsyncIterator[list[ConsumedRecord[Any]]]:
+        """The shard's records in order, a chunk at a time; ends at shard end, stop or loss.
+
+        A chunk's room in the prefetch buffer is given back when the next one is asked for, so
+        ask only once the previous chunk is handled.
+        """
+        self.start()
+        previous: Chunk | None = None
+        try:
+            while True:
+                if previous is not None:
+                    await self.buffer.release(previous)
+                    previous = None
+                if not self.may_deliver():
+                    return
+                try:
+                    chunk = await self.buffer.get()
+                except Exception as exc:
+                    log.error("shard %s: reading failed: %s", self.shard_id, exc)
+                    self.fail(exc)
+                    return
+                if chunk is None:
+                    self._end_reached = self.buffer.finished and self.may_deliver()
+                    return
+                previous = chunk
+                if not self.may_deliver():
+                    return
+                records = self._deliver(chunk)
+                if records:
+                    if self._metrics is not None:
+                        self._metrics.records_handled(
+                            self.stream, len(records), sum(r.record.size for r in records)
+                        )
+                    yield records
+                if self._undecodable is not None:
+                    log.error("shard %s: %s", self.shard_id, self._undecodable)
+                    self.fail(self._undecodable)
+                if self._failure is not None:
+                    return
+        finally:
+            if previous is not None:
+                await self.buffer.release(previous)
+
+    def _deliver(self, chunk: Chunk) -> list[ConsumedRecord[Any]]:
+        """Register the chunk's records with the tracker and deserialize the ones to hand out."""
+        tracker = self.checkpointer.tracker
+        deserializer = self.settings.deserializer
+        out: list[ConsumedRecord[Any]] = []
+        for item in chunk.items:
+            record = item.record
+            handle = tracker.deliver(record)
+            if not item.handle:
+                handle.ack()
+                continue
+            try:
+                value = deserializer(record)
+            except Exception as exc:
+                # Raised once the records before it are handled (see batches()).
+                self._undecodable = _deserialization_error(exc, record)
+                break
+            out.append(ConsumedRecord(record, value, handle))
+        return out
+
+    async def run(self, adapter: HandlerAdapter) -> ShardResult:
+        """Hand every record to ``adapter``'s handler until the shard ends, stops or fails."""
+        async for records in self.batches():
+            outcome = await adapter.run(records, self.may_deliver)
+            if self._metrics is not None and outcome.latencies:
+                self._metrics.handler_latencies(self.stream, outcome.latencies)
+            if outcome.error is not None:
+                log.error("shard %s: %s", self.shard_id, outcome.error)
+                self.fail(outcome.error)
+        # With automatic acks nothing is acknowledged after the handler returned: no drain.
+        return await self.finish(drain_timeout=0.0 if adapter.auto_ack else None)
+
+    # --- background ----------------------------------------------------------------------------
+
+    async def _fetch(self, start: StartPosition) -> None:
+        buffer = self.buffer
+        fetcher = self._fetchers(start)
+        try:
+            async for batch in fetcher:
+                self._millis_behind = batch.millis_behind_latest
+                items = self.intake.shape(batch.records)
+                self._report_out_of_range()
+                for chunk in chunks(items, buffer.chunk_records, buffer.chunk_bytes):
+                    if not await buffer.put(chunk):
+                        return
+                self._caught_up = batch.caught_up
+                if batch.shard_ended:
+                    self._children = batch.child_shards
+                    break
+            await buffer.finish()
+        except Exception as exc:
+            await buffer.fail(exc)
+        finally:
+            # A fan-out fetcher holds a subscription (an open connection): end it.
+            close = getattr(fetcher, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+
+    def _report_out_of_range(self) -> None:
+        if self._metrics is None:
+            return
+        counts = self.intake.counts
+        delivered = counts.out_of_range - counts.dropped
+        before_delivered, before_dropped = self._reported_out_of_range
+        if (delivered, counts.dropped) != self._reported_out_of_range:
+            self._metrics.out_of_range(
+                self.stream,
+                delivered=delivered - before_delivered,
+                dropped=counts.dropped - before_dropped,
+            )
+            self._reported_out_of_range = (delivered, counts.dropped)
+
+    async def _watch(self) -> None:
+        """Wake the delivery side at once when the lease is lost or given up, or on stop."""
+        lease = self.lease
+        waits = [
+            asyncio.ensure_future(lease.lost.wait()),
+            asyncio.ensure_future(lease.giving_up.wait()),
+            asyncio.ensure_future(self._stop_requested.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if lease.lost.is_set():
+            # The renewal side knows before any write fails: stop the automatic flushes now.
+            await self.checkpointer.stop()
+        await self.buffer.close()
+
+    def _on_ack(self) -> None:
+        if self.checkpointer.tracker.all_acked:
+            self._all_acked.set()
+        else:
+            self._all_acked.clear()
+
+    # --- the end -------------------------------------------------------------------------------
+
+    async def finish(self, *, drain_timeout: float | None = None) -> ShardResult:
+        """End the shard's processing: stop fetching, final checkpoint, the result.
+
+        ``drain_timeout`` (default: the settings') bounds the wait for delivered records to be
+        acknowledged before the checkpoint on stop; pass 0 when no record can be acknowledged
+        any more (automatic acks after the handler returned).
+        """
+        drain = self.settings.drain_timeout if drain_timeout is None else drain_timeout
+        self._stop_requested.set()
+        await self._cancel_tasks()
+        if self._metrics is not None:
+            self._metrics.untrack_shard(self.stream, self.shard_id)
+        reason = self._final_reason()
+        if reason is StopReason.LOST:
+            await self.checkpointer.stop()
+            log.warning("shard %s: lease lost; stopped without checkpointing", self.shard_id)
+            return ShardResult(reason, self.checkpointer.last_written)
+        if reason is StopReason.ALREADY_ENDED:
+            await self.checkpointer.stop()
+            return ShardResult(reason, self.checkpointer.last_written)
+        try:
+            if reason is StopReason.SHARD_END:
+                reason = await self._finish_shard_end(drain)
+            else:
+                if reason is not StopReason.FAILED:
+                    await self._drain(drain)
+                await self.checkpointer.final(shard_end=False)
+        except ShardLeaseLost:
+            return ShardResult(StopReason.LOST, self.checkpointer.last_written)
+        except Exception as exc:
+            log.error("shard %s: final checkpoint failed: %r", self.shard_id, exc)
+            return ShardResult(StopReason.FAILED, self.checkpointer.last_written, error=exc)
+        return ShardResult(
+            reason,
+            self.checkpointer.last_written,
+            children=self._children if reason is StopReason.SHARD_END else (),
+            error=self._failure,
+        )
+
+    def _final_reason(self) -> StopReason:
+        if self.lost:
+            return StopReason.LOST
+        if self._failure is not None:
+            return StopReason.FAILED
+        if self.plan.kind == "SHARD_END":
+            return StopReason.ALREADY_ENDED
+        if self._end_reached:
+            return StopReason.SHARD_END
+        if self.lease.giving_up.is_set() and self._stop_reason is None:
+            return StopReason.GIVEN_UP
+        return self._stop_reason or StopReason.STOPPED
+
+    async def _finish_shard_end(self, drain: float) -> StopReason:
+        """Wait until every delivered record is handled, then write SHARD_END.
+
+        With manual acks this may take long; a stop request or the lease being given up limit
+        the wait to ``drain_timeout`` and a plain checkpoint is written instead.
+        """
+        tracker = self.checkpointer.tracker
+        while not tracker.all_acked:
+            if self._stop_reason is not None or self.lease.giving_up.is_set():
+                await self._drain(drain)
+                break
+            if self.lost:
+                raise ShardLeaseLost(self.shard_id)
+            await self._wait_any(
+                self._all_acked, self.lease.giving_up, self.lease.lost, self._stop_called
+            )
+        if self.lost:
+            raise ShardLeaseLost(self.shard_id)
+        shard_end = tracker.all_acked
+        await self.checkpointer.final(shard_end=shard_end)
+        if shard_end:
+            log.info("shard %s (stream %s): SHARD_END checkpointed", self.shard_id, self.stream)
+            return StopReason.SHARD_END
+        return self._stop_reason or StopReason.GIVEN_UP
+
+    async def _drain(self, seconds: float) -> None:
+        """Give delivered records up to ``seconds`` to be acknowledged."""
+        if self.checkpointer.tracker.all_acked or seconds <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while not self.checkpointer.tracker.all_acked and not self.lost:
+                    await self._wait_any(self._all_acked, self.lease.lost)
+        if not self.checkpointer.tracker.all_acked:
+            log.warning(
+                "shard %s: %d delivered records not acknowledged after %.1fs; checkpointing %s",
+                self.shard_id,
+                self.checkpointer.pending.unacked,
+                seconds,
+                self.checkpointer.tracker.safe_position,
+            )
+
+    @staticmethod
+    async def _wait_any(*events: asyncio.Event) -> None:
+        waits = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def _cancel_tasks(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _deserialization_error(exc: Exception, record: Record) -> DeserializationError:
+    if isinstance(exc, DeserializationError):
+        return exc
+    error = DeserializationError(
+        f"{type(exc).__name__}: {exc}",
+        shard_id=record.shard_id,
+        sequence_number=record.sequence_number,
+        sub_sequence_number=record.sub_sequence_number,
+    )
+    error.__cause__ = exc
+    return error
