@@ -383,6 +383,21 @@ async def test_close_delivers_every_accepted_record_and_then_refuses_puts() -> N
     await producer.close()  # closing twice is harmless
 
 
+async def test_close_with_a_timeout_fails_what_cannot_be_delivered() -> None:
+    fake = FakeKinesis()
+    fake.gate = asyncio.Event()  # every call hangs
+    producer = producer_for(fake, request_timeout=60.0, linger=0.0)
+    await producer.start()
+    futures = await put_numbered(producer, 50, keys=5)
+    started = time.monotonic()
+    await producer.close(grace=0.2)
+    assert time.monotonic() - started < 2
+    for future in futures:
+        with pytest.raises(RecordDeliveryError) as caught:
+            future.result()
+        assert caught.value.code in {"Cancelled", "ProducerAborted"}
+
+
 async def test_flush_waits_for_results_without_waiting_for_linger() -> None:
     fake = FakeKinesis()
     async with producer_for(fake, linger=30.0) as producer:

@@ -16,25 +16,19 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any, Final
 
-from shardflow.aws import classify, error_class_for_code, redact
+from shardflow.aws import classify
 from shardflow.aws.kinesis import stream_ref
-from shardflow.errors import AwsError, RecordDeliveryError, ThrottledError, TransientError
-from shardflow.producer.batching import Aggregate, Builder, Lane, Pending, Request, RequestAssembler
+from shardflow.producer.batching import Builder, Lane, Pending, Request, RequestAssembler
 from shardflow.producer.buffer import RecordBuffer
 from shardflow.producer.metrics import MetricsRecorder, tally
+from shardflow.producer.outcomes import Outcomes
 from shardflow.producer.ratelimit import ShardRateLimiter
-from shardflow.producer.results import PutResult
 from shardflow.producer.settings import ProducerSettings
 from shardflow.producer.shard_router import ShardRouter
 
 log = logging.getLogger("shardflow.producer")
 
-THROTTLED_CODE: Final = "ProvisionedThroughputExceededException"
-WRONG_SHARD_CODE: Final = "WrongShard"
 _INF: Final = float("inf")
-
-# (what failed, error code, message, retryable, the typed error if the whole call failed)
-Failure = tuple[Pending | Aggregate, str, str, bool, AwsError | None]
 
 
 class Engine:
@@ -76,7 +70,6 @@ class Engine:
         self._retired: list[Lane] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._requests_in_flight = 0
-        self._retryable_codes: dict[str, bool] = {}
         # Waking the pump: it sleeps on _waiter until _sleep_until (inf: until woken).
         self._waiter: asyncio.Future[None] | None = None
         self._sleep_until = -_INF
@@ -84,8 +77,17 @@ class Engine:
         self._bytes_since_wake = 0
         self._reroute_pending = False
         self._stopping = False
+        self._aborted = False
         self._pump_task: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
+        self._outcomes = Outcomes(
+            stream=stream,
+            settings=settings,
+            router=router,
+            buffer=buffer,
+            metrics=metrics,
+            lane_for=self._lane_for,
+        )
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -96,19 +98,30 @@ class Engine:
         """Send everything without lingering and return once every record has its result."""
         self._stopping = True
         self.wake()
-        if self._pump_task is not None:
+        if self._pump_task is None:
+            return
+        try:
             await asyncio.shield(self._pump_task)
+        except asyncio.CancelledError:
+            if not (self._aborted and self._pump_task.cancelled()):
+                raise
 
     async def abort(self) -> None:
         """Stop at once: requests in flight are cancelled, records without a result fail."""
         self._stopping = True
+        self._aborted = True
         tasks = list(self._tasks)
         if self._pump_task is not None:
             tasks.append(self._pump_task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._fail_queued("ProducerAborted", "the producer was aborted before the record was sent")
+        self._outcomes.retries_allowed = False
+        self._outcomes.fail_queued(
+            [*self._lanes.values(), *self._retired],
+            "ProducerAborted",
+            "the producer was aborted before the record was sent",
+        )
 
     def on_map_change(self) -> None:
         """The router found new open shards: records of vanished shards move at the next turn."""
@@ -174,7 +187,12 @@ class Engine:
         except Exception as exc:  # a bug: fail loudly rather than leave records hanging
             log.exception("the producer's send loop of %s failed", self._stream)
             self.failure = exc
-            self._fail_queued("InternalError", f"the producer's send loop failed: {exc!r}")
+            self._outcomes.retries_allowed = False
+            self._outcomes.fail_queued(
+                [*self._lanes.values(), *self._retired],
+                "InternalError",
+                f"the producer's send loop failed: {exc!r}",
+            )
 
     def _dispatch(self, now: float) -> float | None:
         """Send what may go now; the time to look again (None: when something finishes)."""
@@ -255,241 +273,25 @@ class Engine:
                         Records=request.payload, **self._stream_params
                     )
             except asyncio.CancelledError:
-                self._settle_failures(
+                self._outcomes.settle_failures(
                     [
-                        _failure(m, "Cancelled", "the request was cancelled", False)
-                        for m in request.members
+                        (member, "Cancelled", "the request was cancelled", False, None)
+                        for member in request.members
                     ],
                     self._loop.time(),
                 )
                 raise
             except Exception as exc:
-                self._call_failed(
+                self._outcomes.call_failed(
                     request, classify(exc, operation="PutRecords", stream=self._stream)
                 )
             else:
-                wrong_shard = self._answered(request, response)
+                wrong_shard = self._outcomes.answered(request, response)
                 if wrong_shard:
-                    await self._settle_wrong_shard(wrong_shard)
+                    await self._outcomes.settle_wrong_shard(wrong_shard)
         finally:
             self._requests_in_flight -= 1
             for lane in request.lanes:
                 lane.in_flight -= 1
             self._buffer.wake()
             self.wake()
-
-    def _call_failed(self, request: Request, error: AwsError) -> None:
-        now = self._loop.time()
-        self._metrics.put_records_calls_failed += 1
-        if isinstance(error, ThrottledError):
-            for lane in request.lanes:
-                lane.limiter.on_throttled(request.sent_at, now)
-        code = error.code or type(error).__name__
-        log.debug("PutRecords to %s failed: %s", self._stream, error)
-        self._settle_failures(
-            [(member, code, str(error), error.retryable, error) for member in request.members], now
-        )
-
-    def _answered(
-        self, request: Request, response: dict[str, Any]
-    ) -> list[tuple[Aggregate, str, str]]:
-        """Settle a PutRecords answer; returns aggregates that landed on an unexpected shard."""
-        results = response.get("Records") or []
-        members = request.members
-        if len(results) != len(members):
-            self._call_failed(
-                request,
-                TransientError(
-                    f"PutRecords answered {len(results)} results for {len(members)} records",
-                    operation="PutRecords",
-                    code="RecordCountMismatch",
-                    stream=self._stream,
-                ),
-            )
-            return []
-        now = self._loop.time()
-        metrics = self._metrics
-        latency = metrics.tallies["latency_ms"]
-        attempts_tally = metrics.tallies["attempts"]
-        release = self._buffer.release
-        failures: list[Failure] = []
-        throttled: set[Lane] = set()
-        wrong_shard: list[tuple[Aggregate, str, str]] = []
-        stale = False
-        delivered = 0
-        delivered_bytes = 0
-        for member, result in zip(members, results, strict=True):
-            sequence_number = result.get("SequenceNumber")
-            if not sequence_number:
-                code = result.get("ErrorCode") or ""
-                if code == THROTTLED_CODE:
-                    throttled.add(_lane_of(member))
-                # An entry with neither a sequence number nor an error code: treat as transient.
-                retryable = self._retryable(code) if code else True
-                message = result.get("ErrorMessage") or code or "no sequence number returned"
-                failures.append(_failure(member, code or "UnknownError", message, retryable))
-                continue
-            shard_id = result.get("ShardId", "")
-            if type(member) is Pending:
-                group: list[Pending] = [member]
-                aggregated = False
-                if member.lane is None or shard_id != member.lane.shard_id:
-                    stale = True
-            else:
-                assert isinstance(member, Aggregate)
-                if shard_id != member.lane.shard_id:
-                    stale = True
-                    wrong_shard.append((member, shard_id, sequence_number))
-                    continue
-                group = member.records
-                aggregated = True
-            for index, record in enumerate(group):
-                attempts = record.attempts + 1
-                target = record if record.sink is None else record.sink
-                if not target.done():
-                    target.set_result(
-                        PutResult(shard_id, sequence_number, attempts, index, aggregated)
-                    )
-                record.data = b""
-                release(record.epoch, record.size)
-                millis = int((now - record.accepted_at) * 1000)
-                latency[millis] = latency.get(millis, 0) + 1
-                attempts_tally[attempts] = attempts_tally.get(attempts, 0) + 1
-                delivered_bytes += record.size
-            delivered += len(group)
-        metrics.records_succeeded += delivered
-        metrics.bytes_succeeded += delivered_bytes
-        metrics.entries_succeeded += len(members) - len(failures)
-        metrics.entries_failed += len(failures)
-        for lane in request.lanes:
-            if lane in throttled:
-                lane.limiter.on_throttled(request.sent_at, now)
-            else:
-                lane.limiter.on_success(now)
-        if throttled:
-            metrics.entries_throttled += sum(1 for f in failures if f[1] == THROTTLED_CODE)
-        if stale:
-            log.debug("records of %s landed on unpredicted shards; refreshing", self._stream)
-            self._router.request_refresh(now)
-        if failures:
-            self._settle_failures(failures, now)
-        return wrong_shard
-
-    async def _settle_wrong_shard(self, wrong_shard: list[tuple[Aggregate, str, str]]) -> None:
-        """Aggregates that landed on another shard than predicted (the stream was resharded).
-
-        A consumer (the KCL) drops user records of an aggregate whose hash key lies outside
-        the shard's range, so those are sent again once the new shard map is known; the others
-        were delivered.
-        """
-        cancelled = False
-        try:
-            await asyncio.shield(self._router.request_refresh(self._loop.time()))
-        except asyncio.CancelledError:
-            cancelled = True  # settle below as far as we can tell, then stop
-        now = self._loop.time()
-        failures: list[Failure] = []
-        for aggregate, shard_id, sequence_number in wrong_shard:
-            shard = self._router.shards_by_id.get(shard_id)
-            for index, record in enumerate(aggregate.records):
-                if cancelled or shard is None or record.hash_key in shard.hash_range:
-                    self._succeed(
-                        record,
-                        PutResult(shard_id, sequence_number, record.attempts + 1, index, True),
-                        now,
-                    )
-                else:
-                    failures.append(
-                        _failure(
-                            record,
-                            WRONG_SHARD_CODE,
-                            f"aggregated record landed on {shard_id}, whose hash key range "
-                            "does not cover this record",
-                            True,
-                        )
-                    )
-        if failures:
-            self._settle_failures(failures, now)
-        if cancelled:
-            raise asyncio.CancelledError
-
-    # --- settling records --------------------------------------------------------------------
-
-    def _succeed(self, record: Pending, result: PutResult, now: float) -> None:
-        metrics = self._metrics
-        record.settle(result)
-        self._buffer.release(record.epoch, record.size)
-        metrics.records_succeeded += 1
-        metrics.bytes_succeeded += record.size
-        tally(metrics.tallies["latency_ms"], int((now - record.accepted_at) * 1000))
-        tally(metrics.tallies["attempts"], result.attempts)
-
-    def _settle_failures(self, failures: list[Failure], now: float) -> None:
-        """Retry what may be retried (at the head of its lane, after a pause); fail the rest."""
-        settings = self._settings
-        max_attempts = settings.max_attempts
-        ttl = settings.record_ttl
-        retry: dict[Lane, list[Pending]] = {}
-        pause_attempts: dict[Lane, int] = {}
-        for member, code, message, retryable, error in failures:
-            records = [member] if type(member) is Pending else _records_of(member)
-            for record in records:
-                record.attempts += 1
-                if (
-                    retryable
-                    and self.failure is None
-                    and (max_attempts is None or record.attempts < max_attempts)
-                    and (ttl is None or now - record.accepted_at < ttl)
-                ):
-                    lane = self._lane_for(record.hash_key)
-                    retry.setdefault(lane, []).append(record)
-                    pause_attempts[lane] = max(pause_attempts.get(lane, 0), record.attempts)
-                else:
-                    self._fail(record, code, message, error)
-        for lane, records in retry.items():
-            lane.push_front(records)
-            pause = settings.retry_backoff.delay(pause_attempts[lane] - 1)
-            lane.resume_at = max(lane.resume_at, now + pause)
-            self._metrics.retries += len(records)
-
-    def _fail(self, record: Pending, code: str, message: str, error: AwsError | None) -> None:
-        failure = RecordDeliveryError(
-            f"record not delivered: {redact(message)}",
-            code=code,
-            attempts=record.attempts,
-            stream=self._stream,
-        )
-        failure.__cause__ = error
-        record.settle(failure)
-        self._buffer.release(record.epoch, record.size)
-        self._metrics.failed(code)
-        tally(self._metrics.tallies["attempts"], max(record.attempts, 1))
-
-    def _fail_queued(self, code: str, message: str) -> None:
-        for lane in [*self._lanes.values(), *self._retired]:
-            while lane.queue:
-                record = lane.queue.popleft()
-                lane.queued_bytes -= record.size
-                self._fail(record, code, message, None)
-        self._buffer.wake()
-
-    def _retryable(self, code: str) -> bool:
-        known = self._retryable_codes.get(code)
-        if known is None:
-            known = self._retryable_codes[code] = error_class_for_code(code).retryable
-        return known
-
-
-def _failure(member: Pending | Aggregate, code: str, message: str, retryable: bool) -> Failure:
-    return (member, code, message, retryable, None)
-
-
-def _lane_of(member: Pending | Aggregate) -> Lane:
-    lane = member.lane
-    assert lane is not None
-    return lane
-
-
-def _records_of(member: Pending | Aggregate) -> list[Pending]:
-    assert isinstance(member, Aggregate)
-    return member.records

@@ -118,16 +118,25 @@ class Producer:
         if self._on_metrics is not None:
             self._metrics_task = loop.create_task(self._report_metrics())
 
-    async def close(self) -> None:
+    async def close(self, grace: float | None = None) -> None:
         """Send everything accepted, wait for every result, then release the client.
 
         Accepted records are never dropped: each gets a result or a RecordDeliveryError.
-        ``put`` calls still waiting for buffer room fail with ProducerClosedError.
+        ``put`` calls still waiting for buffer room fail with ProducerClosedError. With
+        ``grace``, records still without a result after that many seconds fail with
+        ``RecordDeliveryError`` (code ``ProducerAborted`` or ``Cancelled``) and requests in
+        flight are abandoned.
         """
         if self._loop is None or self._engine is None:
             return
         if self._close_task is None:
             self._close_task = asyncio.ensure_future(self._shutdown())
+        if grace is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._close_task), grace)
+            except TimeoutError:
+                log.warning("closing the producer of %s timed out; aborting", self.stream)
+                await self._engine.abort()
         await asyncio.shield(self._close_task)
 
     async def _shutdown(self) -> None:

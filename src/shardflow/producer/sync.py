@@ -41,11 +41,12 @@ PutFuture = concurrent.futures.Future[PutResult]
 class _Marker:
     """A flush or close request travelling through the inbox behind the records put before it."""
 
-    __slots__ = ("future", "kind")
+    __slots__ = ("future", "kind", "timeout")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.timeout: float | None = None
 
 
 _Item = tuple[Prepared, PutFuture] | _Marker
@@ -115,15 +116,21 @@ class SyncProducer:
         marker.future.result(timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Send everything put so far, wait for every result, stop the loop thread."""
+        """Send everything put so far, wait for every result, stop the loop thread.
+
+        With ``timeout``, records without a result after that many seconds fail (see
+        :meth:`Producer.close`).
+        """
         if self._thread is None:
             return
         with self._lock:
             first = not self._closing
             self._closing = True
         if first:
+            self._close_marker.timeout = timeout
             self._hand_over(self._close_marker, block=False, timeout=None, closing=True)
-        self._closed.result(timeout)
+        # The loop thread gives up at ``timeout`` itself; the margin covers the abort.
+        self._closed.result(None if timeout is None else timeout + 30)
         self._thread.join(timeout)
         atexit.unregister(self._close_at_exit)
 
@@ -265,7 +272,7 @@ class SyncProducer:
                 elif item.kind == _FLUSH:
                     _chain(producer._begin_flush(), item.future)
                 else:
-                    await producer.close()
+                    await producer.close(item.timeout)
                     item.future.set_result(None)
                     return
 
