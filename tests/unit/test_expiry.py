@@ -1,0 +1,95 @@
+"""Expiry as one observer judges it: counters unchanged for failover_time on its own clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardflow.leases import Lease
+from shardflow.leases.expiry import ExpiryTracker
+
+HELD = Lease("shardId-000000000001", lease_owner="a", lease_counter=5)
+
+
+def test_a_free_lease_is_expired_at_once() -> None:
+    tracker = ExpiryTracker(10.0)
+    free = Lease("shardId-000000000002")
+    assert tracker.is_expired(free, now=0.0)
+    tracker.observe([free], now=0.0)
+    assert tracker.is_expired(free, now=0.0)
+
+
+def test_a_lease_never_seen_is_not_expired() -> None:
+    assert not ExpiryTracker(10.0).is_expired(HELD, now=1e9)
+
+
+def test_a_held_lease_expires_failover_after_it_was_first_seen_unchanged() -> None:
+    tracker = ExpiryTracker(10.0)
+    tracker.observe([HELD], now=100.0)
+    tracker.observe([HELD], now=105.0)  # same counter: the clock keeps running from 100
+    assert not tracker.is_expired(HELD, now=109.9)
+    assert tracker.is_expired(HELD, now=110.0)
+    assert tracker.expires_at(HELD) == 110.0
+
+
+def test_a_changed_counter_restarts_the_clock() -> None:
+    tracker = ExpiryTracker(10.0)
+    tracker.observe([HELD], now=100.0)
+    renewed = replace(HELD, lease_counter=6)
+    tracker.observe([renewed], now=108.0)
+    assert not tracker.is_expired(renewed, now=117.9)
+    assert tracker.is_expired(renewed, now=118.0)
+    # A view with the old counter is never judged by the new sighting.
+    assert not tracker.is_expired(HELD, now=1e9)
+
+
+def test_a_handoff_without_counter_change_restarts_the_clock() -> None:
+    tracker = ExpiryTracker(10.0)
+    tracker.observe([HELD], now=100.0)
+    handed = replace(HELD, lease_owner="b", checkpoint_owner="a")
+    tracker.observe([handed], now=109.0)
+    assert not tracker.is_expired(handed, now=118.0)
+    assert tracker.is_expired(handed, now=119.0)
+
+
+def test_leases_missing_from_a_full_scan_are_forgotten() -> None:
+    tracker = ExpiryTracker(10.0)
+    tracker.observe([HELD], now=0.0)
+    tracker.observe([], now=1.0, complete=False)
+    assert len(tracker) == 1
+    tracker.observe([], now=2.0)
+    assert len(tracker) == 0
+    tracker.observe([HELD], now=50.0)  # seen anew: a fresh failover time
+    assert not tracker.is_expired(HELD, now=59.0)
+
+
+def test_failover_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        ExpiryTracker(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    offset=st.floats(-1e9, 1e9, allow_nan=False),
+    scans=st.lists(st.tuples(st.floats(0.01, 5.0), st.booleans()), min_size=1, max_size=30),
+)
+def test_only_the_observers_own_elapsed_time_matters(
+    offset: float, scans: list[tuple[float, bool]]
+) -> None:
+    """Whatever the observer's clock reads (``offset``), a lease is expired exactly when at
+    least failover_time passed, on that clock, since its current counter was first seen."""
+    tracker = ExpiryTracker(10.0)
+    lease = HELD
+    now = offset
+    first_seen = now
+    tracker.observe([lease], now)
+    for gap, renewed in scans:
+        now += gap
+        if renewed:
+            lease = replace(lease, lease_counter=lease.lease_counter + 1)
+            first_seen = now
+        tracker.observe([lease], now)
+        assert tracker.is_expired(lease, now) == (now - first_seen >= 10.0)
