@@ -24,6 +24,7 @@ from shardflow.errors import (
     AccessDeniedError,
     InvalidPartitionKeyError,
     ProducerClosedError,
+    ProducerError,
     RecordDeliveryError,
     RecordTooLargeError,
     ResourceNotFoundError,
@@ -351,10 +352,12 @@ async def test_throttling_slows_the_shard_down() -> None:
         assert lane.limiter.fraction < 1.0
 
 
-async def test_wrong_stream_fails_at_start() -> None:
+async def test_wrong_stream_fails_at_start_and_nothing_is_accepted() -> None:
     producer = Producer("missing", clients=FakeClients(FakeKinesis()))
     with pytest.raises(ResourceNotFoundError):
         await producer.start()
+    with pytest.raises(ProducerError, match="start the producer first"):
+        await producer.put(b"x", "k")
 
 
 async def test_invalid_records_raise_at_put_and_nothing_of_a_bad_batch_is_accepted() -> None:

@@ -43,7 +43,7 @@ class Engine:
         router: ShardRouter,
         buffer: RecordBuffer,
         metrics: MetricsRecorder,
-        builder_factory: Callable[[int], Builder],
+        builder_factory: Callable[[int], Builder] | None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._kinesis = kinesis

@@ -16,11 +16,10 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Self
 
-from shardflow.aggregation import AggregateBuilder
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import stream_name_of
 from shardflow.errors import ProducerClosedError, ProducerError
-from shardflow.producer.batching import Pending
+from shardflow.producer.batching import Builder, Pending
 from shardflow.producer.buffer import Epoch, RecordBuffer
 from shardflow.producer.engine import Engine
 from shardflow.producer.metrics import MetricsRecorder, ProducerMetricsSnapshot, tally
@@ -107,10 +106,14 @@ class Producer:
                 router=router,
                 buffer=self._buffer,
                 metrics=self._recorder,
-                builder_factory=AggregateBuilder,
+                builder_factory=_aggregate_builder() if settings.aggregate else None,
             )
         except BaseException:
             await self._exit.aclose()
+            # Back to "not started": nothing may be accepted, and start may be tried again.
+            self._exit = AsyncExitStack()
+            self._loop = None
+            self._buffer = self._router = self._recorder = self._engine = None
             raise
         router.on_change = engine.on_map_change
         engine.start()
@@ -216,7 +219,7 @@ class Producer:
     def _running_buffer(self) -> RecordBuffer:
         if self._close_task is not None:
             raise ProducerClosedError(f"the producer of {self.stream} is closed")
-        if self._buffer is None:
+        if self._buffer is None or self._engine is None:
             raise ProducerError("start the producer first (or use `async with`)")
         if self._engine is not None and self._engine.failure is not None:
             raise ProducerError(
@@ -309,3 +312,11 @@ class Producer:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "running" if self._engine else "new"
         return f"Producer(stream={self.stream!r}, {state})"
+
+
+def _aggregate_builder() -> Callable[[int], Builder]:
+    # Imported on demand: the protobuf schema costs start-up time producers without
+    # aggregation need not pay.
+    from shardflow.aggregation import AggregateBuilder
+
+    return AggregateBuilder
