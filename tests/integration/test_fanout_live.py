@@ -37,8 +37,11 @@ FAST = FanOutSettings(renew_after=120.0, event_timeout=8.0, read_timeout=10.0)
 
 
 @asynccontextmanager
-async def kinesis_at(url: str, shards: int = 0) -> AsyncIterator[Any]:
-    async with fanout_client(ClientFactory(AwsSettings(endpoint_url=url)), shards=shards) as client:
+async def kinesis_at(
+    url: str, shards: int = 0, settings: FanOutSettings = FAST
+) -> AsyncIterator[Any]:
+    factory = ClientFactory(AwsSettings(endpoint_url=url))
+    async with fanout_client(factory, settings, shards=shards) as client:
         yield client
 
 
@@ -191,6 +194,39 @@ async def test_renewals_lose_and_repeat_no_record(kinesis_local_url: str, stream
         assert seen == writer.result()  # all of them, once each, in order
         assert fetcher.renewals >= 3
         assert len(set(seen)) > 3 * fetcher.renewals
+
+
+async def test_a_caller_slower_than_the_read_timeout_reads_on_without_errors(
+    kinesis_local_url: str, stream_name: str
+) -> None:
+    # The HTTP read timeout is shorter than the caller's pause: the connection must neither
+    # time out nor be replaced (KCL's complaint: read timeouts with slow processors).
+    settings = FanOutSettings(renew_after=120.0, event_timeout=8.0, read_timeout=6.0)
+    async with kinesis_at(kinesis_local_url, settings=settings) as kinesis:
+        await create_stream(kinesis, stream_name, 1)
+        placed = [seq for _, seq in await put(kinesis, stream_name, [("a", b"1"), ("b", b"2")])]
+        consumer = await register_consumer(kinesis, stream_name, "slow")
+        (shard,) = await list_shards(kinesis, stream_name)
+        fetcher = fetcher_for(kinesis, stream_name, shard.shard_id, consumer.arn, settings)
+        first = await anext(fetcher)
+        seen = [r.sequence_number for r in first.records]
+
+        async def meanwhile() -> list[str]:
+            await asyncio.sleep(2.0)
+            return [seq for _, seq in await put(kinesis, stream_name, [("c", b"3"), ("d", b"4")])]
+
+        writer = asyncio.create_task(meanwhile())
+        await asyncio.sleep(9.0)  # a slow handler, busy with the first batch
+        placed += await writer
+        async with fetcher:
+            for _ in range(30):
+                if set(placed) <= set(seen):
+                    break
+                batch = await asyncio.wait_for(anext(fetcher), 5.0)
+                seen += [r.sequence_number for r in batch.records]
+        assert seen == placed
+        assert fetcher.subscriptions == 1
+        assert fetcher.renewals == 0
 
 
 async def test_a_split_parent_ends_with_its_children(

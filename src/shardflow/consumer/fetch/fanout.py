@@ -12,22 +12,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from enum import Enum
 from types import TracebackType
 from typing import Any
 
 from shardflow.aws.backoff import Backoff
 from shardflow.aws.classify import classify
 from shardflow.aws.clients import ClientFactory
-from shardflow.aws.kinesis import stream_name_of, stream_ref
+from shardflow.aws.kinesis import stream_name_of
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
 from shardflow.consumer.fetch.convert import record_from_kinesis
 from shardflow.consumer.fetch.eventstream import tolerate_missing_initial_response
 from shardflow.consumer.fetch.pacing import SubscriptionPacer, shared_pacer
+from shardflow.consumer.fetch.shard_end import shard_end_at
+from shardflow.consumer.fetch.subscription import Lapse, Subscription, starting_position
 from shardflow.errors import AwsError, ResourceInUseError, ThrottledError, TransientError
 from shardflow.positions import StartPosition
 
@@ -102,30 +103,6 @@ def fanout_client(
     return client
 
 
-class _Lapse(Enum):
-    """Why a subscription is over without an event to hand out."""
-
-    RENEW = "renewal due"
-    SILENT = "no event within the event timeout"
-    CLOSED = "closed by the service"
-
-
-class _Subscription:
-    """One SubscribeToShard response: its events, when it started, how many it delivered."""
-
-    def __init__(self, stream: Any, started: float) -> None:
-        self._stream = stream
-        self.events: AsyncIterator[Mapping[str, Any]] = aiter(stream)
-        self.started = started
-        self.received = 0
-
-    def close(self) -> None:
-        # Closes the HTTP response (and its connection); a read in progress fails or ends.
-        close = getattr(self._stream, "close", None)
-        if callable(close):
-            close()
-
-
 class FanOutFetcher:
     """An async iterator of :class:`FetchedBatch` for one shard, by enhanced fan-out.
 
@@ -175,7 +152,7 @@ class FanOutFetcher:
         self._clock = clock
         self._rng = rng
         tolerate_missing_initial_response(kinesis)
-        self._subscription: _Subscription | None = None
+        self._subscription: Subscription | None = None
         self._continuation: str | None = None
         self._last_delivered: str | None = None
         self._ended = False
@@ -227,11 +204,15 @@ class FanOutFetcher:
                 self._subscription = await self._subscribe()
             subscription = self._subscription
             try:
-                outcome = await self._next_event(subscription)
+                outcome = await subscription.next_event(
+                    self._clock,
+                    renew_at=subscription.started + self.settings.renew_after,
+                    event_timeout=self.settings.event_timeout,
+                )
             except asyncio.CancelledError:
                 self._drop()  # the event iterator was interrupted mid-read: unusable
                 raise
-            if isinstance(outcome, _Lapse):
+            if isinstance(outcome, Lapse):
                 await self._after_lapse(subscription, outcome)
                 continue
             if isinstance(outcome, Exception):
@@ -239,7 +220,6 @@ class FanOutFetcher:
                 await self._after_failure(outcome, called)
                 continue
             self._failures.clear()
-            subscription.received += 1
             if "SubscribeToShardEvent" not in outcome:
                 log.debug(
                     "ignoring an event of another type on %s: %s", self.shard_id, list(outcome)
@@ -267,7 +247,7 @@ class FanOutFetcher:
 
     # --- subscriptions ---------------------------------------------------------------------
 
-    async def _subscribe(self) -> _Subscription:
+    async def _subscribe(self) -> Subscription:
         """A new subscription at the resume position, paced and retried."""
         while True:
             await self._pacer.acquire(self.consumer_arn, self.shard_id)
@@ -276,54 +256,22 @@ class FanOutFetcher:
                 answer = await self._kinesis.subscribe_to_shard(
                     ConsumerARN=self.consumer_arn,
                     ShardId=self.shard_id,
-                    StartingPosition=_starting_position(position),
+                    StartingPosition=starting_position(position),
                 )
             except Exception as exc:
                 await self._back_off(exc)
                 continue
             self.subscriptions += 1
             log.debug("subscribed to %s at %s", self.shard_id, position)
-            return _Subscription(answer["EventStream"], self._clock.monotonic())
+            return Subscription(answer["EventStream"], self._clock.monotonic())
 
-    async def _next_event(
-        self, subscription: _Subscription
-    ) -> Mapping[str, Any] | _Lapse | Exception:
-        """The next event, or why there is none: a lapse, or the failure that ended the stream."""
-        now = self._clock.monotonic()
-        renew_at = subscription.started + self.settings.renew_after
-        if renew_at <= now:
-            return _Lapse.RENEW
-        renewal_first = renew_at <= now + self.settings.event_timeout
-        deadline = min(renew_at, now + self.settings.event_timeout)
-        read = asyncio.ensure_future(anext(subscription.events))
-        timer = asyncio.ensure_future(self._clock.sleep(deadline - now))
-        try:
-            await asyncio.wait((read, timer), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            if not read.done():
-                read.cancel()
-        if not read.done():
-            await asyncio.wait((read,))  # let the cancellation land (an event may win the race)
-        if read.cancelled():
-            return _Lapse.RENEW if renewal_first else _Lapse.SILENT
-        error = read.exception()
-        if isinstance(error, StopAsyncIteration):
-            return _Lapse.CLOSED
-        if isinstance(error, Exception):
-            return error
-        if error is not None:  # a BaseException such as KeyboardInterrupt
-            raise error
-        event: Mapping[str, Any] = read.result()
-        return event
-
-    async def _after_lapse(self, subscription: _Subscription, lapse: _Lapse) -> None:
+    async def _after_lapse(self, subscription: Subscription, lapse: Lapse) -> None:
         self._drop()
-        if lapse is _Lapse.RENEW:
+        if lapse is Lapse.RENEW:
             self.renewals += 1
             log.debug("renewing the subscription to %s at %s", self.shard_id, self.resume_position)
             return
-        if lapse is _Lapse.CLOSED and subscription.received:
+        if lapse is Lapse.CLOSED and subscription.received:
             log.debug(
                 "subscription to %s ended; resubscribing at %s", self.shard_id, self.resume_position
             )
@@ -415,7 +363,7 @@ class FanOutFetcher:
         if continuation is not None:
             self._continuation = continuation
             if batch.caught_up and self._check_due():
-                batch = await self._check_closed(batch)
+                batch = await self._check_shard_end(batch)
         if batch.shard_ended:
             self._ended = True
             self._drop()
@@ -428,24 +376,13 @@ class FanOutFetcher:
         self._last_check = self._clock.monotonic()
         return True
 
-    async def _check_closed(self, batch: FetchedBatch) -> FetchedBatch:
+    async def _check_shard_end(self, batch: FetchedBatch) -> FetchedBatch:
         """``batch`` as the shard's last one if GetRecords finds the shard ended right here."""
-        params = {
-            **stream_ref(self.stream),
-            "ShardId": self.shard_id,
-            **self.resume_position.iterator_params(),
-        }
-        try:
-            iterator = (await self._kinesis.get_shard_iterator(**params)).get("ShardIterator")
-            answer = (
-                await self._kinesis.get_records(ShardIterator=iterator, Limit=1) if iterator else {}
-            )
-        except Exception as exc:
-            log.debug("closed-shard check of %s failed: %s", self.shard_id, type(exc).__name__)
+        children = await shard_end_at(
+            self._kinesis, self.stream, self.shard_id, self.resume_position
+        )
+        if children is None:
             return batch
-        if not iterator or answer.get("Records") or answer.get("NextShardIterator"):
-            return batch
-        children = tuple(ChildShard.from_api(c) for c in answer.get("ChildShards", ()))
         log.info(
             "shard %s ended (found by GetRecords); children %s",
             self.shard_id,
@@ -458,14 +395,3 @@ class FanOutFetcher:
             shard_ended=True,
             child_shards=children,
         )
-
-
-def _starting_position(position: StartPosition) -> dict[str, Any]:
-    """SubscribeToShard's ``StartingPosition`` for a start position."""
-    params = position.iterator_params()
-    starting: dict[str, Any] = {"Type": params["ShardIteratorType"]}
-    if "StartingSequenceNumber" in params:
-        starting["SequenceNumber"] = params["StartingSequenceNumber"]
-    if "Timestamp" in params:
-        starting["Timestamp"] = params["Timestamp"]
-    return starting
