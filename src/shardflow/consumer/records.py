@@ -2,70 +2,51 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from shardflow.consumer.acks import AckHandle
-from shardflow.records import ExtendedSequenceNumber, Record
+from shardflow.records import Record
 
 T = TypeVar("T")
 
 
-class ConsumedRecord(Generic[T]):
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord(Record, Generic[T]):
     """One delivered record (a plain Kinesis record or one sub-record of a KPL aggregate).
 
-    ``value`` is the payload as the consumer's deserializer made it; ``record`` is the raw
-    :class:`~shardflow.records.Record`. :meth:`ack` marks the record as handled: the consumer
-    does it for you when a handler returns, unless the handler opted into manual acks. Acks may
-    come from any task or thread, in any order; the checkpoint only moves over records that are
-    all acknowledged.
+    A :class:`~shardflow.records.Record` (``data``, ``partition_key``, ``sequence_number``,
+    ``position``, ...) plus ``value``, the payload as the consumer's deserializer made it, and
+    :meth:`ack`, which marks the record as handled: the consumer does it when a handler
+    returns, unless the handler opted into manual acks. Acks may come from any task or thread,
+    in any order; the checkpoint only moves over records that are all acknowledged. Pass it to
+    a :class:`~shardflow.consumer.checkpoint.Checkpointer` (``stage``, ``checkpoint``) as is.
     """
 
-    __slots__ = ("_handle", "record", "value")
+    value: T = field(default=None, compare=False)  # type: ignore[assignment]
+    handle: AckHandle | None = field(default=None, compare=False, repr=False)
 
-    def __init__(self, record: Record, value: T, handle: AckHandle) -> None:
-        self.record = record
-        self.value = value
-        self._handle = handle
+    @classmethod
+    def of(cls, record: Record, value: T, handle: AckHandle) -> ConsumedRecord[T]:
+        """``record`` with its deserialized ``value`` and the ``handle`` that acknowledges it."""
+        return cls(
+            record.data,
+            record.partition_key,
+            record.sequence_number,
+            record.sub_sequence_number,
+            record.explicit_hash_key,
+            record.approximate_arrival_timestamp,
+            record.shard_id,
+            record.stream_name,
+            record.aggregated,
+            record.last_sub_sequence_number,
+            value,
+            handle,
+        )
 
     def ack(self) -> None:
         """Mark this record as handled. Idempotent, never blocks, safe from any thread."""
-        self._handle.ack()
-
-    @property
-    def data(self) -> bytes:
-        return self.record.data
-
-    @property
-    def partition_key(self) -> str:
-        return self.record.partition_key
-
-    @property
-    def sequence_number(self) -> str:
-        return self.record.sequence_number
-
-    @property
-    def sub_sequence_number(self) -> int:
-        return self.record.sub_sequence_number
-
-    @property
-    def position(self) -> ExtendedSequenceNumber:
-        return self.record.position
-
-    @property
-    def shard_id(self) -> str:
-        return self.record.shard_id
-
-    @property
-    def stream_name(self) -> str:
-        return self.record.stream_name
-
-    @property
-    def approximate_arrival_timestamp(self) -> datetime | None:
-        return self.record.approximate_arrival_timestamp
-
-    def __repr__(self) -> str:
-        return (
-            f"ConsumedRecord(shard={self.record.shard_id}, position={self.record.position}, "
-            f"partition_key={self.record.partition_key!r})"
-        )
+        handle: Any = self.handle
+        if handle is None:
+            raise RuntimeError("this record was not delivered by a consumer: nothing to ack")
+        handle.ack()

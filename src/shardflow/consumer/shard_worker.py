@@ -38,7 +38,7 @@ from shardflow.consumer.checkpoint import (
     resume_filter,
 )
 from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
-from shardflow.consumer.handlers import HandlerAdapter
+from shardflow.consumer.handlers import ChunkOutcome, HandlerAdapter
 from shardflow.consumer.intake import OutOfRangePolicy, RecordIntake
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
 from shardflow.consumer.prefetch import Chunk, PrefetchBuffer, chunks
@@ -318,7 +318,7 @@ class ShardWorker:
                 if records:
                     if self._metrics is not None:
                         self._metrics.records_handled(
-                            self.stream, len(records), sum(r.record.size for r in records)
+                            self.stream, len(records), sum(r.size for r in records)
                         )
                     yield records
                 if self._undecodable is not None:
@@ -347,13 +347,15 @@ class ShardWorker:
                 # Raised once the records before it are handled (see batches()).
                 self._undecodable = _deserialization_error(exc, record)
                 break
-            out.append(ConsumedRecord(record, value, handle))
+            out.append(ConsumedRecord.of(record, value, handle))
         return out
 
     async def run(self, adapter: HandlerAdapter) -> ShardResult:
         """Hand every record to ``adapter``'s handler until the shard ends, stops or fails."""
         async for records in self.batches():
-            outcome = await adapter.run(records, self.may_deliver)
+            outcome = await self._handle(adapter, records)
+            if outcome is None:
+                break
             if self._metrics is not None and outcome.latencies:
                 self._metrics.handler_latencies(self.stream, outcome.latencies)
             if outcome.error is not None:
@@ -361,6 +363,36 @@ class ShardWorker:
                 self.fail(outcome.error)
         # With automatic acks nothing is acknowledged after the handler returned: no drain.
         return await self.finish(drain_timeout=0.0 if adapter.auto_ack else None)
+
+    async def _handle(
+        self, adapter: HandlerAdapter, records: list[ConsumedRecord[Any]]
+    ) -> ChunkOutcome | None:
+        """One handler run; on stop it gets ``drain_timeout`` more seconds, then is cancelled
+        (None): a stop must end even when a handler hangs."""
+        call = asyncio.ensure_future(adapter.run(records, self.may_deliver))
+        stop = asyncio.ensure_future(self._stop_called.wait())
+        try:
+            await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not call.done():
+                await asyncio.wait({call}, timeout=self.settings.drain_timeout)
+        finally:
+            stop.cancel()
+            if not call.done():
+                call.cancel()
+                try:
+                    await call
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise  # this task itself is being cancelled: let it go
+        if call.cancelled():
+            log.warning(
+                "shard %s: handler still running %.1fs after the stop; abandoned it",
+                self.shard_id,
+                self.settings.drain_timeout,
+            )
+            return None
+        return call.result()
 
     # --- background ----------------------------------------------------------------------------
 

@@ -1,1 +1,55 @@
-"""Helpers for testing code that uses shardflow (and shardflow itself) without AWS."""
+"""Helpers for testing code that uses shardflow (and shardflow itself) without AWS.
+
+For your consumer's unit tests: :class:`MemoryKinesis` (streams in memory, answering like a
+Kinesis client) and :func:`consume_until_caught_up` (the real consumer against it and an
+in-memory lease table, until every record is handled; then inspect the checkpoints), with
+:func:`fast_settings` and :func:`partition_key_in`. :mod:`shardflow.testing.faults` injects
+AWS failures in front of an emulator.
+
+Names are imported on first use, so ``shardflow.testing.faults`` does not load the consumer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shardflow.testing.harness import (
+        FAST_LEASES,
+        ConsumeReport,
+        consume_until_caught_up,
+        fast_settings,
+    )
+    from shardflow.testing.memory import MemoryKinesis, partition_key_in
+
+_EXPORTS = {
+    "FAST_LEASES": "shardflow.testing.harness",
+    "ConsumeReport": "shardflow.testing.harness",
+    "consume_until_caught_up": "shardflow.testing.harness",
+    "fast_settings": "shardflow.testing.harness",
+    "MemoryKinesis": "shardflow.testing.memory",
+    "partition_key_in": "shardflow.testing.memory",
+}
+
+__all__ = [
+    "FAST_LEASES",
+    "ConsumeReport",
+    "MemoryKinesis",
+    "consume_until_caught_up",
+    "fast_settings",
+    "partition_key_in",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

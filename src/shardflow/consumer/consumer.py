@@ -1,0 +1,533 @@
+"""The consumer: leases from the coordinator, a worker per owned shard, records to user code.
+
+::
+
+    consumer = Consumer("orders", "billing", settings=ConsumerSettings(deserializer=as_json))
+
+    async def handle(record: ConsumedRecord[dict]) -> None:
+        ...
+
+    await consumer.consume(handle)          # until consumer.stop() (or run() with signals)
+
+or, to drive each shard yourself::
+
+    async with contextlib.aclosing(consumer.shards()) as sessions:
+        async for shard_id, batches, checkpointer in sessions:
+            ...  # start a task per shard; iterate batches; ack / stage / checkpoint
+
+Lifecycle: start creates the lease table if needed, lists shards for a new application and
+takes leases at once. Each lease taken starts a shard (after its parents reached SHARD_END).
+At a shard's end: SHARD_END is checkpointed once every record is handled, children's leases
+are created, the lease is released. ``stop()``: fetching stops, records in the handlers
+finish, every shard writes a final checkpoint, then every lease is released (others take them
+at once, no failover wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from shardflow.aws.clients import ClientFactory
+from shardflow.aws.kinesis import list_shards
+from shardflow.aws.settings import AwsSettings
+from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.consumer import checkpoint as checkpoints
+from shardflow.consumer.events import (
+    CheckpointWritten,
+    DiagnosticEvent,
+    EventCallback,
+    ShardStarted,
+)
+from shardflow.consumer.fetch.batch import FetchedBatch
+from shardflow.consumer.fetch.fanout import FanOutFetcher, fanout_client
+from shardflow.consumer.fetch.polling import PollingFetcher
+from shardflow.consumer.fetch.registration import ConsumerRegistration
+from shardflow.consumer.handlers import Handler, HandlerAdapter
+from shardflow.consumer.metrics import ConsumerMetrics
+from shardflow.consumer.session import ShardSession
+from shardflow.consumer.settings import ConsumerSettings, default_worker_id
+from shardflow.consumer.shard_worker import (
+    FetcherFactory,
+    ShardResult,
+    ShardWorker,
+    StopReason,
+    WorkerSettings,
+)
+from shardflow.consumer.status import ConsumerStatus, ShardStatus
+from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.dynamodb import DynamoDBLeaseStore
+from shardflow.leases.owned import OwnedLease
+from shardflow.leases.settings import StreamSpec
+from shardflow.leases.store import LeaseStore
+from shardflow.positions import StartPosition
+from shardflow.shards import HashKeyRange
+
+log = logging.getLogger("shardflow.consumer")
+
+ErrorCallback = Callable[[str, str, BaseException], None]
+"""Called with (stream, shard id, error) when a shard stops because of an error."""
+
+ShardDriver = Callable[[ShardWorker], Awaitable[ShardResult]]
+
+
+class Consumer:
+    """A KCL-compatible consumer of one or more streams (see the module doc).
+
+    ``stream``: a name or ARN, or several (leases then use KCL's multi-stream keys).
+    ``application_name``: the lease table's name; workers of one application share the shards.
+    ``aws``: where to connect (default: the standard AWS configuration). ``kinesis``: an open
+    Kinesis client to use instead (e.g. :class:`shardflow.testing.MemoryKinesis`).
+    ``lease_store``: the lease table to use instead of DynamoDB's table ``application_name``.
+    ``on_event``: receives :mod:`~shardflow.consumer.events` (quick, must not raise).
+    ``on_error``: called when a shard stops because of a handler or decoding error.
+    """
+
+    def __init__(
+        self,
+        stream: str | Sequence[str],
+        application_name: str,
+        *,
+        settings: ConsumerSettings | None = None,
+        aws: AwsSettings | None = None,
+        kinesis: Any | None = None,
+        lease_store: LeaseStore | None = None,
+        on_event: EventCallback | None = None,
+        on_error: ErrorCallback | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        streams = [stream] if isinstance(stream, str) else list(stream)
+        if not streams or not all(streams):
+            raise ValueError("a consumer needs at least one stream name or ARN")
+        if len(set(streams)) != len(streams):
+            raise ValueError("a stream is listed twice")
+        if not application_name:
+            raise ValueError("a consumer needs an application name (the lease table's name)")
+        self.streams = streams
+        self.application_name = application_name
+        self.settings = settings or ConsumerSettings()
+        self.worker_id = self.settings.worker_id or default_worker_id()
+        self.metrics = ConsumerMetrics(clock)
+        self._aws = aws
+        self._kinesis = kinesis
+        self._lease_store = lease_store
+        self._on_event = on_event
+        self._on_error = on_error
+        self._clock = clock
+        self._active = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._stop_requested = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._stop_early = False
+        self._workers: dict[str, ShardWorker] = {}
+        self._shard_tasks: set[asyncio.Task[None]] = set()
+        self._parked: dict[str, BaseException] = {}
+        self._fatal: BaseException | None = None
+        self._coordinator: LeaseCoordinator | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._fetch_kinesis: Any = None
+        self._consumer_arns: dict[str, str] = {}
+        self._shard_ranges: dict[tuple[str, str], HashKeyRange] = {}
+
+    # --- public API --------------------------------------------------------------------------
+
+    async def consume(
+        self, handler: Handler, *, batch: bool = False, auto_ack: bool = True
+    ) -> None:
+        """Hand every record of every owned shard to ``handler`` until :meth:`stop`.
+
+        ``handler`` takes one :class:`~shardflow.consumer.records.ConsumedRecord` (or, with
+        ``batch``, a list of them); ``async def`` handlers are awaited, plain ones run in a
+        thread pool. Records of one shard arrive in order, one call at a time; shards run
+        concurrently. A record is acknowledged when the call that got it returns, unless
+        ``auto_ack`` is False (then call ``record.ack()``). Raises the error that stopped the
+        consumer under ``on_error="stop_consumer"``.
+        """
+        async with self._running() as coordinator:
+            adapter = HandlerAdapter(
+                handler, batch=batch, auto_ack=auto_ack, executor=self._executor
+            )
+            await self._dispatch(coordinator, lambda worker: worker.run(adapter))
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def shards(self) -> AsyncIterator[ShardSession]:
+        """Each shard this worker comes to own, as a :class:`ShardSession`, until :meth:`stop`.
+
+        Iterate every session's ``batches`` (typically in a task per session). Leaving the
+        loop stops the consumer; close the iterator (``contextlib.aclosing``) if you may leave
+        it early.
+        """
+        sessions: asyncio.Queue[ShardSession] = asyncio.Queue()
+
+        async def drive(worker: ShardWorker) -> ShardResult:
+            session = ShardSession(worker)
+            await sessions.put(session)
+            await session.wait_closed(self._stop_requested, self.settings.drain_timeout)
+            return await worker.finish()
+
+        async with self._running() as coordinator:
+            dispatch = asyncio.create_task(self._dispatch(coordinator, drive))
+            try:
+                while True:
+                    getter = asyncio.ensure_future(sessions.get())
+                    await asyncio.wait({getter, dispatch}, return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        getter.cancel()
+                        break
+                    yield getter.result()
+            finally:
+                self.request_stop()
+                await dispatch
+        if self._fatal is not None:
+            raise self._fatal
+
+    def request_stop(self) -> None:
+        """Ask the consumer to stop gracefully, without waiting; safe from any thread."""
+        loop = self._loop
+        if loop is None or not self._active:
+            self._stop_early = True
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._stop_requested.set()
+        else:
+            loop.call_soon_threadsafe(self._stop_requested.set)
+
+    async def stop(self) -> None:
+        """Stop gracefully and wait until done: final checkpoints, leases released.
+
+        From inside a handler use :meth:`request_stop` (the stop waits for handlers).
+        """
+        self.request_stop()
+        if self._active and asyncio.current_task() not in self._shard_tasks:
+            await self._stopped.wait()
+
+    def run(self, handler: Handler, *, batch: bool = False, auto_ack: bool = True) -> None:
+        """Blocking :meth:`consume`: SIGTERM or SIGINT stop it gracefully (twice: at once)."""
+        from shardflow.consumer.sync import run_blocking
+
+        run_blocking(self, handler, batch=batch, auto_ack=auto_ack)
+
+    @property
+    def running(self) -> bool:
+        return self._active
+
+    def status(self) -> ConsumerStatus:
+        """What every owned shard is doing (call on the consumer's event loop)."""
+        shards = []
+        for worker in list(self._workers.values()):
+            checkpointer = worker.checkpointer
+            shards.append(
+                ShardStatus(
+                    stream=worker.stream,
+                    shard_id=worker.shard_id,
+                    lease_key=worker.lease.lease_key,
+                    checkpoint=checkpointer.last_written,
+                    pending=checkpointer.pending,
+                    millis_behind_latest=worker.millis_behind_latest,
+                    caught_up=worker.caught_up,
+                    error=worker.failure,
+                )
+            )
+        return ConsumerStatus(self.worker_id, tuple(shards), dict(self._parked))
+
+    # --- running -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[LeaseCoordinator]:
+        if self._active:
+            raise RuntimeError("this consumer is already running")
+        self._active = True
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.metrics.loop = self._loop
+        self._stop_requested = asyncio.Event()
+        self._stopped = asyncio.Event()
+        if self._stop_early:
+            self._stop_requested.set()
+        self._fatal = None
+        self._parked = {}
+        threads = self.settings.handler_threads or min(32, (os.cpu_count() or 1) + 4)
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="shardflow-handler")
+        try:
+            async with AsyncExitStack() as stack:
+                coordinator = await self._open(stack)
+                try:
+                    yield coordinator
+                finally:
+                    await coordinator.stop(release=True)
+                    self._coordinator = None
+        finally:
+            self._executor.shutdown(wait=False)
+            self._active = False
+            self._stop_early = False
+            self._stopped.set()
+
+    async def _open(self, stack: AsyncExitStack) -> LeaseCoordinator:
+        """Clients, lease store, fan-out registrations and the started coordinator."""
+        factory = ClientFactory(self._aws)
+        kinesis = self._kinesis
+        if kinesis is None:
+            kinesis = await stack.enter_async_context(factory.kinesis())
+        store = self._lease_store
+        if store is None:
+            dynamodb = await stack.enter_async_context(factory.dynamodb())
+            store = DynamoDBLeaseStore(dynamodb, self.application_name)
+        self._fetch_kinesis = kinesis
+        if self.settings.fetch == "efo":
+            await self._register_fanout(stack, factory, kinesis)
+        coordinator = LeaseCoordinator(
+            store,
+            worker_id=self.worker_id,
+            streams=[StreamSpec(stream) for stream in self.streams],
+            kinesis=kinesis,
+            settings=self.settings.leases,
+            initial_position=self.settings.initial_position,
+            clock=self._clock,
+            on_event=self._emit,
+        )
+        await coordinator.start()
+        self._coordinator = coordinator
+        log.info(
+            "consumer %s of %s started as worker %s",
+            self.application_name,
+            ", ".join(self.streams),
+            self.worker_id,
+        )
+        return coordinator
+
+    async def _register_fanout(
+        self, stack: AsyncExitStack, factory: ClientFactory, kinesis: Any
+    ) -> None:
+        name = self.settings.efo_consumer_name or self.application_name
+        if self._kinesis is None:
+            self._fetch_kinesis = await stack.enter_async_context(
+                fanout_client(factory, self.settings.fanout, shards=64)
+            )
+        for stream in self.streams:
+            registration = ConsumerRegistration(
+                kinesis,
+                stream,
+                name,
+                deregister_on_exit=self.settings.deregister_efo_on_stop,
+                clock=self._clock,
+            )
+            registered = await stack.enter_async_context(registration)
+            self._consumer_arns[stream] = registered.arn
+
+    async def _dispatch(self, coordinator: LeaseCoordinator, drive: ShardDriver) -> None:
+        """Start a shard task for every lease taken, until a stop; then let them finish."""
+
+        async def accept() -> None:
+            async for owned in coordinator.acquisitions():
+                if self._stop_requested.is_set():
+                    continue  # the coordinator releases it at stop
+                task = asyncio.create_task(
+                    self._shard(coordinator, owned, drive), name=f"shardflow-shard-{owned.shard_id}"
+                )
+                self._shard_tasks.add(task)
+                task.add_done_callback(self._shard_tasks.discard)
+
+        acceptor = asyncio.create_task(accept(), name="shardflow-accept")
+        stop = asyncio.ensure_future(self._stop_requested.wait())
+        graceful = False
+        try:
+            await asyncio.wait({acceptor, stop}, return_when=asyncio.FIRST_COMPLETED)
+            graceful = True
+        finally:
+            stop.cancel()
+            acceptor.cancel()
+            await asyncio.gather(acceptor, return_exceptions=True)
+            self._stop_requested.set()
+            for worker in list(self._workers.values()):
+                worker.request_stop()
+            tasks = list(self._shard_tasks)
+            if not graceful:
+                for task in tasks:
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- one shard ---------------------------------------------------------------------------
+
+    async def _shard(
+        self, coordinator: LeaseCoordinator, owned: OwnedLease, drive: ShardDriver
+    ) -> None:
+        key = owned.lease_key
+        try:
+            if owned.parent_shard_ids and not await self._parents_done(coordinator, owned):
+                return
+            if self._stop_requested.is_set() or not owned.valid():
+                return
+            worker = ShardWorker(
+                owned,
+                self._fetchers(owned),
+                settings=self._worker_settings(),
+                hash_range=await self._hash_range(owned),
+                clock=self._clock,
+                metrics=self.metrics,
+                hooks=[self._checkpoint_hook(owned)],
+            )
+            self._workers[key] = worker
+            self._emit(
+                ShardStarted(
+                    worker_id=self.worker_id,
+                    at=self._clock.wall(),
+                    stream=owned.stream,
+                    shard_id=owned.shard_id,
+                    position=str(owned.checkpoint),
+                )
+            )
+            result = await drive(worker)
+            log.info("shard %s (stream %s): %s", owned.shard_id, owned.stream, result.reason)
+            await self._conclude(coordinator, owned, result)
+        except Exception:
+            log.exception("shard %s (stream %s) failed unexpectedly", owned.shard_id, owned.stream)
+        finally:
+            self._workers.pop(key, None)
+
+    async def _parents_done(self, coordinator: LeaseCoordinator, owned: OwnedLease) -> bool:
+        """Wait for the parents' SHARD_END; False if stopped or the lease ended meanwhile."""
+        waiting = asyncio.ensure_future(coordinator.wait_parents_done(owned))
+        stop = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not waiting.done():
+                waiting.cancel()
+        return waiting.done() and not waiting.cancelled() and waiting.result()
+
+    async def _conclude(
+        self, coordinator: LeaseCoordinator, owned: OwnedLease, result: ShardResult
+    ) -> None:
+        """What a shard's end means for its lease."""
+        reason = result.reason
+        if reason in (StopReason.SHARD_END, StopReason.ALREADY_ENDED):
+            try:
+                await coordinator.shard_ended(owned, result.children)
+            finally:
+                await coordinator.release(owned, why="shard_done")
+        elif reason is StopReason.GIVEN_UP and not self._stop_requested.is_set():
+            await coordinator.release(owned, why="handoff")
+        elif reason is StopReason.FAILED:
+            await self._shard_failed(coordinator, owned, result.error)
+
+    async def _shard_failed(
+        self, coordinator: LeaseCoordinator, owned: OwnedLease, error: BaseException | None
+    ) -> None:
+        error = error or RuntimeError("shard failed")
+        self.metrics.shard_failed(owned.stream)
+        log.error("shard %s (stream %s) stopped: %s", owned.shard_id, owned.stream, error)
+        if self._on_error is not None:
+            try:
+                self._on_error(owned.stream, owned.shard_id, error)
+            except Exception:
+                log.exception("on_error callback failed")
+        if self.settings.on_error == "stop_consumer":
+            if self._fatal is None:
+                self._fatal = error
+            self._stop_requested.set()
+            return
+        # Parked: keep the lease (renewed by the coordinator) so the shard does not bounce
+        # between workers repeating the failure; it is released at stop or when asked for.
+        self._parked[owned.lease_key] = error
+        await _first_of(owned.lost, owned.giving_up, self._stop_requested)
+        if owned.giving_up.is_set() and not self._stop_requested.is_set():
+            await coordinator.release(owned, why="handoff")
+
+    # --- wiring ------------------------------------------------------------------------------
+
+    def _worker_settings(self) -> WorkerSettings:
+        s = self.settings
+        return WorkerSettings(
+            deserializer=s.deserializer,
+            prefetch_records=s.prefetch_records,
+            prefetch_bytes=s.prefetch_bytes,
+            out_of_range_sub_records=s.out_of_range_sub_records,
+            on_malformed_aggregate=s.on_malformed_aggregate,
+            initial_timestamp=s.initial_position.timestamp,
+            drain_timeout=s.drain_timeout,
+            checkpoint=s.checkpoint,
+        )
+
+    def _fetchers(self, owned: OwnedLease) -> FetcherFactory:
+        stream, shard_id = owned.stream, owned.shard_id
+        kinesis = self._fetch_kinesis
+
+        if self.settings.fetch == "efo":
+            consumer_arn = self._consumer_arns[stream]
+
+            def fanout(start: StartPosition) -> AsyncIterator[FetchedBatch]:
+                return FanOutFetcher(
+                    kinesis,
+                    stream,
+                    shard_id,
+                    start,
+                    self.settings.fanout,
+                    consumer_arn=consumer_arn,
+                    clock=self._clock,
+                )
+
+            return fanout
+        polling = self.settings.polling_for_prefetch()
+
+        def poll(start: StartPosition) -> AsyncIterator[FetchedBatch]:
+            return PollingFetcher(kinesis, stream, shard_id, start, polling, clock=self._clock)
+
+        return poll
+
+    async def _hash_range(self, owned: OwnedLease) -> HashKeyRange | None:
+        """The shard's hash-key range: from the lease, else from a listing (KCL leases may lack it)."""
+        if owned.hash_range is not None:
+            return owned.hash_range
+        key = (owned.stream, owned.shard_id)
+        if key not in self._shard_ranges:
+            try:
+                shards = await list_shards(self._fetch_kinesis, owned.stream)
+            except Exception as exc:
+                log.warning("cannot list shards of %s for hash ranges: %s", owned.stream, exc)
+                return None
+            for shard in shards:
+                self._shard_ranges[(owned.stream, shard.shard_id)] = shard.hash_range
+        return self._shard_ranges.get(key)
+
+    def _checkpoint_hook(self, owned: OwnedLease) -> checkpoints.CheckpointHook:
+        def written(event: checkpoints.CheckpointWritten) -> None:
+            self.metrics.checkpoint_written(owned.stream)
+            self._emit(
+                CheckpointWritten(
+                    worker_id=self.worker_id,
+                    at=self._clock.wall(),
+                    stream=owned.stream,
+                    shard_id=owned.shard_id,
+                    position=event.position,
+                    records=event.records,
+                    reason=event.reason,
+                )
+            )
+
+        return written
+
+    def _emit(self, event: DiagnosticEvent) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:
+            log.exception("diagnostic event callback failed on %s", type(event).__name__)
+
+
+async def _first_of(*events: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

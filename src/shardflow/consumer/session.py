@@ -1,0 +1,85 @@
+"""One owned shard handed to user code by :meth:`Consumer.shards`: its batches and checkpointer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from shardflow.consumer.acks import PendingCounts
+from shardflow.consumer.checkpoint import Checkpointer
+from shardflow.consumer.records import ConsumedRecord
+from shardflow.consumer.shard_worker import ShardWorker
+
+
+class ShardSession:
+    """A shard this worker owns now: read :attr:`batches`, acknowledge, checkpoint.
+
+    Unpacks as ``shard_id, batches, checkpointer``. ``batches`` yields lists of
+    :class:`~shardflow.consumer.records.ConsumedRecord` in shard order and ends when the shard
+    ends, the lease is lost or given up, or the consumer stops; ask for the next batch only
+    once the previous one is handled (that is what bounds the prefetch). Mark records handled
+    with ``record.ack()`` (any task, any order), ``checkpointer.stage(record)`` (everything up to
+    it) or ``await checkpointer.checkpoint(record)`` (and write now). Nothing is acknowledged
+    for you. Once ``batches`` ends, the consumer writes the final checkpoint (SHARD_END when the
+    shard ended and every record was handled) and lets the lease go as needed.
+    """
+
+    def __init__(self, worker: ShardWorker) -> None:
+        self._worker = worker
+        self.stream = worker.stream
+        self.shard_id = worker.shard_id
+        self.lease_key = worker.lease.lease_key
+        self._closed = asyncio.Event()
+        self.batches: AsyncIterator[list[ConsumedRecord[Any]]] = self._batches()
+
+    @property
+    def checkpointer(self) -> Checkpointer:
+        return self._worker.checkpointer
+
+    @property
+    def pending(self) -> PendingCounts:
+        """Delivered, unacknowledged, acknowledged-not-checkpointed and checkpointed records."""
+        return self._worker.checkpointer.pending
+
+    @property
+    def lost(self) -> bool:
+        """Whether the lease is lost: stop, nothing more will be checkpointed."""
+        return self._worker.lost
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.shard_id, self.batches, self.checkpointer))
+
+    def __repr__(self) -> str:
+        return f"ShardSession(stream={self.stream!r}, shard_id={self.shard_id!r})"
+
+    async def _batches(self) -> AsyncIterator[list[ConsumedRecord[Any]]]:
+        try:
+            async for records in self._worker.batches():
+                yield records
+        finally:
+            self._closed.set()
+
+    async def wait_closed(self, stopping: asyncio.Event, grace: float) -> None:
+        """Wait until user code is done with :attr:`batches` (or stopped using the shard).
+
+        When the consumer stops (``stopping``) or the lease ends, user code gets ``grace``
+        seconds more to notice, as batches end then.
+        """
+        lease = self._worker.lease
+        waits = [
+            asyncio.ensure_future(self._closed.wait()),
+            asyncio.ensure_future(stopping.wait()),
+            asyncio.ensure_future(lease.lost.wait()),
+            asyncio.ensure_future(lease.giving_up.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if not self._closed.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self._closed.wait()

@@ -1,0 +1,116 @@
+"""How a :class:`~shardflow.consumer.Consumer` reads, delivers and checkpoints: one frozen value.
+
+Defaults follow the KCL where a user would compare (lease timing: failover 10 s, renew every
+3.308 s, take cycle 20.05 s; TRIM_HORIZON for a new application; polling), except where the
+KCL's behaviour loses data or surprises (out-of-range sub-records are delivered, not dropped)
+and where "automatic" is the point (checkpoints every 1,000 records or 5 s).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
+
+from shardflow.aggregation import MalformedPolicy
+from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.fetch.fanout import FanOutSettings
+from shardflow.consumer.fetch.polling import GET_RECORDS_LIMIT, PollingSettings
+from shardflow.consumer.intake import OutOfRangePolicy
+from shardflow.leases.settings import LeaseSettings, check_initial_position
+from shardflow.positions import StartPosition
+from shardflow.records import Deserializer, as_bytes
+
+MIB: Final = 1024 * 1024
+
+FetchMode = Literal["polling", "efo"]
+ErrorPolicy = Literal["stop_shard", "stop_consumer"]
+
+
+def default_worker_id() -> str:
+    """``hostname:pid:random``: unique per process, readable in the lease table."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def _default_checkpoint() -> CheckpointSettings:
+    return CheckpointSettings(every_n=1_000, interval=5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    """Everything about a consumer except which streams and which application.
+
+    ``worker_id``: this process in the lease table (default ``hostname:pid:random``).
+    ``initial_position``: where a new application starts: TRIM_HORIZON (default), LATEST or
+    AT_TIMESTAMP. Used only for shards without a lease; after that, checkpoints decide.
+    ``fetch``: ``"polling"`` (GetRecords, ``polling``) or ``"efo"`` (enhanced fan-out:
+    SubscribeToShard through a consumer named ``efo_consumer_name``, default the application
+    name, registered at start and deregistered at stop only with ``deregister_efo_on_stop``).
+    ``leases``: lease timing (see :class:`~shardflow.leases.settings.LeaseSettings`).
+    ``checkpoint``: automatic checkpoints (default: every 1,000 handled records or 5 s);
+    a final checkpoint is always written at shutdown, at shard end and before a lease is
+    given up.
+    ``deserializer``: turns each record into the value handlers get (default: the bytes).
+    ``prefetch_records`` / ``prefetch_bytes``: per shard, the most records fetched and not yet
+    handled; a slow handler holds the fetcher back at this bound.
+    ``out_of_range_sub_records``: aggregated sub-records whose hash key lies outside their
+    shard's range (after a reshard): ``"deliver"`` them (default, nothing lost) or ``"drop"``
+    them as the KCL does; both are counted and logged.
+    ``on_malformed_aggregate``: a KPL aggregate that fails to decode is delivered as one plain
+    record (``"plain"``) or stops the shard (``"raise"``).
+    ``on_error``: when a handler raises or a record cannot be deserialized, ``"stop_shard"``
+    checkpoints what was handled before it and parks the shard (the lease stays held, nothing
+    more is delivered from it until the consumer restarts; other shards go on), or
+    ``"stop_consumer"`` stops the whole consumer gracefully and ``consume`` raises the error.
+    ``drain_timeout``: on stop, how long records handed to user code may still be
+    acknowledged (manual acks) before the final checkpoint.
+    ``handler_threads``: threads for synchronous handlers (default: min(32, CPUs + 4)).
+    """
+
+    worker_id: str | None = None
+    initial_position: StartPosition = field(default_factory=StartPosition.trim_horizon)
+    fetch: FetchMode = "polling"
+    efo_consumer_name: str | None = None
+    deregister_efo_on_stop: bool = False
+    polling: PollingSettings = field(default_factory=PollingSettings)
+    fanout: FanOutSettings = field(default_factory=FanOutSettings)
+    leases: LeaseSettings = field(default_factory=LeaseSettings)
+    checkpoint: CheckpointSettings = field(default_factory=_default_checkpoint)
+    deserializer: Deserializer[Any] = as_bytes
+    prefetch_records: int = GET_RECORDS_LIMIT
+    prefetch_bytes: int = 16 * MIB
+    out_of_range_sub_records: OutOfRangePolicy = "deliver"
+    on_malformed_aggregate: MalformedPolicy = "plain"
+    on_error: ErrorPolicy = "stop_shard"
+    drain_timeout: float = 30.0
+    handler_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        check_initial_position(self.initial_position)
+        if self.worker_id is not None and not self.worker_id:
+            raise ValueError("worker_id must not be empty (None picks one)")
+        if self.fetch not in ("polling", "efo"):
+            raise ValueError(f"fetch must be 'polling' or 'efo', got {self.fetch!r}")
+        if self.prefetch_records < 1:
+            raise ValueError(f"prefetch_records must be at least 1, got {self.prefetch_records}")
+        if self.prefetch_bytes < 1:
+            raise ValueError(f"prefetch_bytes must be at least 1, got {self.prefetch_bytes}")
+        if self.out_of_range_sub_records not in ("deliver", "drop"):
+            raise ValueError("out_of_range_sub_records must be 'deliver' or 'drop'")
+        if self.on_malformed_aggregate not in ("plain", "raise"):
+            raise ValueError("on_malformed_aggregate must be 'plain' or 'raise'")
+        if self.on_error not in ("stop_shard", "stop_consumer"):
+            raise ValueError("on_error must be 'stop_shard' or 'stop_consumer'")
+        if self.drain_timeout < 0:
+            raise ValueError("drain_timeout must not be negative")
+        if self.handler_threads is not None and self.handler_threads < 1:
+            raise ValueError("handler_threads must be at least 1")
+
+    def polling_for_prefetch(self) -> PollingSettings:
+        """The polling settings, with GetRecords never asking for more than the prefetch bound."""
+        limit = min(self.polling.max_records, self.prefetch_records)
+        if limit == self.polling.max_records:
+            return self.polling
+        return replace(self.polling, max_records=limit)

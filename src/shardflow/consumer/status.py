@@ -1,0 +1,41 @@
+"""A snapshot of what a consumer is doing, shard by shard (for tools, tests and health checks)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shardflow.consumer.acks import PendingCounts
+from shardflow.records import ExtendedSequenceNumber
+
+
+@dataclass(frozen=True, slots=True)
+class ShardStatus:
+    """One shard being processed by this worker."""
+
+    stream: str
+    shard_id: str
+    lease_key: str
+    checkpoint: ExtendedSequenceNumber | None
+    """The checkpoint last written (or found when the lease was taken)."""
+    pending: PendingCounts
+    """Delivered / unacknowledged / acknowledged-not-checkpointed / checkpointed records."""
+    millis_behind_latest: int | None
+    caught_up: bool
+    """Nothing more to read right now and every delivered record handled."""
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStatus:
+    """Every shard this worker processes now, and the shards stopped by an error."""
+
+    worker_id: str
+    shards: tuple[ShardStatus, ...]
+    parked: Mapping[str, BaseException] = field(default_factory=dict)
+    """Lease keys of shards stopped by an error (``on_error="stop_shard"``), with the error."""
+
+    @property
+    def caught_up(self) -> bool:
+        """Every shard processed here is caught up (True when there are none)."""
+        return all(shard.caught_up for shard in self.shards)
