@@ -314,12 +314,12 @@ def test_a_lane_gets_no_more_than_its_token_buckets_allow(
         taken[record.lane.shard_id] += 1
     assert taken == {slow.shard_id: 100, narrow.shard_id: 10}
 
-    # Both lanes are now out of tokens: nothing is eligible, and the survey says when to return.
+    # Both lanes have used a second's worth: nothing is eligible until that second is over.
     slow.in_flight = narrow.in_flight = 0
     later = assembly.survey([slow, narrow], 0.0, linger=0.0, force=True)
     assert later.eligible == []
-    assert later.wake_at is not None
-    assert 0.0 < later.wake_at <= 0.1
+    assert later.wake_at == pytest.approx(1.0)
+    assert assembly.survey([slow, narrow], 1.0, linger=0.0, force=True).eligible == [slow, narrow]
 
 
 def test_a_lane_with_a_backlog_waits_for_a_quantum_of_tokens(

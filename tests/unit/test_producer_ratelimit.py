@@ -5,6 +5,9 @@ The limiter takes the time as an argument, so these tests move time by hand.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
+
 import pytest
 
 from shardflow.producer.ratelimit import RateSettings, ShardRateLimiter, TokenBucket
@@ -36,17 +39,35 @@ def test_limiter_allows_a_burst_then_paces_at_the_configured_rate() -> None:
     records, nbytes, full = limiter.allowance(now)
     assert (records, nbytes, full) == (500, MiB / 2, True)
 
-    limiter.consume(500, 1000)
+    limiter.consume(500, 1000, now)
     assert limiter.allowance(now)[0] == 0
     assert limiter.seconds_until(100, 100, now) == pytest.approx(0.1)
 
-    sent = 500
+    sent = [(0.0, 500)]
     for step in range(1, 101):  # ten seconds in 0.1 s steps, sending all that is allowed
         now = step * 0.1
         allowed, _, _ = limiter.allowance(now)
-        limiter.consume(allowed, allowed * 10)
-        sent += allowed
-    assert sent == pytest.approx(500 + 10 * 1000, abs=2)
+        limiter.consume(allowed, allowed * 10, now)
+        sent.append((now, allowed))
+    # never more than the rate within one second, and the rate is used in full
+    for start, _ in sent:
+        assert sum(n for t, n in sent if start <= t < start + 1.0 - 1e-9) <= 1000
+    assert sum(n for _, n in sent) == pytest.approx(10 * 1000, abs=600)
+    assert sum(n for t, n in sent if t > 2.0) == pytest.approx(8 * 1000, abs=60)
+
+
+def test_the_one_second_window_stops_a_burst_plus_rate_overshoot() -> None:
+    limiter = ShardRateLimiter(RateSettings(records_per_second=100, burst_seconds=0.5), 0.0)
+    limiter.consume(50, 50, 0.0)  # the burst
+    for step in range(1, 10):  # the rate refills 10 per 0.1 s
+        now = step * 0.1
+        allowed, _, _ = limiter.allowance(now)
+        limiter.consume(allowed, allowed, now)
+    # 50 + 9 x 10 = 140 would exceed 100 in the first second: the window held it back
+    now = 0.95
+    assert limiter.allowance(now)[0] == 0
+    assert limiter.seconds_until(10, 10, now) == pytest.approx(0.05)  # when the burst expires
+    assert limiter.allowance(1.0)[0] > 0
 
 
 def test_full_byte_bucket_admits_one_oversized_record() -> None:
@@ -56,7 +77,7 @@ def test_full_byte_bucket_admits_one_oversized_record() -> None:
     assert full
     assert nbytes == 1000
     assert limiter.seconds_until(1, 5000, 0.0) == 0.0  # capped at capacity: the bucket is full
-    limiter.consume(1, 5000)
+    limiter.consume(1, 5000, 0.0)
     # 4,000 bytes of debt plus 1,000 to refill: five seconds until full again
     assert limiter.seconds_until(1, 5000, 0.0) == pytest.approx(5.0)
 
@@ -118,7 +139,7 @@ def test_aimd_converges_below_a_hidden_capacity() -> None:
         allowed, _, _ = limiter.allowance(now)
         if not allowed:
             continue
-        limiter.consume(allowed, allowed)
+        limiter.consume(allowed, allowed, now)
         if limiter.records_per_second > capacity:
             limiter.on_throttled(sent_at=now, now=now + 0.01)
             throttles_late += step >= 300
@@ -143,3 +164,44 @@ def test_aimd_converges_below_a_hidden_capacity() -> None:
 def test_invalid_rate_settings_are_rejected(settings: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must"):
         RateSettings(**settings)
+
+
+def shard_with_one_second_window(limit: int) -> Callable[[float, int], bool]:
+    """A shard that refuses a write taking more than ``limit`` records into any 1 s window."""
+    accepted: deque[tuple[float, int]] = deque()
+
+    def write(now: float, records: int) -> bool:
+        while accepted and accepted[0][0] <= now - 1.0:
+            accepted.popleft()
+        if sum(count for _, count in accepted) + records > limit:
+            return False
+        accepted.append((now, records))
+        return True
+
+    return write
+
+
+@pytest.mark.parametrize("capacity", [1000, 600], ids=["alone", "sharing-the-shard"])
+def test_with_default_settings_throttles_are_rare_and_the_shard_is_well_used(
+    capacity: int,
+) -> None:
+    """A producer with a backlog, one request per 50 ms, for a simulated minute."""
+    limiter = ShardRateLimiter(RateSettings(), 0.0)
+    write = shard_with_one_second_window(capacity)
+    throttles = delivered = 0
+    for step in range(1, 1201):
+        now = step * 0.05
+        allowed, _, _ = limiter.allowance(now)
+        if not allowed:
+            continue
+        limiter.consume(allowed, allowed * 100, now)
+        if write(now, allowed):
+            delivered += allowed
+            limiter.on_success(now + 0.02)
+        else:
+            throttles += 1
+            limiter.on_throttled(sent_at=now, now=now + 0.02)
+    assert delivered / 60 > 0.8 * capacity
+    # alone: none at all (the producer never exceeds the limit in any second); sharing the
+    # shard with writers it does not know of: a throttle every second or two
+    assert throttles <= (0 if capacity == 1000 else 45)

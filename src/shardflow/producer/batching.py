@@ -313,7 +313,7 @@ class RequestAssembler:
         if skipped:
             queue.extendleft(reversed(skipped))
         if taken:
-            self._charge(lane, request, taken, taken_bytes, taken)
+            self._charge(lane, request, taken, taken_bytes, taken, now)
         return taken > 0
 
     def _take_aggregated(
@@ -366,7 +366,7 @@ class RequestAssembler:
             user_records += len(group)
             lane.queued_bytes -= sum(record.size for record in group)
         if kinesis_records:
-            lane.limiter.consume(kinesis_records, taken_bytes)
+            lane.limiter.consume(kinesis_records, taken_bytes, now)
             request.user_records += user_records
         return kinesis_records > 0
 
@@ -405,10 +405,16 @@ class RequestAssembler:
         return record.size <= bytes_room and (record.size <= allowed_bytes or bucket_full)
 
     def _charge(
-        self, lane: Lane, request: Request, kinesis_records: int, nbytes: int, user_records: int
+        self,
+        lane: Lane,
+        request: Request,
+        kinesis_records: int,
+        nbytes: int,
+        user_records: int,
+        now: float,
     ) -> None:
         lane.queued_bytes -= nbytes
-        lane.limiter.consume(kinesis_records, nbytes)
+        lane.limiter.consume(kinesis_records, nbytes, now)
         request.nbytes += nbytes
         request.user_records += user_records
 

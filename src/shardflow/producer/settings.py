@@ -59,11 +59,14 @@ class ProducerSettings:
     # --- pacing (per shard; AIMD adaption to throttling)
     shard_records_per_second: float = SHARD_RECORDS_PER_SECOND
     shard_bytes_per_second: float = SHARD_BYTES_PER_SECOND
-    rate_burst_seconds: float = 0.5
-    """Seconds' worth of a shard's rate that may be sent at once after an idle spell."""
-    throttle_decrease: float = 0.5
+    rate_burst_seconds: float = 0.25
+    """Seconds' worth of a shard's rate that may be sent at once after an idle spell.
+
+    Kinesis counts per second: a burst of B seconds' worth followed by the full rate puts
+    up to (1 + B) times the limit into one second, so keep it small to avoid throttling."""
+    throttle_decrease: float = 0.7
     """Factor applied to a shard's rate on ProvisionedThroughputExceeded."""
-    throttle_recovery_per_second: float = 0.2
+    throttle_recovery_per_second: float = 0.1
     """Share of the maximum rate regained per second while a shard's writes succeed."""
     throttle_floor: float = 0.05
     """Lowest share of the maximum rate a shard is slowed down to."""
@@ -118,7 +121,7 @@ class ProducerSettings:
         if self.min_shard_refresh_interval < 0:
             raise ValueError("min_shard_refresh_interval must be >= 0")
         _positive("metrics_interval", self.metrics_interval)
-        self.rate  # noqa: B018 - validates the pacing settings
+        _ = self.rate  # building it validates the pacing settings
 
     @property
     def rate(self) -> RateSettings:
