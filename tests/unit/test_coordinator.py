@@ -244,6 +244,32 @@ async def test_children_of_a_finished_shard_without_leases_get_them_from_the_sha
         assert sorted(a.owned()) == [sid(1), sid(2)]
 
 
+async def test_children_naming_a_finished_parent_count_as_its_children() -> None:
+    # KCL-written parents may lack childShardIds: the children's parentShardId tells.
+    async with world([shard(0, closed=True), shard(1, 0)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        await store.create_if_absent(Lease.new(sid(0), checkpoint=SHARD_END))
+        await store.create_if_absent(Lease.new(sid(1), parent_shard_ids=[sid(0)]))
+        a = await w.start("a")
+        await run_for(3 * SETTINGS.take_every, w.clock, step=0.5)
+        assert w.kinesis.list_calls == 1, "only the sync at start: nothing is missing"
+        assert sorted(await w.leases()) == [sid(0), sid(1)], "kept: the child has not started"
+        await a.owned()[sid(1)].writer.write(ExtendedSequenceNumber("777"))
+        await run_for(SETTINGS.take_every, w.clock, step=0.5)
+        assert sorted(await w.leases()) == [sid(1)]
+
+
+async def test_a_finished_parent_without_child_leases_asks_for_one_sync_only() -> None:
+    async with world([shard(0, closed=True)]) as w:  # its children are not listed yet
+        store = w.store()
+        await store.ensure_table()
+        await store.create_if_absent(Lease.new(sid(0), checkpoint=SHARD_END))
+        await w.start("a")
+        await run_for(3 * SETTINGS.take_every, w.clock, step=0.5)
+        assert w.kinesis.list_calls == 2, "the sync at start and the one asked for"
+
+
 async def test_shard_ended_creates_child_leases_and_records_them_on_the_parent() -> None:
     async with world([shard(0), shard(5)]) as w:
         a = await w.start("a")

@@ -31,29 +31,34 @@ A shard may be processed only while ``owned.valid()``; when ``lost`` is set stop
 never checkpoint again (the writer refuses anyway). When ``giving_up`` is set (shutdown, or a
 KCL 3.x handoff away from this worker) checkpoint what was handled, then ``release``.
 
+The coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
+WorkerJoined and WorkerLeft (shardflow.consumer.events); the consumer emits the others.
+``take_cycle()``, ``sync_shards()`` and ``renew_all()`` run one round at once (tests, tools).
+
 Behaviour
 ---------
-- Renewal: every ``renew_interval`` each held lease is queued for renewal; a fixed pool of
-  ``renew_concurrency`` tasks renews them, so a slow lease delays only itself. The loop also
-  wakes at the earliest lease deadline to set ``lost`` on leases that could not be renewed.
-- Take cycle: at start and every ``take_interval``: scan the table, update the expiry tracker
-  (observer's own clock), plan with :func:`~shardflow.leases.balance.plan_takes` (free, then
-  expired, then at most ``max_leases_to_steal_at_once`` from a worker above target), take.
-  Finished shards (checkpoint SHARD_END) are never taken; once all their children started
-  their leases are deleted (``cleanup_finished_leases``), as KCL does.
-- Shard sync: at start for every stream without leases (before the first take), then every
+- Renewal (:mod:`~shardflow.leases.renewer`): every ``renew_interval`` each held lease is
+  queued; a fixed pool of ``renew_concurrency`` tasks renews them, so a slow lease delays only
+  itself. A lease that could not be renewed is marked lost at its deadline.
+- Take cycle (:mod:`~shardflow.leases.taker`): at start and every ``take_interval``: scan the
+  table, update the expiry tracker (observer's own clock), plan with
+  :func:`~shardflow.leases.balance.plan_takes` (free, then expired, then at most
+  ``max_leases_to_steal_at_once`` from a worker above target), take. Finished shards
+  (checkpoint SHARD_END) are never taken; once all their children started their leases are
+  deleted (``cleanup_finished_leases``), as KCL does.
+- Shard sync (:mod:`~shardflow.leases.shard_sync`): at start for every stream without leases
+  (before the first take; otherwise right after start, in the background), then every
   ``shard_sync_interval`` and whenever a finished shard's children lack leases.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Self
+from typing import Any, Self
 
 from shardflow.aws.kinesis import list_shards
 from shardflow.clock import SYSTEM_CLOCK, Clock
@@ -66,32 +71,23 @@ from shardflow.consumer.events import (
     LeaseRenewed,
     ReleasedWhy,
     ShardEnded,
-    WorkerJoined,
-    WorkerLeft,
 )
 from shardflow.consumer.fetch.batch import ChildShard
-from shardflow.errors import LeaseConditionFailed, ShardflowError
-from shardflow.leases.balance import PlannedTake, plan_takes
+from shardflow.errors import ShardflowError
+from shardflow.leases.balance import PlannedTake
 from shardflow.leases.concurrency import run_bounded
-from shardflow.leases.expiry import ExpiryTracker
-from shardflow.leases.keys import multi_stream_lease_key
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
+from shardflow.leases.renewer import LeaseRenewer
 from shardflow.leases.settings import LeaseSettings, StreamSpec, check_initial_position
-from shardflow.leases.shard_sync import (
-    LeasePlan,
-    child_leases,
-    create_in_order,
-    resolve_stream_identifier,
-    sync_stream,
-)
+from shardflow.leases.shard_sync import LeasePlan, child_leases, create_in_order, sync_stream
 from shardflow.leases.store import LeaseStore
+from shardflow.leases.streams import StreamSet
+from shardflow.leases.taker import LeaseTaker
 from shardflow.positions import StartPosition
-from shardflow.records import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON
+from shardflow.records import SHARD_END
 
 log = logging.getLogger("shardflow.leases")
-
-_NOT_STARTED: Final = frozenset({TRIM_HORIZON, LATEST, AT_TIMESTAMP})
 
 
 class LeaseCoordinator:
@@ -112,29 +108,32 @@ class LeaseCoordinator:
     ) -> None:
         if not worker_id:
             raise ValueError("worker_id must be a non-empty string")
-        specs = [StreamSpec(s) if isinstance(s, str) else s for s in streams]
-        if not specs:
-            raise ValueError("a coordinator needs at least one stream")
-        if len({spec.name for spec in specs}) != len(specs):
-            raise ValueError("a stream is listed twice")
         self._store = store
         self._worker_id = worker_id
-        self._specs = specs
-        self._multi_stream = len(specs) > 1 or any(s.identifier is not None for s in specs)
+        self._streams = StreamSet(streams)
         self._kinesis = kinesis
         self._settings = settings or LeaseSettings()
         self._initial = check_initial_position(initial_position or StartPosition.trim_horizon())
         self._clock = clock
         self._on_event = on_event
-        self._rng = rng or random.Random()
-        self._tracker = ExpiryTracker(self._settings.failover_time)
         self._owned: dict[str, OwnedLease] = {}
-        self._identifiers: dict[str, StreamSpec] = {}  # stream identifier -> spec (multi-stream)
-        self._live_peers: frozenset[str] = frozenset()
         self.acquired: asyncio.Queue[OwnedLease] = asyncio.Queue()
         """Every lease this worker takes, as it is taken (it may be lost by the time it is read)."""
-        self._renew_queue: asyncio.Queue[OwnedLease] = asyncio.Queue()
-        self._queued: set[str] = set()
+        self._renewer = LeaseRenewer(
+            self._owned, settings=self._settings, clock=clock, on_renewed=self._renewed
+        )
+        self._taker = LeaseTaker(
+            store,
+            worker_id=worker_id,
+            streams=self._streams,
+            settings=self._settings,
+            clock=clock,
+            owned=self._owned,
+            adopt=self._adopt,
+            emit=self._emit,
+            want_sync=self._want_sync,
+            rng=rng,
+        )
         self._sync_wanted = asyncio.Event()
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -153,7 +152,7 @@ class LeaseCoordinator:
     @property
     def streams(self) -> list[StreamSpec]:
         """The streams, with identifiers resolved after :meth:`start` in multi-stream mode."""
-        return list(self._specs)
+        return self._streams.specs
 
     @property
     def running(self) -> bool:
@@ -174,21 +173,19 @@ class LeaseCoordinator:
         self._started = True
         try:
             await self._store.ensure_table()
-            if self._multi_stream:
-                await self._resolve_identifiers()
+            await self._streams.resolve(self._kinesis)
             leases = await self._store.list_leases()
-            empty = [spec for spec in self._specs if not self._leases_of(spec, leases)]
+            specs = self._streams.specs
+            empty = [spec for spec in specs if not self._streams.leases_of(spec, leases)]
             if empty:
                 await asyncio.gather(*(self._sync(spec, []) for spec in empty))
-            self._spawn(self._renew_loop(), "renew")
-            for index in range(self._settings.renew_concurrency):
-                self._spawn(self._renew_worker(), f"renew-{index}")
+            self._spawn(self._renewer.run(), "renewer")
             await self.take_cycle()
         except BaseException:
             await self.stop(release=True)
             raise
         self._spawn(self._take_loop(), "take")
-        self._spawn(self._sync_loop(listed=len(empty) == len(self._specs)), "shard-sync")
+        self._spawn(self._sync_loop(listed=len(empty) == len(specs)), "shard-sync")
 
     async def acquisitions(self) -> AsyncIterator[OwnedLease]:
         """The leases this worker takes, as it takes them, until :meth:`stop`."""
@@ -219,10 +216,9 @@ class LeaseCoordinator:
 
         ``children`` as GetRecords reported them; if empty they are read from ListShards.
         """
-        spec = self._spec_of(owned.lease) or StreamSpec(owned.stream)
+        spec = self._streams.spec_of(owned.lease) or StreamSpec(owned.stream)
         found = list(children) or await self._children_from_listing(spec, owned.shard_id)
-        identifier = self._identifier_of(spec)
-        plan = LeasePlan((tuple(child_leases(found, identifier)),))
+        plan = LeasePlan((tuple(child_leases(found, self._streams.identifier_of(spec))),))
         await create_in_order(self._store, plan, concurrency=self._settings.renew_concurrency)
         child_ids = tuple(sorted(child.shard_id for child in found))
         await owned.record_children(child_ids)
@@ -239,7 +235,7 @@ class LeaseCoordinator:
     async def parents_done(self, owned: OwnedLease) -> bool:
         """Whether every parent's lease has checkpoint SHARD_END (a missing one does not block)."""
         for parent in sorted(owned.parent_shard_ids):
-            lease = await self._store.get(self._key_for(owned.lease, parent))
+            lease = await self._store.get(self._streams.key_for(owned.lease, parent))
             if lease is not None and lease.checkpoint.sequence_number != SHARD_END:
                 return False
         return True
@@ -259,6 +255,7 @@ class LeaseCoordinator:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self._taker.enabled = False
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -283,66 +280,26 @@ class LeaseCoordinator:
     ) -> None:
         await self.stop(release=True)
 
-    # --- take cycle ---------------------------------------------------------------------------
-
     async def take_cycle(self) -> list[OwnedLease]:
         """Scan the table once and take what the balance rules allow; the leases taken."""
+        return await self._taker.take_cycle()
+
+    async def renew_all(self) -> None:
+        """Renew every held lease once, now."""
+        await self._renewer.renew_all()
+
+    async def sync_shards(self) -> None:
+        """List every stream's shards and create the missing leases (lineage order)."""
         leases = await self._store.list_leases()
-        now = self._clock.monotonic()  # after the scan: no item was read later than this
-        self._tracker.observe(leases, now)
-        ours = [lease for lease in leases if self._spec_of(lease) is not None]
-        active, finished = self._split_finished(ours)
-        plan = plan_takes(
-            active,
-            worker_id=self._worker_id,
-            held=self._owned.keys(),
-            is_expired=lambda lease: self._tracker.is_expired(lease, now),
-            max_leases_per_worker=self._settings.max_leases_per_worker,
-            max_steal=self._settings.max_leases_to_steal_at_once,
-            rng=self._rng,
-        )
-        self._note_workers(plan.live_workers)
-        taken: list[OwnedLease] = []
+        for spec in self._streams.specs:
+            await self._sync(spec, self._streams.leases_of(spec, leases))
 
-        async def take(planned: PlannedTake) -> None:
-            owned = await self._take(planned)
-            if owned is not None:
-                taken.append(owned)
+    # --- held leases --------------------------------------------------------------------------
 
-        await run_bounded(plan.takes, take, concurrency=self._settings.renew_concurrency)
-        if finished and self._settings.cleanup_finished_leases:
-            await self._clean_up(finished, ours)
-        return taken
-
-    def _split_finished(self, leases: list[Lease]) -> tuple[list[Lease], list[Lease]]:
-        """Leases with work left, and finished ones (SHARD_END); asks for a shard sync when a
-        finished shard's children have no leases yet."""
-        keys = {lease.lease_key for lease in leases}
-        active: list[Lease] = []
-        finished: list[Lease] = []
-        for lease in leases:
-            if lease.checkpoint.sequence_number != SHARD_END:
-                active.append(lease)
-                continue
-            finished.append(lease)
-            children = {self._key_for(lease, child) for child in lease.child_shard_ids}
-            if not children or not children <= keys:
-                self._sync_wanted.set()
-        return active, finished
-
-    async def _take(self, planned: PlannedTake) -> OwnedLease | None:
-        seen = planned.lease
-        spec = self._spec_of(seen)
-        if spec is None or self._stopped.is_set():
-            return None
-        sent = self._clock.monotonic()
-        try:
-            lease = await self._store.take(seen, self._worker_id)
-        except LeaseConditionFailed:
-            return None  # another worker was quicker, or the owner renewed meanwhile
-        except ShardflowError as exc:
-            log.warning("taking lease %s failed: %s", seen.lease_key, exc)
-            return None
+    def _adopt(self, planned: PlannedTake, lease: Lease, sent: float) -> OwnedLease:
+        """A take sent at ``sent`` succeeded: hold the lease, announce it."""
+        spec = self._streams.spec_of(lease)
+        assert spec is not None  # the taker only plans leases of our streams
         owned = OwnedLease(
             lease,
             stream=spec.name,
@@ -362,92 +319,25 @@ class LeaseCoordinator:
                 shard_id=lease.shard_id,
                 lease_key=lease.lease_key,
                 how=planned.how,
-                previous_owner=seen.lease_owner,
+                previous_owner=planned.lease.lease_owner,
                 checkpoint=lease.checkpoint,
             )
         )
         self.acquired.put_nowait(owned)
         return owned
 
-    async def _clean_up(self, finished: list[Lease], leases: list[Lease]) -> None:
-        """Delete finished leases whose children all have leases that started (as KCL)."""
-        by_key = {lease.lease_key: lease for lease in leases}
-        doomed = []
-        for lease in finished:
-            if lease.lease_key in self._owned or not lease.child_shard_ids:
-                continue
-            children = [by_key.get(self._key_for(lease, c)) for c in lease.child_shard_ids]
-            if all(
-                child is not None and child.checkpoint.sequence_number not in _NOT_STARTED
-                for child in children
-            ):
-                doomed.append(lease)
-
-        async def delete(lease: Lease) -> None:
-            with contextlib.suppress(ShardflowError):
-                await self._store.delete(lease)
-                log.info("deleted the lease of finished shard %s", lease.lease_key)
-
-        await run_bounded(doomed, delete, concurrency=self._settings.renew_concurrency)
-
-    def _note_workers(self, live: frozenset[str]) -> None:
-        peers = live - {self._worker_id}
-        now = self._clock.wall()
-        for peer in sorted(peers - self._live_peers):
-            self._emit(WorkerJoined(worker_id=self._worker_id, at=now, peer_id=peer))
-        for peer in sorted(self._live_peers - peers):
-            self._emit(WorkerLeft(worker_id=self._worker_id, at=now, peer_id=peer))
-        self._live_peers = peers
-
-    # --- renewal ------------------------------------------------------------------------------
-
-    async def _renew_loop(self) -> None:
-        """Queue every held lease each renew interval; wake at deadlines to mark lapses."""
-        interval = self._settings.renew_every
-        next_round = self._clock.monotonic() + interval
-        while True:
-            now = self._clock.monotonic()
-            for owned in list(self._owned.values()):
-                if not owned.valid():
-                    owned.mark_lost("expired")
-            if now >= next_round:
-                next_round = now + interval
-                for key, owned in list(self._owned.items()):
-                    if key not in self._queued:
-                        self._queued.add(key)
-                        self._renew_queue.put_nowait(owned)
-            wake = min([next_round, *(owned.deadline for owned in self._owned.values())])
-            await self._clock.sleep(max(wake - self._clock.monotonic(), 0.0))
-
-    async def _renew_worker(self) -> None:
-        while True:
-            owned = await self._renew_queue.get()
-            self._queued.discard(owned.lease_key)
-            started = self._clock.monotonic()
-            outcome = await owned.renew()
-            if outcome == "renewed":
-                self._emit(
-                    LeaseRenewed(
-                        worker_id=self._worker_id,
-                        at=self._clock.wall(),
-                        stream=owned.stream,
-                        shard_id=owned.shard_id,
-                        lease_key=owned.lease_key,
-                        counter=owned.lease.lease_counter,
-                        duration=self._clock.monotonic() - started,
-                    )
-                )
-
-    async def renew_all(self) -> None:
-        """Renew every held lease once, now (bounded concurrency); for tests and tools."""
-        await run_bounded(
-            list(self._owned.values()),
-            self._renew_one,
-            concurrency=self._settings.renew_concurrency,
+    def _renewed(self, owned: OwnedLease, duration: float) -> None:
+        self._emit(
+            LeaseRenewed(
+                worker_id=self._worker_id,
+                at=self._clock.wall(),
+                stream=owned.stream,
+                shard_id=owned.shard_id,
+                lease_key=owned.lease_key,
+                counter=owned.lease.lease_counter,
+                duration=duration,
+            )
         )
-
-    async def _renew_one(self, owned: OwnedLease) -> None:
-        await owned.renew()
 
     def _ended(self, owned: OwnedLease) -> None:
         """An owned lease ended (lost or released): forget it and say so."""
@@ -474,24 +364,7 @@ class LeaseCoordinator:
         except ShardflowError as exc:
             log.warning("releasing lease %s at shutdown failed: %s", owned.lease_key, exc)
 
-    # --- shard sync ---------------------------------------------------------------------------
-
-    async def sync_shards(self) -> None:
-        """List every stream's shards and create the missing leases (lineage order)."""
-        leases = await self._store.list_leases()
-        for spec in self._specs:
-            await self._sync(spec, self._leases_of(spec, leases))
-
-    async def _sync(self, spec: StreamSpec, existing: list[Lease]) -> None:
-        await sync_stream(
-            self._store,
-            self._kinesis,
-            spec.name,
-            existing,
-            initial=spec.initial_position or self._initial,
-            stream_identifier=self._identifier_of(spec),
-            concurrency=self._settings.renew_concurrency,
-        )
+    # --- loops --------------------------------------------------------------------------------
 
     async def _take_loop(self) -> None:
         while True:
@@ -507,6 +380,20 @@ class LeaseCoordinator:
             self._sync_wanted.clear()
             await self._guarded("shard sync", self.sync_shards())
 
+    def _want_sync(self) -> None:
+        self._sync_wanted.set()
+
+    async def _sync(self, spec: StreamSpec, existing: list[Lease]) -> None:
+        await sync_stream(
+            self._store,
+            self._kinesis,
+            spec.name,
+            existing,
+            initial=spec.initial_position or self._initial,
+            stream_identifier=self._streams.identifier_of(spec),
+            concurrency=self._settings.renew_concurrency,
+        )
+
     async def _children_from_listing(self, spec: StreamSpec, shard_id: str) -> list[ChildShard]:
         shards = await list_shards(self._kinesis, spec.name)
         return [
@@ -514,40 +401,6 @@ class LeaseCoordinator:
             for shard in shards
             if shard_id in shard.parent_ids
         ]
-
-    # --- streams and keys ---------------------------------------------------------------------
-
-    async def _resolve_identifiers(self) -> None:
-        resolved = []
-        for spec in self._specs:
-            if spec.identifier is None:
-                identifier = await resolve_stream_identifier(self._kinesis, spec.name)
-                spec = StreamSpec(spec.name, identifier, spec.initial_position)
-            resolved.append(spec)
-        self._specs = resolved
-        self._identifiers = {str(spec.identifier): spec for spec in resolved}
-
-    def _identifier_of(self, spec: StreamSpec) -> str | None:
-        if not self._multi_stream:
-            return None
-        return str(spec.identifier) if spec.identifier is not None else None
-
-    def _spec_of(self, lease: Lease) -> StreamSpec | None:
-        """The stream a lease belongs to, or None for leases of streams not consumed here."""
-        if not self._multi_stream:
-            return self._specs[0] if lease.stream_name is None else None
-        if lease.stream_name is None:
-            return None
-        return self._identifiers.get(lease.stream_name)
-
-    def _leases_of(self, spec: StreamSpec, leases: list[Lease]) -> list[Lease]:
-        return [lease for lease in leases if self._spec_of(lease) is spec]
-
-    def _key_for(self, lease: Lease, shard_id: str) -> str:
-        """The lease key of ``shard_id`` in the same stream as ``lease``."""
-        if lease.stream_name is None:
-            return shard_id
-        return multi_stream_lease_key(lease.stream_name, shard_id)
 
     # --- plumbing -----------------------------------------------------------------------------
 

@@ -1,0 +1,175 @@
+"""One take cycle: scan the lease table, judge expiry, decide by the balance rules, take.
+
+Also what a scan shows besides balance: other workers appearing and leaving, finished shards
+(checkpoint SHARD_END: never taken) whose children lack leases (a shard sync is asked for)
+or have all started (the finished lease is deleted, as KCL does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from shardflow.clock import Clock
+from shardflow.consumer.events import DiagnosticEvent, WorkerJoined, WorkerLeft
+from shardflow.errors import LeaseConditionFailed, ShardflowError
+from shardflow.leases.balance import PlannedTake, plan_takes
+from shardflow.leases.concurrency import run_bounded
+from shardflow.leases.expiry import ExpiryTracker
+from shardflow.leases.model import Lease
+from shardflow.leases.owned import OwnedLease
+from shardflow.leases.settings import LeaseSettings
+from shardflow.leases.store import LeaseStore
+from shardflow.leases.streams import StreamSet
+from shardflow.records import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON
+
+log = logging.getLogger("shardflow.leases")
+
+_NOT_STARTED: Final = frozenset({TRIM_HORIZON, LATEST, AT_TIMESTAMP})
+
+Adopt = Callable[[PlannedTake, Lease, float], OwnedLease]
+"""Turns a successful take (plan, lease after the write, send time) into a held lease."""
+
+
+class LeaseTaker:
+    """Runs take cycles for one worker; ``owned`` is the coordinator's live map of held leases."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        *,
+        worker_id: str,
+        streams: StreamSet,
+        settings: LeaseSettings,
+        clock: Clock,
+        owned: Mapping[str, OwnedLease],
+        adopt: Adopt,
+        emit: Callable[[DiagnosticEvent], None],
+        want_sync: Callable[[], None],
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._streams = streams
+        self._settings = settings
+        self._clock = clock
+        self._owned = owned
+        self._adopt = adopt
+        self._emit = emit
+        self._want_sync = want_sync
+        self._rng = rng or random.Random()
+        self._tracker = ExpiryTracker(settings.failover_time)
+        self._peers: frozenset[str] = frozenset()
+        self._sync_asked: set[str] = set()  # finished leases that already asked for a sync
+        self.enabled = True
+        """False stops taking (at shutdown), even in a cycle under way."""
+
+    async def take_cycle(self) -> list[OwnedLease]:
+        """Scan once and take what the balance rules allow; the leases taken."""
+        leases = await self._store.list_leases()
+        now = self._clock.monotonic()  # after the scan: no item was read later than this
+        self._tracker.observe(leases, now)
+        ours = self._streams.ours(leases)
+        children = self._children_of(ours)
+        active, finished = self._split_finished(ours, children)
+        plan = plan_takes(
+            active,
+            worker_id=self._worker_id,
+            held=self._owned.keys(),
+            is_expired=lambda lease: self._tracker.is_expired(lease, now),
+            max_leases_per_worker=self._settings.max_leases_per_worker,
+            max_steal=self._settings.max_leases_to_steal_at_once,
+            rng=self._rng,
+        )
+        self._note_peers(plan.live_workers)
+        taken: list[OwnedLease] = []
+
+        async def take(planned: PlannedTake) -> None:
+            owned = await self._take(planned)
+            if owned is not None:
+                taken.append(owned)
+
+        await run_bounded(plan.takes, take, concurrency=self._settings.renew_concurrency)
+        if finished and self._settings.cleanup_finished_leases:
+            await self._clean_up(finished, ours, children)
+        return taken
+
+    async def _take(self, planned: PlannedTake) -> OwnedLease | None:
+        if not self.enabled:
+            return None
+        sent = self._clock.monotonic()
+        try:
+            lease = await self._store.take(planned.lease, self._worker_id)
+        except LeaseConditionFailed:
+            return None  # another worker was quicker, or the owner renewed meanwhile
+        except ShardflowError as exc:
+            log.warning("taking lease %s failed: %s", planned.lease.lease_key, exc)
+            return None
+        return self._adopt(planned, lease, sent)
+
+    def _children_of(self, leases: list[Lease]) -> dict[str, set[str]]:
+        """Lease key -> the lease keys of its children: recorded on it (``childShardIds``) or
+        naming it as a parent."""
+        key_for = self._streams.key_for
+        children: dict[str, set[str]] = {}
+        for lease in leases:
+            for child in lease.child_shard_ids:
+                children.setdefault(lease.lease_key, set()).add(key_for(lease, child))
+            for parent in lease.parent_shard_ids:
+                children.setdefault(key_for(lease, parent), set()).add(lease.lease_key)
+        return children
+
+    def _split_finished(
+        self, leases: list[Lease], children: dict[str, set[str]]
+    ) -> tuple[list[Lease], list[Lease]]:
+        """Leases with work left, and finished ones (SHARD_END). A finished shard whose children
+        lack leases asks for a shard sync (once; the periodic sync keeps trying)."""
+        keys = {lease.lease_key for lease in leases}
+        active: list[Lease] = []
+        finished: list[Lease] = []
+        for lease in leases:
+            if lease.checkpoint.sequence_number != SHARD_END:
+                active.append(lease)
+                continue
+            finished.append(lease)
+            kids = children.get(lease.lease_key, set())
+            if (not kids or not kids <= keys) and lease.lease_key not in self._sync_asked:
+                self._sync_asked.add(lease.lease_key)
+                self._want_sync()
+        return active, finished
+
+    async def _clean_up(
+        self, finished: list[Lease], leases: list[Lease], children: dict[str, set[str]]
+    ) -> None:
+        """Delete finished leases whose children all have leases that started (as KCL)."""
+        by_key = {lease.lease_key: lease for lease in leases}
+        doomed = []
+        for lease in finished:
+            kids = [by_key.get(key) for key in children.get(lease.lease_key, ())]
+            if lease.lease_key in self._owned or not kids:
+                continue
+            if all(
+                kid is not None and kid.checkpoint.sequence_number not in _NOT_STARTED
+                for kid in kids
+            ):
+                doomed.append(lease)
+
+        async def delete(lease: Lease) -> None:
+            # Conditional on the counter and owner seen: a lease that moved on is left alone.
+            with contextlib.suppress(ShardflowError):
+                await self._store.delete(lease)
+                log.info("deleted the lease of finished shard %s", lease.lease_key)
+
+        await run_bounded(doomed, delete, concurrency=self._settings.renew_concurrency)
+
+    def _note_peers(self, live: frozenset[str]) -> None:
+        peers = live - {self._worker_id}
+        now = self._clock.wall()
+        for peer in sorted(peers - self._peers):
+            self._emit(WorkerJoined(worker_id=self._worker_id, at=now, peer_id=peer))
+        for peer in sorted(self._peers - peers):
+            self._emit(WorkerLeft(worker_id=self._worker_id, at=now, peer_id=peer))
+        self._peers = peers
