@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from shardflow.cli import local, produce, streams, tail
+from shardflow.cli import consume, leases, local, produce, streams, tail
 
 app = typer.Typer(
     name="shardflow",
@@ -16,6 +16,8 @@ app.add_typer(local.app, name="local")
 app.add_typer(streams.app, name="stream")
 app.command("produce")(produce.produce)
 app.command("tail")(tail.tail)
+app.command("consume")(consume.consume)
+app.command("leases")(leases.leases)
 
 
 def main() -> None:

@@ -1,0 +1,272 @@
+"""``shardflow consume MODULE:FUNCTION``: run a handler over streams as a KCL-compatible worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from shardflow.aws.clients import ClientFactory
+from shardflow.aws.settings import AwsSettings
+from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, fail, run
+from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.consumer import Consumer
+from shardflow.consumer.fetch.polling import PollingSettings
+from shardflow.consumer.handlers import Handler
+from shardflow.consumer.metrics import ConsumerCollector
+from shardflow.consumer.settings import ConsumerSettings
+from shardflow.consumer.signals import install_stop_signals
+from shardflow.leases.dynamodb import DynamoDBLeaseStore
+from shardflow.leases.settings import LeaseSettings
+from shardflow.leases.store import LeaseStore
+from shardflow.positions import StartPosition
+from shardflow.records import Deserializer, as_bytes, as_json, as_utf8
+
+log = logging.getLogger("shardflow.cli")
+
+
+class DeserializerName(StrEnum):
+    BYTES = "bytes"
+    UTF8 = "utf8"
+    JSON = "json"
+
+
+class FetchName(StrEnum):
+    POLLING = "polling"
+    EFO = "efo"
+
+
+class OnError(StrEnum):
+    STOP_SHARD = "stop-shard"
+    STOP_CONSUMER = "stop-consumer"
+
+
+_DESERIALIZERS: dict[DeserializerName, Deserializer[Any]] = {
+    DeserializerName.BYTES: as_bytes,
+    DeserializerName.UTF8: as_utf8,
+    DeserializerName.JSON: as_json,
+}
+
+LeaseEndpointUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--lease-endpoint-url",
+        help="Endpoint URL of DynamoDB for the lease table (default: --endpoint-url).",
+        show_default=False,
+    ),
+]
+
+
+def load_handler(target: str) -> Handler:
+    """The callable named ``module:attribute`` (``attribute`` may be dotted), importable from
+    the current directory too."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise typer.BadParameter(f"expected MODULE:FUNCTION, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise typer.BadParameter(f"cannot import module {module_name!r}: {exc}") from None
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise typer.BadParameter(f"module {module_name!r} has no {attribute!r}") from None
+    if not callable(found):
+        raise typer.BadParameter(f"{target} is not callable")
+    handler: Handler = found
+    return handler
+
+
+def _start_position(text: str) -> StartPosition:
+    try:
+        return StartPosition.parse(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def consume(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:FUNCTION",
+            help="The handler: a function (async or not) taking one record, or a list with "
+            "--batch. Records have .value (deserialized), .data, .partition_key, "
+            ".sequence_number, .shard_id. Imported from the current directory too.",
+            show_default=False,
+        ),
+    ],
+    streams: Annotated[
+        list[str],
+        typer.Option("--stream", "-s", help="Stream name or ARN; repeat for several streams."),
+    ],
+    application: Annotated[
+        str,
+        typer.Option(
+            "--app", "-a", help="Application name: the lease table shared by its workers."
+        ),
+    ],
+    batch: Annotated[
+        bool,
+        typer.Option("--batch/--per-record", help="Call the handler with lists of records."),
+    ] = False,
+    start: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="Where a new application starts: trim-horizon, latest or an ISO timestamp. "
+            "Existing checkpoints always win.",
+        ),
+    ] = "trim-horizon",
+    worker_id: Annotated[
+        str | None,
+        typer.Option("--worker-id", help="This worker's id (default hostname:pid:random)."),
+    ] = None,
+    deserializer: Annotated[
+        DeserializerName, typer.Option("--deserializer", help="What record.value is.")
+    ] = DeserializerName.BYTES,
+    checkpoint_every: Annotated[
+        int | None,
+        typer.Option("--checkpoint-every", min=1, help="Checkpoint after this many records."),
+    ] = 1000,
+    checkpoint_interval: Annotated[
+        float | None,
+        typer.Option(
+            "--checkpoint-interval", min=0.001, help="Checkpoint at least this often (s)."
+        ),
+    ] = 5.0,
+    fetch: Annotated[
+        FetchName, typer.Option("--fetch", help="GetRecords polling or enhanced fan-out.")
+    ] = FetchName.POLLING,
+    efo_consumer_name: Annotated[
+        str | None,
+        typer.Option("--efo-consumer", help="Fan-out consumer name (default: the app name)."),
+    ] = None,
+    idle_time: Annotated[
+        float,
+        typer.Option("--idle-time", min=0.0, help="Seconds between polls of a caught-up shard."),
+    ] = 1.0,
+    prefetch_records: Annotated[
+        int, typer.Option("--prefetch-records", min=1, help="Per shard, records read ahead.")
+    ] = 10_000,
+    failover_time: Annotated[
+        float,
+        typer.Option("--failover-time", min=0.1, help="Lease failover time in seconds (KCL 10)."),
+    ] = 10.0,
+    take_interval: Annotated[
+        float | None,
+        typer.Option(
+            "--take-interval",
+            min=0.01,
+            help="Seconds between lease take cycles (default (failover + 0.025) * 2, as KCL).",
+            show_default=False,
+        ),
+    ] = None,
+    on_error: Annotated[
+        OnError,
+        typer.Option(
+            "--on-error",
+            help="When the handler raises: stop that shard (others go on) or stop the worker.",
+        ),
+    ] = OnError.STOP_SHARD,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics on 127.0.0.1 at this port.",
+            show_default=False,
+        ),
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info, warning or error.")
+    ] = "info",
+    endpoint_url: EndpointUrl = None,
+    lease_endpoint_url: LeaseEndpointUrl = None,
+    region: Region = None,
+    profile: Profile = None,
+) -> None:
+    """Consume streams with a handler until SIGTERM or Ctrl-C (graceful: final checkpoints,
+    leases released; a second signal stops at once)."""
+    handler = load_handler(target)
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        leases = LeaseSettings(failover_time=failover_time, take_interval=take_interval)
+        settings = ConsumerSettings(
+            worker_id=worker_id,
+            initial_position=_start_position(start),
+            fetch=fetch.value,
+            efo_consumer_name=efo_consumer_name,
+            polling=PollingSettings(idle_time=idle_time),
+            leases=leases,
+            checkpoint=CheckpointSettings(every_n=checkpoint_every, interval=checkpoint_interval),
+            deserializer=_DESERIALIZERS[deserializer],
+            prefetch_records=prefetch_records,
+            on_error="stop_shard" if on_error is OnError.STOP_SHARD else "stop_consumer",
+        )
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    aws = aws_settings(endpoint_url, region, profile)
+    lease_aws = aws_settings(lease_endpoint_url or endpoint_url, region, profile)
+
+    async def work() -> None:
+        async with _lease_store(
+            application, lease_aws, separate=lease_endpoint_url is not None
+        ) as store:
+            consumer = Consumer(streams, application, settings=settings, aws=aws, lease_store=store)
+            with _metrics_server(consumer, metrics_port):
+                uninstall = install_stop_signals(consumer.request_stop)
+                try:
+                    await consumer.consume(handler, batch=batch)
+                finally:
+                    uninstall()
+
+    try:
+        run(work())
+    except asyncio.CancelledError:
+        raise typer.Exit(130) from None
+
+
+@contextlib.asynccontextmanager
+async def _lease_store(
+    application: str, aws: AwsSettings, *, separate: bool
+) -> AsyncIterator[LeaseStore | None]:
+    """A lease store at a separate DynamoDB endpoint, or None (the consumer opens its own)."""
+    if not separate:
+        yield None
+        return
+    async with ClientFactory(aws).dynamodb() as dynamodb:
+        yield DynamoDBLeaseStore(dynamodb, application)
+
+
+@contextlib.contextmanager
+def _metrics_server(consumer: Consumer, port: int | None) -> Any:
+    if port is None:
+        yield
+        return
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(ConsumerCollector(consumer))
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    log.info("metrics on http://127.0.0.1:%d/metrics", server.server_port)
+    try:
+        yield
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
