@@ -1,4 +1,5 @@
-"""Per-shard pacing: token buckets for records and bytes whose rate adapts to throttling (AIMD).
+"""Per-shard pacing: token buckets and a one-second window for records and bytes, whose rate
+adapts to throttling (AIMD).
 
 Time is passed in explicitly (``now``, seconds on any monotonic clock), so tests drive it by
 hand and the producer uses its event loop's clock.
@@ -17,12 +18,13 @@ SHARD_BYTES_PER_SECOND: Final = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class RateSettings:
-    """Per-shard pacing: two token buckets (records, bytes) whose rate adapts to throttling.
+    """Per-shard pacing: records/s and bytes/s, adapting to throttling.
 
     On a ProvisionedThroughputExceeded for a shard its rate is multiplied by ``decrease``
     (not below ``floor`` of the maximum); while that shard's writes succeed it climbs back by
     ``recovery_per_second`` of the maximum each second (AIMD, as TCP does for congestion).
-    ``burst_seconds`` of the current rate may be sent at once after an idle spell.
+    ``burst_seconds`` of the current rate may be sent at once after an idle spell; within
+    any one second no more than the current rate is sent.
     """
 
     records_per_second: float = SHARD_RECORDS_PER_SECOND

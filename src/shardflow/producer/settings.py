@@ -62,8 +62,8 @@ class ProducerSettings:
     rate_burst_seconds: float = 0.25
     """Seconds' worth of a shard's rate that may be sent at once after an idle spell.
 
-    Kinesis counts per second: a burst of B seconds' worth followed by the full rate puts
-    up to (1 + B) times the limit into one second, so keep it small to avoid throttling."""
+    Whatever the burst, what is sent to a shard within any one second stays under its rate,
+    as Kinesis counts (so a producer alone on a stream is not throttled)."""
     throttle_decrease: float = 0.7
     """Factor applied to a shard's rate on ProvisionedThroughputExceeded."""
     throttle_recovery_per_second: float = 0.1
