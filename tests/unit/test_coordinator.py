@@ -18,6 +18,7 @@ from shardflow.consumer.events import (
     WorkerJoined,
     WorkerLeft,
 )
+from shardflow.errors import ShardLeaseLost
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.keys import StreamIdentifier
@@ -184,6 +185,20 @@ async def test_a_crashed_workers_leases_are_taken_only_after_its_deadlines() -> 
             assert takes[key] <= crashed_at + worst + 0.2
         hows = {e.lease_key: e.how for e in w.recorders["b"].of(LeaseAcquired)}
         assert "expired" in {hows[key] for key in deadlines}
+
+
+async def test_a_restart_with_the_same_worker_id_resumes_its_leases_at_once() -> None:
+    async with world() as w:
+        first = await w.start("a")
+        old = dict(first.owned())
+        await first.stop(release=False)  # a crash, or a shutdown that kept the leases
+        second = w.worker("a")
+        await second.start()
+        assert sorted(second.owned()) == sorted(old), "no failover wait for our own leases"
+        assert {e.how for e in w.recorders["a"].of(LeaseAcquired)} == {"resumed"}
+        with pytest.raises(ShardLeaseLost):  # the old instance's view is fenced off
+            await old[sid(0)].writer.write(ExtendedSequenceNumber("5"))
+        await second.owned()[sid(0)].writer.write(ExtendedSequenceNumber("6"))
 
 
 async def test_expiry_is_judged_on_the_observers_own_clock() -> None:

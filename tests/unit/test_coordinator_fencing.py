@@ -15,6 +15,7 @@ from shardflow.errors import ShardLeaseLost, TransientError
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
+from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber, Record
 
 
@@ -153,17 +154,45 @@ async def test_completed_state_is_stored_with_the_checkpoint_and_cleared_by_none
         assert owned.completed_state is None
 
 
+class LostAnswers(InMemoryLeaseStore):
+    """Applies the next write but answers it with an error, as a timed-out request would."""
+
+    lose_next = False
+
+    async def execute(self, write: LeaseWrite) -> Lease | None:
+        result = await super().execute(write)
+        if self.lose_next:
+            self.lose_next = False
+            raise TransientError("read timeout", operation="UpdateItem", code="RequestTimeout")
+        return result
+
+
 async def test_a_lost_answer_to_our_own_write_is_recognised_as_ours() -> None:
+    async with world([shard(0)]) as w:
+        store = LostAnswers("app", tables=w.tables)
+        a = await w.start("a", store=store)
+        owned = a.owned()[sid(0)]
+        store.lose_next = True
+        assert await owned.renew() == "failed"
+        store.lose_next = True
+        with pytest.raises(TransientError):
+            await owned.writer.write(esn(9))  # landed, but we cannot know
+        await owned.writer.write(esn(10))
+        assert owned.valid()
+        assert (await w.leases())[sid(0)].checkpoint == esn(10)
+        assert await owned.renew() == "renewed"
+        assert not w.recorders["a"].of(LeaseLost)
+
+
+async def test_the_same_picture_without_a_doubtful_write_is_a_lost_lease() -> None:
+    # Another instance with our worker id renewed the lease: not our write, so not ours.
     async with world([shard(0)]) as w:
         a = await w.start("a")
         owned = a.owned()[sid(0)]
-        # The write landed but the answer never came back: the table is one counter ahead.
         await w.store().renew(owned.lease, "a")
-        await owned.writer.write(esn(9))
-        assert owned.valid()
-        assert (await w.leases())[sid(0)].checkpoint == esn(9)
-        assert await owned.renew() == "renewed"
-        assert not w.recorders["a"].of(LeaseLost)
+        with pytest.raises(ShardLeaseLost):
+            await owned.writer.write(esn(9))
+        assert owned.ended_why == "taken"
 
 
 async def test_a_deleted_lease_is_lost() -> None:

@@ -19,8 +19,9 @@ from typing import Literal
 
 from shardflow.records import ExtendedSequenceNumber
 
-AcquiredHow = Literal["free", "expired", "stolen"]
-"""Why a lease could be taken: nobody held it, its holder stopped renewing, or balancing."""
+AcquiredHow = Literal["free", "expired", "stolen", "resumed"]
+"""Why a lease could be taken: nobody held it, its holder stopped renewing, balancing, or it
+already named this worker (a restart with the same worker id picks its leases up at once)."""
 
 LostWhy = Literal["taken", "expired", "deleted", "handoff"]
 """How a lease was lost: another worker wrote it, it could no longer be renewed in time, its

@@ -66,6 +66,7 @@ class OwnedLease:
         self._deadline = acquired_at + settings.usable_time
         self._on_end = on_end
         self._lock = asyncio.Lock()
+        self._in_doubt: ExtendedSequenceNumber | None = None
         self.lost = asyncio.Event()
         """Set once the lease is no longer this worker's (lost, expired, or released)."""
         self.giving_up = asyncio.Event()
@@ -169,8 +170,12 @@ class OwnedLease:
                     if self.ended:
                         return "gone"
                     sent = self._clock.monotonic()
+                    known = self._lease
                     try:
-                        renewed = await self._store.renew(self._lease, self._worker_id)
+                        renewed = await self._attempt(
+                            lambda lease: self._store.renew(lease, self._worker_id),
+                            lands_as=known.checkpoint,
+                        )
                     except LeaseConditionFailed as exc:
                         return self._after_conflict(exc)
                     self._confirm(renewed, sent)
@@ -206,7 +211,7 @@ class OwnedLease:
                 async with self._lock:
                     self.ensure_valid()
                     sent = self._clock.monotonic()
-                    self._confirm(await self._conditional(write), sent)
+                    self._confirm(await self._conditional(write, lands_as=position), sent)
         except TimeoutError:
             self.mark_lost("expired")
             raise ShardLeaseLost(self.shard_id) from None
@@ -226,7 +231,8 @@ class OwnedLease:
                 return False
             try:
                 released = await self._conditional(
-                    lambda lease: self._store.release(lease, self._worker_id)
+                    lambda lease: self._store.release(lease, self._worker_id),
+                    lands_as=self._lease.checkpoint,
                 )
             except LeaseConditionFailed as exc:
                 self.mark_lost("taken", exc.current_owner)
@@ -276,14 +282,32 @@ class OwnedLease:
         self._lease = lease
         self._deadline = max(self._deadline, sent + self._settings.usable_time)
 
-    async def _conditional(self, write: Callable[[Lease], Awaitable[Lease]]) -> Lease:
+    async def _conditional(
+        self, write: Callable[[Lease], Awaitable[Lease]], *, lands_as: ExtendedSequenceNumber
+    ) -> Lease:
         """``write(lease)``; once more when a refusal shows the lease is still ours."""
         try:
-            return await write(self._lease)
+            return await self._attempt(write, lands_as=lands_as)
         except LeaseConditionFailed as exc:
             if self._after_conflict(exc) in ("lost", "gone"):
                 raise
-        return await write(self._lease)
+        return await self._attempt(write, lands_as=lands_as)
+
+    async def _attempt(
+        self, write: Callable[[Lease], Awaitable[Lease]], *, lands_as: ExtendedSequenceNumber
+    ) -> Lease:
+        """One write of the lease as known. Without an answer (error, timeout, cancellation)
+        the write may still have landed, leaving the checkpoint ``lands_as``: remembered, so
+        that the next refusal can be recognised as our own write (see _after_conflict)."""
+        try:
+            result = await write(self._lease)
+        except LeaseConditionFailed:
+            raise
+        except BaseException:
+            self._in_doubt = lands_as
+            raise
+        self._in_doubt = None
+        return result
 
     def _after_conflict(self, exc: LeaseConditionFailed) -> RenewOutcome:
         """Make sense of a refused write: our own lost answer, a handoff, or a lost lease."""
@@ -293,14 +317,18 @@ class OwnedLease:
         if current is None:
             self.mark_lost("deleted")
             return "lost"
+        in_doubt, self._in_doubt = self._in_doubt, None
         if (
-            current.lease_owner == mine
+            in_doubt is not None
+            and current.lease_owner == mine
             and current.checkpoint_owner is None
             and current.lease_counter == known.lease_counter + 1
+            and current.checkpoint == in_doubt
         ):
-            # An earlier write of ours (renewal or checkpoint) landed although its answer was
-            # lost: only this worker writes itself as owner, so the lease is still ours. The
-            # deadline stays: we do not know when that write happened.
+            # Our last write went unanswered and the item shows exactly what it would have
+            # written: it landed, the lease is still ours. (Without such a write the same
+            # picture means another instance with our worker id took it: lost.) The deadline
+            # stays: we do not know when that write happened.
             self._lease = current
             return "renewed"
         if current.checkpoint_owner == mine and current.lease_owner not in (None, mine):

@@ -64,6 +64,7 @@ class LeaseTaker:
         self._tracker = ExpiryTracker(settings.failover_time)
         self._peers: frozenset[str] = frozenset()
         self._sync_asked: set[str] = set()  # finished leases that already asked for a sync
+        self._resume_own = True  # the first cycle picks up leases that already name us
         self.enabled = True
         """False stops taking (at shutdown), even in a cycle under way."""
 
@@ -75,6 +76,10 @@ class LeaseTaker:
         ours = self._streams.ours(leases)
         children = self._children_of(ours)
         active, finished = self._split_finished(ours, children)
+        taken: list[OwnedLease] = []
+        if self._resume_own:
+            self._resume_own = False
+            taken += await self._resume(active)
         plan = plan_takes(
             active,
             worker_id=self._worker_id,
@@ -85,7 +90,6 @@ class LeaseTaker:
             rng=self._rng,
         )
         self._note_peers(plan.live_workers)
-        taken: list[OwnedLease] = []
 
         async def take(planned: PlannedTake) -> None:
             owned = await self._take(planned)
@@ -109,6 +113,34 @@ class LeaseTaker:
             log.warning("taking lease %s failed: %s", planned.lease.lease_key, exc)
             return None
         return self._adopt(planned, lease, sent)
+
+    async def _resume(self, leases: list[Lease]) -> list[OwnedLease]:
+        """Hold the leases that name this worker already (KCL's renewer does the same at
+        start): after a restart with the same worker id they need not expire first. Renewing
+        is the claim, conditional on the counter seen, so a live holder of the same id loses
+        them as it would to a steal."""
+        mine = [
+            lease
+            for lease in leases
+            if lease.lease_owner == self._worker_id
+            and lease.checkpoint_owner is None
+            and lease.lease_key not in self._owned
+        ]
+        resumed: list[OwnedLease] = []
+
+        async def resume(lease: Lease) -> None:
+            if not self.enabled:
+                return
+            sent = self._clock.monotonic()
+            try:
+                renewed = await self._store.renew(lease, self._worker_id)
+            except ShardflowError as exc:
+                log.info("not resuming lease %s: %s", lease.lease_key, exc)
+                return
+            resumed.append(self._adopt(PlannedTake(lease, "resumed"), renewed, sent))
+
+        await run_bounded(mine, resume, concurrency=self._settings.renew_concurrency)
+        return resumed
 
     def _children_of(self, leases: list[Lease]) -> dict[str, set[str]]:
         """Lease key -> the lease keys of its children: recorded on it (``childShardIds``) or
