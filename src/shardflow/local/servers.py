@@ -17,6 +17,7 @@ class MotoServer(LocalServer):
     """moto's server: Kinesis, DynamoDB, DynamoDB Streams and CloudWatch on one port.
 
     The embedded default for the demo and most tests. Needs ``pip install 'shardflow[local]'``.
+    Requests are processed one at a time (:mod:`shardflow.local.moto_serial`).
     """
 
     name: ClassVar[str] = "moto"
@@ -28,7 +29,8 @@ class MotoServer(LocalServer):
                     f"moto's server needs the Python package {module!r}; "
                     "install it with `pip install 'shardflow[local]'` (or `make setup`)"
                 )
-        return [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
+        # Served one request at a time: moto's backends are not thread-safe (see moto_serial).
+        return [sys.executable, "-m", "shardflow.local.moto_serial", "-p", str(port)]
 
 
 class _NodeServer(LocalServer):
