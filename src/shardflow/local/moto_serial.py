@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", "--port", type=int, required=True)
     args = parser.parse_args(argv)
 
-    from moto.server import DomainDispatcherApplication, create_backend_app
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import run_simple
 
     app = DomainDispatcherApplication(create_backend_app)
