@@ -69,7 +69,7 @@ def is_candidate(table: Table, lease: Lease) -> bool:
     return lease.lease_key not in table.held and (lease.is_free or lease.lease_key in table.expired)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(table=tables(), seed=st.integers(0, 2**16))
 def test_the_plan_never_exceeds_the_target(table: Table, seed: int) -> None:
     result = plan(table, seed)
@@ -78,7 +78,7 @@ def test_the_plan_never_exceeds_the_target(table: Table, seed: int) -> None:
     assert not {t.lease.lease_key for t in result.takes} & table.held
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(table=tables(), seed=st.integers(0, 2**16))
 def test_the_target_is_ceil_of_leases_per_live_worker(table: Table, seed: int) -> None:
     result = plan(table, seed)
@@ -96,7 +96,7 @@ def test_the_target_is_ceil_of_leases_per_live_worker(table: Table, seed: int) -
     assert result.target == expected
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(table=tables(), seed=st.integers(0, 2**16))
 def test_free_and_expired_leases_are_taken_first_and_free_before_expired(
     table: Table, seed: int
@@ -116,7 +116,7 @@ def test_free_and_expired_leases_are_taken_first_and_free_before_expired(
         assert t.how == ("free" if t.lease.is_free else "expired")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(table=tables(), seed=st.integers(0, 2**16))
 def test_a_live_lease_is_only_stolen_from_a_worker_above_target(table: Table, seed: int) -> None:
     result = plan(table, seed)
@@ -137,7 +137,7 @@ def test_a_live_lease_is_only_stolen_from_a_worker_above_target(table: Table, se
     assert load == max(result.loads.values()), "only from the most loaded worker"
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(table=tables(), seed=st.integers(0, 2**16))
 def test_every_planned_take_carries_the_lease_as_seen(table: Table, seed: int) -> None:
     # The take is conditional on the counter and owner seen: the plan must not alter them.

@@ -13,6 +13,7 @@ from coordinator_fakes import SETTINGS, World, run_for, settle, shard, sid, worl
 from shardflow.clock import ManualClock
 from shardflow.consumer.events import (
     LeaseAcquired,
+    LeaseLost,
     LeaseReleased,
     LeaseRenewed,
     WorkerJoined,
@@ -119,6 +120,27 @@ async def test_a_thousand_leases_are_renewed_with_bounded_concurrency_and_few_ta
         assert 1 < store.max_in_flight <= 16
         assert len(asyncio.all_tasks()) <= tasks_before
         assert all(owned.lease.lease_counter == 2 for owned in a.owned().values())
+
+
+class OneBrokenLease(InMemoryLeaseStore):
+    """Renewing shard 0 fails with an error nobody planned for."""
+
+    async def renew(
+        self, lease: Lease, owner: str, *, throughput_kbps: float | None = None
+    ) -> Lease:
+        if lease.shard_id == sid(0):
+            raise RuntimeError("unexpected")
+        return await super().renew(lease, owner, throughput_kbps=throughput_kbps)
+
+
+async def test_an_unexpected_renewal_error_of_one_lease_spares_the_others() -> None:
+    async with world() as w:
+        a = await w.start("a", store=OneBrokenLease("app", tables=w.tables))
+        await run_for(SETTINGS.usable_time + 0.5, w.clock, step=0.25)
+        assert sorted(a.owned()) == [sid(1), sid(2), sid(3)]
+        assert {e.lease_key for e in w.recorders["a"].of(LeaseLost)} == {sid(0)}
+        renewed = {e.lease_key for e in w.recorders["a"].of(LeaseRenewed)}
+        assert renewed == {sid(1), sid(2), sid(3)}
 
 
 # --- balancing, release, failover ---------------------------------------------------------------

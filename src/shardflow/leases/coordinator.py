@@ -26,10 +26,14 @@ Interface (what the consumer builds on)
 ``OwnedLease`` (shardflow.leases.owned): ``lease_key``, ``stream`` (name given), ``shard_id``,
 ``lease`` (latest item), ``checkpoint``, ``completed_state``, ``parent_shard_ids``,
 ``hash_range``, ``lost`` and ``giving_up`` (asyncio.Event), ``valid()``, ``deadline``,
-``writer`` (CheckpointWriter: refuses with ShardLeaseLost once not valid), ``record_children``.
+``remaining()``, ``ensure_valid()`` (raises ShardLeaseLost), ``ended_why``/``released``/
+``new_owner`` (after it ended), ``writer`` (the CheckpointWriter: ``await
+writer.write(position, completed_state=None)``, refuses with ShardLeaseLost once not valid,
+conditional on the counter, serialized with renewals), ``record_children(ids)``.
 A shard may be processed only while ``owned.valid()``; when ``lost`` is set stop at once and
 never checkpoint again (the writer refuses anyway). When ``giving_up`` is set (shutdown, or a
 KCL 3.x handoff away from this worker) checkpoint what was handled, then ``release``.
+``completed_state`` is stored as pendingCheckpoint (= the checkpoint) + pendingCheckpointState.
 
 The coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
 WorkerJoined and WorkerLeft (shardflow.consumer.events); the consumer emits the others.

@@ -9,12 +9,15 @@ could not be renewed in time is marked lost the moment it lapses, not a round la
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 
 from shardflow.clock import Clock
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
+
+log = logging.getLogger("shardflow.leases")
 
 
 class LeaseRenewer:
@@ -73,7 +76,12 @@ class LeaseRenewer:
         while True:
             owned = await self._queue.get()
             self._queued.discard(owned.lease_key)
-            await self._renew(owned)
+            try:
+                await self._renew(owned)
+            except Exception:
+                # A bug or an unexpected answer must not stop the renewal of every other
+                # lease; this one is tried again next round and lapses at its deadline.
+                log.exception("renewing lease %s failed unexpectedly", owned.lease_key)
 
     async def _renew(self, owned: OwnedLease) -> None:
         started = self._clock.monotonic()
