@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 
+from shardflow.aggregation import aggregate
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
@@ -294,3 +295,54 @@ async def test_time_to_first_record_of_a_new_application_is_short(
         await run
     # KCL measured ~95 s here (table creation + a shard-sync wait); leases are taken at start.
     assert seen[0] - started < 10.0
+
+
+# --- aggregated records ------------------------------------------------------------------------
+
+
+async def test_aggregates_are_transparent_and_checkpoint_inside_an_aggregate(
+    moto_url: str, stream_name: str
+) -> None:
+    app = f"app-{stream_name}"
+    user_records = [(f"user-{i % 9}", f"u{i}".encode(), None) for i in range(150)]
+    aggregates = [aggregate(user_records[i : i + 50])[0] for i in range(0, 150, 50)]
+    async with kinesis_at(moto_url) as kinesis:
+        await create_stream(kinesis, stream_name, 1)
+        for built in aggregates:
+            await kinesis.put_record(
+                StreamName=stream_name, PartitionKey=built.partition_key, Data=built.data
+            )
+
+    first: list[ConsumedRecord[bytes]] = []
+    stopping = consumer_for(
+        moto_url, stream_name, app, checkpoint=CheckpointSettings(every_n=7), drain_timeout=0.1
+    )
+
+    def handle(record: ConsumedRecord[bytes]) -> None:
+        first.append(record)
+        if len(first) <= 60:
+            record.ack()  # the rest stays unhandled
+
+    run = asyncio.create_task(stopping.consume(handle, auto_ack=False))
+    await until(lambda: len(first) == 150)
+    await stopping.stop()
+    await run
+    first = first[:60]
+    (item,) = raw_items(moto_url, app).values()
+    stopped_at = first[-1]
+    # The final checkpoint names the last handled user record: inside the second aggregate.
+    assert item["checkpoint"] == {"S": stopped_at.sequence_number}
+    assert item["checkpointSubSequenceNumber"] == {"N": str(stopped_at.sub_sequence_number)}
+    assert 0 < stopped_at.sub_sequence_number < 49
+
+    second: list[ConsumedRecord[bytes]] = []
+    restarted = consumer_for(moto_url, stream_name, app)
+    run = asyncio.create_task(restarted.consume(lambda r: second.append(r)))
+    try:
+        await until(lambda: len(first) + len(second) >= 150)
+        await asyncio.sleep(0.5)
+    finally:
+        await restarted.stop()
+        await run
+    assert [r.data for r in first + second] == [data for _, data, _ in user_records]
+    assert all(r.aggregated for r in second)

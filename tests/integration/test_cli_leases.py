@@ -1,0 +1,97 @@
+"""``shardflow leases`` against a lease table a multi-stream consumer wrote on moto."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from typing import Any
+
+import boto3
+from typer.testing import CliRunner
+
+from shardflow.aws import AwsSettings
+from shardflow.cli import app
+from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
+from shardflow.consumer.fetch import PollingSettings
+from shardflow.leases.settings import LeaseSettings
+
+SETTINGS = ConsumerSettings(
+    leases=LeaseSettings(failover_time=2.0, renew_interval=0.4, take_interval=0.5),
+    polling=PollingSettings(idle_time=0.1),
+)
+
+
+def make_stream(url: str, stream: str, shards: int) -> Any:
+    kinesis = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
+    kinesis.create_stream(StreamName=stream, ShardCount=shards)
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName=stream, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+    return kinesis
+
+
+def put(kinesis: Any, stream: str, count: int) -> list[str]:
+    answer = kinesis.put_records(
+        StreamName=stream,
+        Records=[{"PartitionKey": f"k{i}", "Data": f"{i}".encode()} for i in range(count)],
+    )
+    return [entry["ShardId"] for entry in answer["Records"]]
+
+
+def leases_json(url: str, application: str, *args: str) -> list[dict[str, Any]]:
+    result = CliRunner().invoke(
+        app, ["leases", application, "--endpoint-url", url, "--format", "json", *args]
+    )
+    assert result.exit_code == 0, result.output
+    rows: list[dict[str, Any]] = json.loads(result.stdout)
+    return rows
+
+
+async def test_multi_stream_leases_show_owner_checkpoint_and_lag(
+    moto_url: str, stream_name: str
+) -> None:
+    streams = [f"{stream_name}-a", f"{stream_name}-b"]
+    application = f"app-{stream_name}"
+    clients = [make_stream(moto_url, name, 2) for name in streams]
+    total = sum(len(put(client, name, 20)) for client, name in zip(clients, streams, strict=True))
+    seen: list[ConsumedRecord[bytes]] = []
+    consumer = Consumer(
+        streams,
+        application,
+        settings=replace(SETTINGS, worker_id="the-worker"),
+        aws=AwsSettings(endpoint_url=moto_url),
+    )
+    run = asyncio.create_task(consumer.consume(lambda r: seen.append(r)))
+    try:
+        async with asyncio.timeout(30):
+            while len(seen) < total:  # noqa: ASYNC110 - filled by the consumer's tasks
+                await asyncio.sleep(0.05)
+        # While running: this worker owns every lease.
+        rows = await asyncio.to_thread(leases_json, moto_url, application, "--no-lag")
+        assert {row["owner"] for row in rows} == {"the-worker"}
+        assert {row["lag"] for row in rows} == {None}
+    finally:
+        await consumer.stop()
+        await run
+
+    late_shards = set(put(clients[1], streams[1], 3))
+    rows = await asyncio.to_thread(leases_json, moto_url, application)
+    assert len(rows) == 4
+    for row in rows:
+        account, stream, epoch, shard_id = row["lease_key"].split(":")
+        assert stream in streams
+        assert account.isdigit()
+        assert epoch.isdigit()
+        assert row["owner"] is None
+        assert row["checkpoint"].isdigit()
+        late = stream == streams[1] and shard_id in late_shards
+        assert row["lag"].endswith("behind") if late else row["lag"] == "caught up", row
+
+
+def test_a_missing_table_is_a_one_line_error(moto_url: str, stream_name: str) -> None:
+    result = CliRunner().invoke(
+        app, ["leases", f"no-such-app-{stream_name}", "--endpoint-url", moto_url]
+    )
+    assert result.exit_code == 1
+    assert "error:" in result.output
