@@ -25,6 +25,7 @@ from shardflow.cli import app
 
 HANDLER = """
 import os
+import time
 
 OUT = os.environ["SHARDFLOW_TEST_OUT"]
 
@@ -32,6 +33,12 @@ OUT = os.environ["SHARDFLOW_TEST_OUT"]
 def handle(record):
     with open(OUT, "a", encoding="utf-8") as out:
         out.write(f"{record.shard_id} {record.sequence_number} {record.value}\\n")
+
+
+def stuck(record):
+    with open(OUT, "a", encoding="utf-8") as out:
+        out.write("started\\n")
+    time.sleep(3600)
 
 
 async def handle_batch(records):
@@ -258,3 +265,25 @@ def test_a_handler_that_cannot_be_imported_is_a_usage_error(tmp_path: Path) -> N
     result = CliRunner().invoke(app, ["consume", "json", "-s", "s", "-a", "a"])
     assert result.exit_code == 2
     assert "MODULE:FUNCTION" in result.output
+
+
+def test_sigterm_ends_the_process_even_when_a_handler_hangs(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    (tmp_path / "handler.py").write_text(HANDLER)
+    app_name = f"app-{stream_name}"
+    kinesis = make_stream(moto_url, stream_name, 1)
+    put(kinesis, stream_name, [("k", b"x")])
+    args = ("--drain-timeout", "0.5")
+    with worker(tmp_path, "w1", moto_url, stream_name, app_name, *args, target="handler:stuck") as (
+        process,
+        out,
+    ):
+        wait_for(lambda: lines(out) == ["started"], what="the handler to start")
+        started = time.monotonic()
+        stop(process, tmp_path / "w1.log")
+        assert time.monotonic() - started < 10
+    (item,) = leases(moto_url, app_name).values()
+    assert item["checkpoint"]["S"] == "TRIM_HORIZON"  # the hanging record was not handled
+    assert "leaseOwner" not in item
+    assert "abandoned" in (tmp_path / "w1.log").read_text()

@@ -8,9 +8,10 @@ import importlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -179,6 +180,14 @@ def consume(
             help="When the handler raises: stop that shard (others go on) or stop the worker.",
         ),
     ] = OnError.STOP_SHARD,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout",
+            min=0.0,
+            help="On stop, seconds a running handler may take before it is abandoned.",
+        ),
+    ] = 30.0,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -218,6 +227,7 @@ def consume(
             deserializer=_DESERIALIZERS[deserializer],
             prefetch_records=prefetch_records,
             on_error="stop_shard" if on_error is OnError.STOP_SHARD else "stop_consumer",
+            drain_timeout=drain_timeout,
         )
     except ValueError as exc:
         fail(str(exc), code=2)
@@ -239,7 +249,29 @@ def consume(
     try:
         run(work())
     except asyncio.CancelledError:
-        raise typer.Exit(130) from None
+        # Stopped at once (a second signal): do not wait for handlers still running in threads.
+        _leave(130)
+    if _stuck_handler_threads():
+        log.warning("a handler is still running after the stop; exiting without it")
+        _leave(0)
+
+
+def _stuck_handler_threads(grace: float = 1.0) -> bool:
+    """Whether a synchronous handler still runs (idle pool threads end within ``grace``)."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("shardflow-handler"):
+            thread.join(grace)
+            if thread.is_alive():
+                return True
+    return False
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit now, even though a thread still runs (Python would wait for it at exit)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @contextlib.asynccontextmanager
