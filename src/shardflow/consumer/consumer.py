@@ -34,27 +34,21 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from shardflow.aws.clients import ClientFactory
-from shardflow.aws.kinesis import list_shards
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer import checkpoint as checkpoints
+from shardflow.consumer.connections import Connections
 from shardflow.consumer.events import (
     CheckpointWritten,
     DiagnosticEvent,
     EventCallback,
     ShardStarted,
 )
-from shardflow.consumer.fetch.batch import FetchedBatch
-from shardflow.consumer.fetch.fanout import FanOutFetcher, fanout_client
-from shardflow.consumer.fetch.polling import PollingFetcher
-from shardflow.consumer.fetch.registration import ConsumerRegistration
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.session import ShardSession
 from shardflow.consumer.settings import ConsumerSettings, default_worker_id
 from shardflow.consumer.shard_worker import (
-    FetcherFactory,
     ShardResult,
     ShardWorker,
     StopReason,
@@ -62,11 +56,9 @@ from shardflow.consumer.shard_worker import (
 )
 from shardflow.consumer.status import ConsumerStatus, ShardStatus
 from shardflow.leases.coordinator import LeaseCoordinator
-from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import StreamSpec
 from shardflow.leases.store import LeaseStore
-from shardflow.positions import StartPosition
 from shardflow.shards import HashKeyRange
 
 log = logging.getLogger("shardflow.consumer")
@@ -130,11 +122,8 @@ class Consumer:
         self._shard_tasks: set[asyncio.Task[None]] = set()
         self._parked: dict[str, BaseException] = {}
         self._fatal: BaseException | None = None
-        self._coordinator: LeaseCoordinator | None = None
+        self._connections: Connections | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._fetch_kinesis: Any = None
-        self._consumer_arns: dict[str, str] = {}
-        self._shard_ranges: dict[tuple[str, str], HashKeyRange] = {}
 
     # --- public API --------------------------------------------------------------------------
 
@@ -263,7 +252,7 @@ class Consumer:
                     yield coordinator
                 finally:
                     await coordinator.stop(release=True)
-                    self._coordinator = None
+                    self._connections = None
         finally:
             self._executor.shutdown(wait=False)
             self._active = False
@@ -272,17 +261,17 @@ class Consumer:
 
     async def _open(self, stack: AsyncExitStack) -> LeaseCoordinator:
         """Clients, lease store, fan-out registrations and the started coordinator."""
-        factory = ClientFactory(self._aws)
-        kinesis = self._kinesis
-        if kinesis is None:
-            kinesis = await stack.enter_async_context(factory.kinesis())
-        store = self._lease_store
-        if store is None:
-            dynamodb = await stack.enter_async_context(factory.dynamodb())
-            store = DynamoDBLeaseStore(dynamodb, self.application_name)
-        self._fetch_kinesis = kinesis
-        if self.settings.fetch == "efo":
-            await self._register_fanout(stack, factory, kinesis)
+        connections = Connections(
+            self.settings,
+            self.application_name,
+            self.streams,
+            aws=self._aws,
+            kinesis=self._kinesis,
+            lease_store=self._lease_store,
+            clock=self._clock,
+        )
+        kinesis, store = await connections.open(stack)
+        self._connections = connections
         coordinator = LeaseCoordinator(
             store,
             worker_id=self.worker_id,
@@ -294,7 +283,6 @@ class Consumer:
             on_event=self._emit,
         )
         await coordinator.start()
-        self._coordinator = coordinator
         log.info(
             "consumer %s of %s started as worker %s",
             self.application_name,
@@ -302,25 +290,6 @@ class Consumer:
             self.worker_id,
         )
         return coordinator
-
-    async def _register_fanout(
-        self, stack: AsyncExitStack, factory: ClientFactory, kinesis: Any
-    ) -> None:
-        name = self.settings.efo_consumer_name or self.application_name
-        if self._kinesis is None:
-            self._fetch_kinesis = await stack.enter_async_context(
-                fanout_client(factory, self.settings.fanout, shards=64)
-            )
-        for stream in self.streams:
-            registration = ConsumerRegistration(
-                kinesis,
-                stream,
-                name,
-                deregister_on_exit=self.settings.deregister_efo_on_stop,
-                clock=self._clock,
-            )
-            registered = await stack.enter_async_context(registration)
-            self._consumer_arns[stream] = registered.arn
 
     async def _dispatch(self, coordinator: LeaseCoordinator, drive: ShardDriver) -> None:
         """Start a shard task for every lease taken, until a stop; then let them finish."""
@@ -363,11 +332,12 @@ class Consumer:
         try:
             if owned.parent_shard_ids and not await self._parents_done(coordinator, owned):
                 return
-            if self._stop_requested.is_set() or not owned.valid():
+            connections = self._connections
+            if self._stop_requested.is_set() or not owned.valid() or connections is None:
                 return
             worker = ShardWorker(
                 owned,
-                self._fetchers(owned),
+                connections.fetchers(owned.stream, owned.shard_id),
                 settings=self._worker_settings(),
                 hash_range=await self._hash_range(owned),
                 clock=self._clock,
@@ -457,46 +427,12 @@ class Consumer:
             checkpoint=s.checkpoint,
         )
 
-    def _fetchers(self, owned: OwnedLease) -> FetcherFactory:
-        stream, shard_id = owned.stream, owned.shard_id
-        kinesis = self._fetch_kinesis
-
-        if self.settings.fetch == "efo":
-            consumer_arn = self._consumer_arns[stream]
-
-            def fanout(start: StartPosition) -> AsyncIterator[FetchedBatch]:
-                return FanOutFetcher(
-                    kinesis,
-                    stream,
-                    shard_id,
-                    start,
-                    self.settings.fanout,
-                    consumer_arn=consumer_arn,
-                    clock=self._clock,
-                )
-
-            return fanout
-        polling = self.settings.polling_for_prefetch()
-
-        def poll(start: StartPosition) -> AsyncIterator[FetchedBatch]:
-            return PollingFetcher(kinesis, stream, shard_id, start, polling, clock=self._clock)
-
-        return poll
-
     async def _hash_range(self, owned: OwnedLease) -> HashKeyRange | None:
-        """The shard's hash-key range: from the lease, else from a listing (KCL leases may lack it)."""
-        if owned.hash_range is not None:
+        """The shard's hash-key range: from the lease, else from a listing (KCL leases may
+        lack it)."""
+        if owned.hash_range is not None or self._connections is None:
             return owned.hash_range
-        key = (owned.stream, owned.shard_id)
-        if key not in self._shard_ranges:
-            try:
-                shards = await list_shards(self._fetch_kinesis, owned.stream)
-            except Exception as exc:
-                log.warning("cannot list shards of %s for hash ranges: %s", owned.stream, exc)
-                return None
-            for shard in shards:
-                self._shard_ranges[(owned.stream, shard.shard_id)] = shard.hash_range
-        return self._shard_ranges.get(key)
+        return await self._connections.hash_range(owned.stream, owned.shard_id)
 
     def _checkpoint_hook(self, owned: OwnedLease) -> checkpoints.CheckpointHook:
         def written(event: checkpoints.CheckpointWritten) -> None:

@@ -21,123 +21,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
-from typing import Any, Final, Protocol
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
-from shardflow.aggregation import MalformedPolicy
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpoint import (
-    Checkpointer,
-    CheckpointHook,
-    CheckpointSettings,
-    CheckpointWriter,
-    ResumePlan,
-    resume_filter,
-)
-from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
+from shardflow.consumer.checkpoint import Checkpointer, CheckpointHook, ResumePlan, resume_filter
 from shardflow.consumer.handlers import ChunkOutcome, HandlerAdapter
-from shardflow.consumer.intake import OutOfRangePolicy, RecordIntake
+from shardflow.consumer.intake import RecordIntake
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
-from shardflow.consumer.prefetch import Chunk, PrefetchBuffer, chunks
+from shardflow.consumer.prefetch import Chunk, PrefetchBuffer
 from shardflow.consumer.records import ConsumedRecord
+from shardflow.consumer.shard_reader import ShardReader
+from shardflow.consumer.worker_contract import (
+    FetcherFactory,
+    ShardLease,
+    ShardResult,
+    StopReason,
+    WorkerSettings,
+)
 from shardflow.errors import DeserializationError, ShardLeaseLost
-from shardflow.leases.model import Lease
-from shardflow.positions import StartPosition
-from shardflow.records import Deserializer, ExtendedSequenceNumber, Record, as_bytes
+from shardflow.records import Record
 from shardflow.shards import HashKeyRange
 
+__all__ = [
+    "FetcherFactory",
+    "ShardLease",
+    "ShardResult",
+    "ShardWorker",
+    "StopReason",
+    "WorkerSettings",
+]
+
 log = logging.getLogger("shardflow.consumer")
-
-MIB: Final = 1024 * 1024
-
-
-class ShardLease(Protocol):
-    """What a worker needs of the lease it processes (the coordinator's ``OwnedLease``)."""
-
-    @property
-    def lease_key(self) -> str: ...
-
-    @property
-    def stream(self) -> str: ...
-
-    @property
-    def shard_id(self) -> str: ...
-
-    @property
-    def lease(self) -> Lease: ...
-
-    @property
-    def lost(self) -> asyncio.Event: ...
-
-    @property
-    def giving_up(self) -> asyncio.Event: ...
-
-    def valid(self) -> bool: ...
-
-    @property
-    def checkpoint(self) -> ExtendedSequenceNumber: ...
-
-    @property
-    def completed_state(self) -> bytes | None:
-        """Records handled beyond the checkpoint, as stored (None: none)."""
-        ...
-
-    @property
-    def hash_range(self) -> HashKeyRange | None: ...
-
-    @property
-    def writer(self) -> CheckpointWriter: ...
-
-
-FetcherFactory = Callable[[StartPosition], AsyncIterator[FetchedBatch]]
-"""Opens a fetcher of the shard at a position (a PollingFetcher or a FanOutFetcher)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSettings:
-    """How a :class:`ShardWorker` delivers (the consumer derives them from its settings)."""
-
-    deserializer: Deserializer[Any] = as_bytes
-    prefetch_records: int = 10_000
-    prefetch_bytes: int = 16 * MIB
-    out_of_range_sub_records: OutOfRangePolicy = "deliver"
-    on_malformed_aggregate: MalformedPolicy = "plain"
-    initial_timestamp: datetime | None = None
-    """The AT_TIMESTAMP moment, for leases whose checkpoint is AT_TIMESTAMP."""
-    drain_timeout: float = 30.0
-    """On stop: how long delivered records may take to be acknowledged before the checkpoint."""
-    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
-
-
-class StopReason(StrEnum):
-    """Why a shard worker ended."""
-
-    SHARD_END = "shard_end"
-    """Every record handled; SHARD_END written."""
-    ALREADY_ENDED = "already_ended"
-    """The stored checkpoint was SHARD_END already: nothing to read."""
-    STOPPED = "stopped"
-    """The consumer is stopping."""
-    GIVEN_UP = "given_up"
-    """The coordinator asked for the lease back."""
-    LOST = "lost"
-    """The lease was lost: no checkpoint was written after that."""
-    FAILED = "failed"
-    """Reading, decoding or handling failed; ``error`` says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class ShardResult:
-    """How a shard worker ended and the checkpoint it left."""
-
-    reason: StopReason
-    checkpoint: ExtendedSequenceNumber | None
-    children: tuple[ChildShard, ...] = ()
-    """Child shards GetRecords reported at the shard's end (may be empty: list the stream)."""
-    error: BaseException | None = None
 
 
 class ShardWorker:
@@ -163,7 +78,6 @@ class ShardWorker:
         self.settings = settings or WorkerSettings()
         self.shard_id = lease.shard_id
         self.stream = stream_name or lease.stream
-        self._fetchers = fetchers
         self._clock = clock
         self._metrics = metrics
         self.plan: ResumePlan = resume_filter(lease.checkpoint, lease.completed_state)
@@ -191,10 +105,9 @@ class ShardWorker:
         self._failure: BaseException | None = None
         self._undecodable: DeserializationError | None = None
         self._end_reached = False
-        self._children: tuple[ChildShard, ...] = ()
-        self._millis_behind: int | None = None
-        self._caught_up = False
-        self._reported_out_of_range = (0, 0)
+        self.reader = ShardReader(
+            fetchers, self.intake, self.buffer, stream=self.stream, metrics=metrics
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self.checkpointer.tracker.add_listener(self._on_ack)
@@ -220,14 +133,14 @@ class ShardWorker:
     def caught_up(self) -> bool:
         """The last fetch found nothing more to read, and every delivered record is handled."""
         return (
-            (self._caught_up or self._end_reached or self.plan.kind == "SHARD_END")
+            (self.reader.caught_up or self._end_reached or self.plan.kind == "SHARD_END")
             and self.buffer.idle
             and self.checkpointer.tracker.all_acked
         )
 
     @property
     def millis_behind_latest(self) -> int | None:
-        return self._millis_behind
+        return self.reader.millis_behind_latest
 
     @property
     def failure(self) -> BaseException | None:
@@ -236,7 +149,7 @@ class ShardWorker:
     def gauges(self) -> ShardGauges:
         pending = self.checkpointer.pending
         return ShardGauges(
-            millis_behind_latest=self._millis_behind,
+            millis_behind_latest=self.reader.millis_behind_latest,
             checkpoint_age=self.checkpointer.last_written_age,
             checkpoint_lag=pending.lag,
             unacked=pending.unacked,
@@ -266,9 +179,7 @@ class ShardWorker:
             start,
             self.lease.checkpoint,
         )
-        self._tasks.append(
-            asyncio.create_task(self._fetch(start), name=f"shardflow-fetch-{self.shard_id}")
-        )
+        self.reader.start(start)
         if self._metrics is not None:
             self._metrics.track_shard(self.stream, self.shard_id, self.gauges)
 
@@ -396,45 +307,6 @@ class ShardWorker:
 
     # --- background ----------------------------------------------------------------------------
 
-    async def _fetch(self, start: StartPosition) -> None:
-        buffer = self.buffer
-        fetcher = self._fetchers(start)
-        try:
-            async for batch in fetcher:
-                self._millis_behind = batch.millis_behind_latest
-                items = self.intake.shape(batch.records)
-                self._report_out_of_range()
-                for chunk in chunks(items, buffer.chunk_records, buffer.chunk_bytes):
-                    if not await buffer.put(chunk):
-                        return
-                self._caught_up = batch.caught_up
-                if batch.shard_ended:
-                    self._children = batch.child_shards
-                    break
-            await buffer.finish()
-        except Exception as exc:
-            await buffer.fail(exc)
-        finally:
-            # A fan-out fetcher holds a subscription (an open connection): end it.
-            close = getattr(fetcher, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await close()
-
-    def _report_out_of_range(self) -> None:
-        if self._metrics is None:
-            return
-        counts = self.intake.counts
-        delivered = counts.out_of_range - counts.dropped
-        before_delivered, before_dropped = self._reported_out_of_range
-        if (delivered, counts.dropped) != self._reported_out_of_range:
-            self._metrics.out_of_range(
-                self.stream,
-                delivered=delivered - before_delivered,
-                dropped=counts.dropped - before_dropped,
-            )
-            self._reported_out_of_range = (delivered, counts.dropped)
-
     async def _watch(self) -> None:
         """Wake the delivery side at once when the lease is lost or given up, or on stop."""
         lease = self.lease
@@ -496,7 +368,7 @@ class ShardWorker:
         return ShardResult(
             reason,
             self.checkpointer.last_written,
-            children=self._children if reason is StopReason.SHARD_END else (),
+            children=self.reader.children if reason is StopReason.SHARD_END else (),
             error=self._failure,
         )
 
@@ -565,6 +437,7 @@ class ShardWorker:
                 wait.cancel()
 
     async def _cancel_tasks(self) -> None:
+        await self.reader.stop()
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()

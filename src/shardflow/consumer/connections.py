@@ -1,0 +1,134 @@
+"""What a running consumer is connected to: Kinesis, the lease table, fan-out registrations.
+
+:meth:`Connections.open` opens whatever the consumer was not handed (clients from the AWS
+settings, the DynamoDB lease table named after the application) and, for enhanced fan-out,
+registers the stream consumers. It then hands out per-shard fetcher factories and shard
+hash-key ranges.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+from shardflow.aws.clients import ClientFactory
+from shardflow.aws.kinesis import list_shards
+from shardflow.aws.settings import AwsSettings
+from shardflow.clock import Clock
+from shardflow.consumer.fetch.batch import FetchedBatch
+from shardflow.consumer.fetch.fanout import FanOutFetcher, fanout_client
+from shardflow.consumer.fetch.polling import PollingFetcher
+from shardflow.consumer.fetch.registration import ConsumerRegistration
+from shardflow.consumer.settings import ConsumerSettings
+from shardflow.consumer.worker_contract import FetcherFactory
+from shardflow.leases.dynamodb import DynamoDBLeaseStore
+from shardflow.leases.store import LeaseStore
+from shardflow.positions import StartPosition
+from shardflow.shards import HashKeyRange
+
+log = logging.getLogger("shardflow.consumer")
+
+EFO_POOL_SHARDS = 64
+"""Connections a fan-out client keeps for subscriptions (one per subscribed shard)."""
+
+
+class Connections:
+    """The open clients and registrations of one consumer run (see the module doc)."""
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        application_name: str,
+        streams: Sequence[str],
+        *,
+        aws: AwsSettings | None,
+        kinesis: Any | None,
+        lease_store: LeaseStore | None,
+        clock: Clock,
+    ) -> None:
+        self._settings = settings
+        self._application_name = application_name
+        self._streams = list(streams)
+        self._aws = aws
+        self._given_kinesis = kinesis
+        self._given_store = lease_store
+        self._clock = clock
+        self.kinesis: Any = kinesis
+        """The client for control calls (ListShards, GetShardIterator, registrations)."""
+        self.store: LeaseStore | None = lease_store
+        self._fetch_kinesis: Any = kinesis
+        self._consumer_arns: dict[str, str] = {}
+        self._shard_ranges: dict[tuple[str, str], HashKeyRange] = {}
+
+    async def open(self, stack: AsyncExitStack) -> tuple[Any, LeaseStore]:
+        """Open what is missing (closed with ``stack``); returns (kinesis client, lease store)."""
+        factory = ClientFactory(self._aws)
+        if self.kinesis is None:
+            self.kinesis = await stack.enter_async_context(factory.kinesis())
+        self._fetch_kinesis = self.kinesis
+        if self.store is None:
+            dynamodb = await stack.enter_async_context(factory.dynamodb())
+            self.store = DynamoDBLeaseStore(dynamodb, self._application_name)
+        if self._settings.fetch == "efo":
+            await self._register_fanout(stack, factory)
+        return self.kinesis, self.store
+
+    async def _register_fanout(self, stack: AsyncExitStack, factory: ClientFactory) -> None:
+        settings = self._settings
+        name = settings.efo_consumer_name or self._application_name
+        if self._given_kinesis is None:
+            # Subscriptions keep a connection each for minutes: a client of their own.
+            self._fetch_kinesis = await stack.enter_async_context(
+                fanout_client(factory, settings.fanout, shards=EFO_POOL_SHARDS)
+            )
+        for stream in self._streams:
+            registration = ConsumerRegistration(
+                self.kinesis,
+                stream,
+                name,
+                deregister_on_exit=settings.deregister_efo_on_stop,
+                clock=self._clock,
+            )
+            registered = await stack.enter_async_context(registration)
+            self._consumer_arns[stream] = registered.arn
+            log.info("fan-out consumer %s of %s is active", name, stream)
+
+    def fetchers(self, stream: str, shard_id: str) -> FetcherFactory:
+        """Opens fetchers of one shard, by fan-out or polling as the settings say."""
+        kinesis, settings, clock = self._fetch_kinesis, self._settings, self._clock
+        if settings.fetch == "efo":
+            consumer_arn = self._consumer_arns[stream]
+
+            def fanout(start: StartPosition) -> AsyncIterator[FetchedBatch]:
+                return FanOutFetcher(
+                    kinesis,
+                    stream,
+                    shard_id,
+                    start,
+                    settings.fanout,
+                    consumer_arn=consumer_arn,
+                    clock=clock,
+                )
+
+            return fanout
+        polling = settings.polling_for_prefetch()
+
+        def poll(start: StartPosition) -> AsyncIterator[FetchedBatch]:
+            return PollingFetcher(kinesis, stream, shard_id, start, polling, clock=clock)
+
+        return poll
+
+    async def hash_range(self, stream: str, shard_id: str) -> HashKeyRange | None:
+        """A shard's hash-key range from a listing of its stream (cached); None if unknown."""
+        key = (stream, shard_id)
+        if key not in self._shard_ranges:
+            try:
+                shards = await list_shards(self.kinesis, stream)
+            except Exception as exc:
+                log.warning("cannot list shards of %s for hash ranges: %s", stream, exc)
+                return None
+            for shard in shards:
+                self._shard_ranges[(stream, shard.shard_id)] = shard.hash_range
+        return self._shard_ranges.get(key)

@@ -1,0 +1,100 @@
+"""The reading side of a shard worker: fetcher -> intake -> prefetch buffer, in one task.
+
+The task pulls a batch only when the previous one fitted into the buffer, so the buffer's
+bounds hold the fetcher back. It ends at the shard's end (the buffer is finished), when the
+buffer is closed, or on an error (handed to the buffer, which raises it to the reader of the
+records once they are drained).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from shardflow.consumer.fetch.batch import ChildShard
+from shardflow.consumer.intake import RecordIntake
+from shardflow.consumer.metrics import ConsumerMetrics
+from shardflow.consumer.prefetch import PrefetchBuffer, chunks
+from shardflow.consumer.worker_contract import FetcherFactory
+from shardflow.positions import StartPosition
+
+
+class ShardReader:
+    """Fills ``buffer`` with the shard's records from ``start`` (see the module doc)."""
+
+    def __init__(
+        self,
+        fetchers: FetcherFactory,
+        intake: RecordIntake,
+        buffer: PrefetchBuffer,
+        *,
+        stream: str,
+        metrics: ConsumerMetrics | None = None,
+    ) -> None:
+        self._fetchers = fetchers
+        self._intake = intake
+        self._buffer = buffer
+        self._stream = stream
+        self._metrics = metrics
+        self._task: asyncio.Task[None] | None = None
+        self.millis_behind_latest: int | None = None
+        """MillisBehindLatest of the last batch fetched."""
+        self.caught_up = False
+        """The last batch found nothing more to read (for now)."""
+        self.children: tuple[ChildShard, ...] = ()
+        """The child shards reported with the shard's last batch."""
+        self._reported_out_of_range = (0, 0)
+
+    def start(self, start: StartPosition) -> None:
+        """Begin reading at ``start`` on the running loop."""
+        if self._task is None:
+            self._task = asyncio.create_task(
+                self._read(start), name=f"shardflow-fetch-{self._intake.shard_id}"
+            )
+
+    async def stop(self) -> None:
+        """Stop reading (a fetch in progress is abandoned)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _read(self, start: StartPosition) -> None:
+        buffer = self._buffer
+        fetcher = self._fetchers(start)
+        try:
+            async for batch in fetcher:
+                self.millis_behind_latest = batch.millis_behind_latest
+                items = self._intake.shape(batch.records)
+                self._report_out_of_range()
+                for chunk in chunks(items, buffer.chunk_records, buffer.chunk_bytes):
+                    if not await buffer.put(chunk):
+                        return
+                self.caught_up = batch.caught_up
+                if batch.shard_ended:
+                    self.children = batch.child_shards
+                    break
+            await buffer.finish()
+        except Exception as exc:
+            await buffer.fail(exc)
+        finally:
+            # A fan-out fetcher holds a subscription (an open connection): end it.
+            close = getattr(fetcher, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+
+    def _report_out_of_range(self) -> None:
+        if self._metrics is None:
+            return
+        counts = self._intake.counts
+        delivered = counts.out_of_range - counts.dropped
+        before_delivered, before_dropped = self._reported_out_of_range
+        if (delivered, counts.dropped) != self._reported_out_of_range:
+            self._metrics.out_of_range(
+                self._stream,
+                delivered=delivered - before_delivered,
+                dropped=counts.dropped - before_dropped,
+            )
+            self._reported_out_of_range = (delivered, counts.dropped)
