@@ -288,3 +288,33 @@ def test_settings_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="out_of_range"):
         ConsumerSettings(out_of_range_sub_records="keep")  # type: ignore[arg-type]
     assert ConsumerSettings(prefetch_records=500).polling_for_prefetch().max_records == 500
+
+
+def test_a_consumed_record_is_the_record_plus_value_and_ack() -> None:
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from shardflow.consumer.acks import AckTracker
+    from shardflow.records import Record
+
+    record = Record(
+        data=b"d",
+        partition_key="pk",
+        sequence_number="42",
+        sub_sequence_number=3,
+        explicit_hash_key="7",
+        approximate_arrival_timestamp=datetime(2024, 1, 1, tzinfo=UTC),
+        shard_id="shard",
+        stream_name="stream",
+        aggregated=True,
+        last_sub_sequence_number=9,
+    )
+    tracker = AckTracker("shard")
+    consumed = ConsumedRecord.of(record, {"v": 1}, tracker.deliver(record))
+    for field in dataclasses.fields(Record):
+        assert getattr(consumed, field.name) == getattr(record, field.name), field.name
+    assert consumed == record
+    assert consumed.value == {"v": 1}
+    assert not tracker.all_acked
+    consumed.ack()
+    assert tracker.all_acked

@@ -329,6 +329,7 @@ class Consumer:
         self, coordinator: LeaseCoordinator, owned: OwnedLease, drive: ShardDriver
     ) -> None:
         key = owned.lease_key
+        worker: ShardWorker | None = None
         try:
             if owned.parent_shard_ids and not await self._parents_done(coordinator, owned):
                 return
@@ -360,7 +361,8 @@ class Consumer:
         except Exception:
             log.exception("shard %s (stream %s) failed unexpectedly", owned.shard_id, owned.stream)
         finally:
-            self._workers.pop(key, None)
+            if worker is not None and self._workers.get(key) is worker:
+                del self._workers[key]
 
     async def _parents_done(self, coordinator: LeaseCoordinator, owned: OwnedLease) -> bool:
         """Wait for the parents' SHARD_END; False if stopped or the lease ended meanwhile."""

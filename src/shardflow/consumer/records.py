@@ -30,18 +30,18 @@ class ConsumedRecord(Record, Generic[T]):
     def of(cls, record: Record, value: T, handle: AckHandle) -> ConsumedRecord[T]:
         """``record`` with its deserialized ``value`` and the ``handle`` that acknowledges it."""
         return cls(
-            record.data,
-            record.partition_key,
-            record.sequence_number,
-            record.sub_sequence_number,
-            record.explicit_hash_key,
-            record.approximate_arrival_timestamp,
-            record.shard_id,
-            record.stream_name,
-            record.aggregated,
-            record.last_sub_sequence_number,
-            value,
-            handle,
+            data=record.data,
+            partition_key=record.partition_key,
+            sequence_number=record.sequence_number,
+            sub_sequence_number=record.sub_sequence_number,
+            explicit_hash_key=record.explicit_hash_key,
+            approximate_arrival_timestamp=record.approximate_arrival_timestamp,
+            shard_id=record.shard_id,
+            stream_name=record.stream_name,
+            aggregated=record.aggregated,
+            last_sub_sequence_number=record.last_sub_sequence_number,
+            value=value,
+            handle=handle,
         )
 
     def ack(self) -> None:
