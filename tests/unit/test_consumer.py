@@ -313,7 +313,7 @@ def test_a_consumed_record_is_the_record_plus_value_and_ack() -> None:
     consumed = ConsumedRecord.of(record, {"v": 1}, tracker.deliver(record))
     for field in dataclasses.fields(Record):
         assert getattr(consumed, field.name) == getattr(record, field.name), field.name
-    assert consumed == record
+    assert isinstance(consumed, Record)
     assert consumed.value == {"v": 1}
     assert not tracker.all_acked
     consumed.ack()
