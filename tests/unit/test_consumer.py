@@ -180,34 +180,42 @@ async def test_events_reach_the_callback() -> None:
 
 
 async def test_two_workers_share_the_shards_and_handle_every_record() -> None:
-    kinesis = stream_with(200, shards=4)
+    kinesis = stream_with(0, shards=4)
     tables = InMemoryLeaseTables()
     seen: dict[str, list[bytes]] = {"a": [], "b": []}
 
     def worker(name: str) -> Consumer:
         store = InMemoryLeaseStore("app", tables=tables)
-        settings = fast_settings(worker_id=f"worker-{name}")
-
-        return consumer_on(kinesis, store, settings=settings)
+        return consumer_on(kinesis, store, settings=fast_settings(worker_id=f"worker-{name}"))
 
     first, second = worker("a"), worker("b")
 
-    async def slow(name: str, record: ConsumedRecord[bytes]) -> None:
+    async def handle(name: str, record: ConsumedRecord[bytes]) -> None:
         seen[name].append(record.data)
-        await asyncio.sleep(0.002)
 
     runs = [
-        asyncio.create_task(first.consume(functools.partial(slow, "a"))),
-        asyncio.create_task(second.consume(functools.partial(slow, "b"))),
+        asyncio.create_task(first.consume(functools.partial(handle, "a"))),
+        asyncio.create_task(second.consume(functools.partial(handle, "b"))),
     ]
     try:
-        await eventually(lambda: len(set(seen["a"]) | set(seen["b"])) == 200, within=20)
-        await eventually(lambda: len(first.status().shards) == 2, within=10)
-        assert len(second.status().shards) == 2
+        # The second worker takes its share from the first (balancing), then records arrive.
+        await eventually(
+            lambda: (
+                first.running
+                and second.running
+                and len(first.status().shards) == 2
+                and len(second.status().shards) == 2
+            ),
+            within=10,
+        )
+        await asyncio.sleep(0.3)  # a worker learns of a steal at its next renewal (0.2 s)
+        kinesis.put_many("s", [(f"k{i}", f"{i}".encode()) for i in range(200)])
+        await eventually(lambda: len(seen["a"]) + len(seen["b"]) >= 200, within=10)
     finally:
         await first.stop()
         await second.stop()
         await asyncio.gather(*runs)
+    assert sorted(seen["a"] + seen["b"]) == sorted(f"{i}".encode() for i in range(200))
     assert seen["a"]
     assert seen["b"]
 
