@@ -487,3 +487,34 @@ async def test_count_checkpoints_land_while_consuming() -> None:
     positions = lease.writer.written
     assert positions == sorted(positions)
     assert worker.checkpointer.pending.lag == 0
+
+
+async def test_an_at_timestamp_lease_without_a_configured_moment_reads_from_the_horizon() -> None:
+    lease = StubLease("AT_TIMESTAMP")
+    fetcher = ScriptedFetcher(batches_of(1, 3))
+    seen: list[str] = []
+
+    async def handler(record: ConsumedRecord[bytes]) -> None:
+        seen.append(record.sequence_number)
+
+    result = await asyncio.wait_for(worker_for(lease, fetcher).run(HandlerAdapter(handler)), 5)
+    assert fetcher.start is not None
+    assert fetcher.start.kind.value == "TRIM_HORIZON"
+    assert seen == ["1", "2", "3"]
+    assert result.reason is StopReason.SHARD_END
+
+
+async def test_an_at_timestamp_lease_reads_from_the_configured_moment() -> None:
+    from datetime import UTC, datetime
+
+    moment = datetime(2024, 5, 1, tzinfo=UTC)
+    lease = StubLease("AT_TIMESTAMP")
+    fetcher = ScriptedFetcher(batches_of(1, 1))
+
+    async def handler(record: ConsumedRecord[bytes]) -> None:
+        return None
+
+    worker = worker_for(lease, fetcher, initial_timestamp=moment)
+    await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    assert fetcher.start is not None
+    assert fetcher.start.timestamp == moment

@@ -26,6 +26,7 @@ at once, no failover wait).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -336,30 +337,40 @@ class Consumer:
             connections = self._connections
             if self._stop_requested.is_set() or not owned.valid() or connections is None:
                 return
-            worker = ShardWorker(
-                owned,
-                connections.fetchers(owned.stream, owned.shard_id),
-                settings=self._worker_settings(),
-                hash_range=await self._hash_range(owned),
-                clock=self._clock,
-                metrics=self.metrics,
-                hooks=[self._checkpoint_hook(owned)],
-            )
-            self._workers[key] = worker
-            self._emit(
-                ShardStarted(
-                    worker_id=self.worker_id,
-                    at=self._clock.wall(),
-                    stream=owned.stream,
-                    shard_id=owned.shard_id,
-                    position=str(owned.checkpoint),
+            try:
+                worker = ShardWorker(
+                    owned,
+                    connections.fetchers(owned.stream, owned.shard_id),
+                    settings=self._worker_settings(),
+                    hash_range=await self._hash_range(owned),
+                    clock=self._clock,
+                    metrics=self.metrics,
+                    hooks=[self._checkpoint_hook(owned)],
                 )
-            )
-            result = await drive(worker)
+                self._workers[key] = worker
+                self._emit(
+                    ShardStarted(
+                        worker_id=self.worker_id,
+                        at=self._clock.wall(),
+                        stream=owned.stream,
+                        shard_id=owned.shard_id,
+                        position=str(owned.checkpoint),
+                    )
+                )
+                result = await drive(worker)
+            except Exception as exc:
+                # A bug, or an AWS failure outside the worker's own handling: the shard stops
+                # under the error policy like any other failure, never silently.
+                log.exception("shard %s (stream %s) failed", owned.shard_id, owned.stream)
+                if worker is not None:
+                    worker.fail(exc)
+                    with contextlib.suppress(Exception):
+                        await worker.finish(drain_timeout=0.0)  # ends its tasks
+                result = ShardResult(StopReason.FAILED, None, error=exc)
             log.info("shard %s (stream %s): %s", owned.shard_id, owned.stream, result.reason)
             await self._conclude(coordinator, owned, result)
         except Exception:
-            log.exception("shard %s (stream %s) failed unexpectedly", owned.shard_id, owned.stream)
+            log.exception("ending shard %s (stream %s) failed", owned.shard_id, owned.stream)
         finally:
             if worker is not None and self._workers.get(key) is worker:
                 del self._workers[key]

@@ -40,6 +40,7 @@ from shardflow.consumer.worker_contract import (
     WorkerSettings,
 )
 from shardflow.errors import DeserializationError, ShardLeaseLost
+from shardflow.positions import StartPosition
 from shardflow.records import Record
 from shardflow.shards import HashKeyRange
 
@@ -168,7 +169,7 @@ class ShardWorker:
         self._tasks.append(
             asyncio.create_task(self._watch(), name=f"shardflow-watch-{self.shard_id}")
         )
-        start = self.plan.start_position(self.settings.initial_timestamp)
+        start = self._start_position()
         if start is None:
             self._tasks.append(asyncio.create_task(self.buffer.finish()))
             return
@@ -182,6 +183,19 @@ class ShardWorker:
         self.reader.start(start)
         if self._metrics is not None:
             self._metrics.track_shard(self.stream, self.shard_id, self.gauges)
+
+    def _start_position(self) -> StartPosition | None:
+        try:
+            return self.plan.start_position(self.settings.initial_timestamp)
+        except ValueError:
+            # An AT_TIMESTAMP lease made by a worker configured with a moment this one does
+            # not know: reading from the horizon loses nothing (it repeats older records).
+            log.warning(
+                "shard %s has checkpoint AT_TIMESTAMP but no initial timestamp is configured: "
+                "reading from TRIM_HORIZON",
+                self.shard_id,
+            )
+            return StartPosition.trim_horizon()
 
     def request_stop(self, reason: StopReason = StopReason.STOPPED) -> None:
         """Stop delivering (the consumer is stopping); :meth:`finish` then checkpoints."""
