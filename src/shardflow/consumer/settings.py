@@ -54,7 +54,9 @@ class ConsumerSettings:
     given up.
     ``deserializer``: turns each record into the value handlers get (default: the bytes).
     ``prefetch_records`` / ``prefetch_bytes``: per shard, the most records fetched and not yet
-    handled; a slow handler holds the fetcher back at this bound.
+    handled (plus the one fetched batch waiting for room: GetRecords asks for at most
+    ``prefetch_records`` Kinesis records, and a call returns at most 10 MiB); a slow handler
+    holds the fetcher back at this bound, and handler batches hold at most half of it.
     ``out_of_range_sub_records``: aggregated sub-records whose hash key lies outside their
     shard's range (after a reshard): ``"deliver"`` them (default, nothing lost) or ``"drop"``
     them as the KCL does; both are counted and logged.
