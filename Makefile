@@ -26,8 +26,8 @@ demo: setup
 	$(BIN)/python -m shardflow.demo
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: $(STAMPS)/venv
 	$(BIN)/mypy

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from shardflow.errors import EmulatorNotInstalledError, LocalStackError
 from shardflow.local.node import find_package, loopback_preload, node_executable
-from shardflow.local.ports import LOOPBACK, free_port
+from shardflow.local.ports import free_port
 from shardflow.local.server import LocalServer
 
 
