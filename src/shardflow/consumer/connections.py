@@ -19,6 +19,7 @@ from shardflow.aws.settings import AwsSettings
 from shardflow.clock import Clock
 from shardflow.consumer.fetch.batch import FetchedBatch
 from shardflow.consumer.fetch.fanout import FanOutFetcher, fanout_client
+from shardflow.consumer.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.consumer.fetch.polling import PollingFetcher
 from shardflow.consumer.fetch.registration import ConsumerRegistration
 from shardflow.consumer.settings import ConsumerSettings
@@ -62,6 +63,13 @@ class Connections:
         self._consumer_arns: dict[str, str] = {}
         self._shard_ranges: dict[tuple[str, str], HashKeyRange] = {}
 
+    @property
+    def efo_consumer_name(self) -> str | None:
+        """The registered stream consumer's name (None unless fetching by enhanced fan-out)."""
+        if self._settings.fetch != "efo":
+            return None
+        return self._settings.efo_consumer_name or self._application_name
+
     async def open(self, stack: AsyncExitStack) -> tuple[Any, LeaseStore]:
         """Open what is missing (closed with ``stack``); returns (kinesis client, lease store)."""
         factory = ClientFactory(self._aws)
@@ -95,8 +103,11 @@ class Connections:
             self._consumer_arns[stream] = registered.arn
             log.info("fan-out consumer %s of %s is active", name, stream)
 
-    def fetchers(self, stream: str, shard_id: str) -> FetcherFactory:
-        """Opens fetchers of one shard, by fan-out or polling as the settings say."""
+    def fetchers(
+        self, stream: str, shard_id: str, observer: FetchObserver = NO_OBSERVER
+    ) -> FetcherFactory:
+        """Opens fetchers of one shard, by fan-out or polling as the settings say; ``observer``
+        hears what they report (throttling, renewed subscriptions)."""
         kinesis, settings, clock = self._fetch_kinesis, self._settings, self._clock
         if settings.fetch == "efo":
             consumer_arn = self._consumer_arns[stream]
@@ -110,13 +121,16 @@ class Connections:
                     settings.fanout,
                     consumer_arn=consumer_arn,
                     clock=clock,
+                    observer=observer,
                 )
 
             return fanout
         polling = settings.polling_for_prefetch()
 
         def poll(start: StartPosition) -> AsyncIterator[FetchedBatch]:
-            return PollingFetcher(kinesis, stream, shard_id, start, polling, clock=clock)
+            return PollingFetcher(
+                kinesis, stream, shard_id, start, polling, clock=clock, observer=observer
+            )
 
         return poll
 

@@ -45,6 +45,8 @@ from shardflow.consumer.events import (
     EventCallback,
     ShardStarted,
 )
+from shardflow.consumer.fetch.observer import FetchObserver
+from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.session import ShardSession
@@ -340,7 +342,11 @@ class Consumer:
             try:
                 worker = ShardWorker(
                     owned,
-                    connections.fetchers(owned.stream, owned.shard_id),
+                    connections.fetchers(
+                        owned.stream,
+                        owned.shard_id,
+                        self._fetch_observer(owned, connections.efo_consumer_name),
+                    ),
                     settings=self._worker_settings(),
                     hash_range=await self._hash_range(owned),
                     clock=self._clock,
@@ -463,6 +469,17 @@ class Consumer:
             )
 
         return written
+
+    def _fetch_observer(self, owned: OwnedLease, consumer_name: str | None) -> FetchObserver:
+        return shard_fetch_observer(
+            stream=owned.stream,
+            shard_id=owned.shard_id,
+            worker_id=self.worker_id,
+            consumer_name=consumer_name,
+            clock=self._clock,
+            emit=self._emit,
+            metrics=self.metrics,
+        )
 
     def _emit(self, event: DiagnosticEvent) -> None:
         if self._on_event is None:

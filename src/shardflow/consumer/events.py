@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from shardflow.consumer.fetch.observer import RenewalReason
 from shardflow.records import ExtendedSequenceNumber
 
 AcquiredHow = Literal["free", "expired", "stolen", "resumed"]
@@ -103,7 +104,10 @@ class CheckpointWritten(_ShardEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchThrottled(_ShardEvent):
-    """Kinesis refused a read for exceeding a limit; the fetcher waits ``delay`` seconds."""
+    """Kinesis refused a read for exceeding a limit; the fetcher waits ``delay`` seconds.
+
+    ``operation``: ``"GetRecords"`` (polling) or ``"SubscribeToShard"`` (enhanced fan-out).
+    """
 
     operation: str
     delay: float
@@ -111,10 +115,16 @@ class FetchThrottled(_ShardEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubscriptionRenewed(_ShardEvent):
-    """An enhanced fan-out subscription was opened again (they last at most 5 minutes)."""
+    """An enhanced fan-out subscription was opened again (they last at most 5 minutes).
+
+    ``consumer_name``: the registered stream consumer; ``position``: where the new
+    subscription resumed reading; ``reason``: why the previous one was replaced (routinely
+    ``"renew_due"``; see :data:`~shardflow.consumer.fetch.RenewalReason`).
+    """
 
     consumer_name: str
     position: str | None
+    reason: RenewalReason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,11 +8,12 @@
 
 Exported (namespace ``shardflow_consumer``): ``records_total`` and ``bytes_total`` handed to
 handlers, ``records_per_second`` over the last 10 s, ``out_of_range_sub_records_total`` by
-action, ``checkpoints_total``, ``shard_failures_total``, ``handler_latency_seconds``
-(histogram, one observation per handler call) per stream; per owned shard
-``millis_behind_latest``, ``checkpoint_age_seconds`` (since this worker last wrote the shard's
-checkpoint), ``checkpoint_lag_records`` (delivered but not covered by the checkpoint),
-``unacked_records`` and ``prefetch_records`` / ``prefetch_bytes``.
+action, ``checkpoints_total``, ``shard_failures_total``, ``fetch_throttles_total`` (reads
+Kinesis throttled), ``subscription_renewals_total`` (fan-out subscriptions opened again),
+``handler_latency_seconds`` (histogram, one observation per handler call) per stream; per
+owned shard ``millis_behind_latest``, ``checkpoint_age_seconds`` (since this worker last wrote
+the shard's checkpoint), ``checkpoint_lag_records`` (delivered but not covered by the
+checkpoint), ``unacked_records`` and ``prefetch_records`` / ``prefetch_bytes``.
 
 Everything is updated on the consumer's event loop. A scrape from another thread takes its
 snapshot on that loop, so it never sees a half-made update.
@@ -129,6 +130,8 @@ class StreamCounters:
     out_of_range_dropped: int = 0
     checkpoints: int = 0
     shard_failures: int = 0
+    fetch_throttles: int = 0
+    subscription_renewals: int = 0
     records_per_second: float = 0.0
     latency: _Histogram = field(default_factory=_Histogram)
 
@@ -186,6 +189,12 @@ class ConsumerMetrics:
     def shard_failed(self, stream: str) -> None:
         self._stream(stream).shard_failures += 1
 
+    def fetch_throttled(self, stream: str) -> None:
+        self._stream(stream).fetch_throttles += 1
+
+    def subscription_renewed(self, stream: str) -> None:
+        self._stream(stream).subscription_renewals += 1
+
     def track_shard(self, stream: str, shard_id: str, gauges: GaugeSource) -> None:
         """Report ``gauges()`` for a shard while it is owned."""
         self._stream(stream)
@@ -209,6 +218,8 @@ class ConsumerMetrics:
                 out_of_range_dropped=counters.out_of_range_dropped,
                 checkpoints=counters.checkpoints,
                 shard_failures=counters.shard_failures,
+                fetch_throttles=counters.fetch_throttles,
+                subscription_renewals=counters.subscription_renewals,
                 records_per_second=self._rates[name].rate(),
                 latency=latency,
             )
@@ -277,6 +288,16 @@ class ConsumerCollector(Collector):
             "shard_failures",
             "Shards stopped by a handler or decoding error.",
             lambda c: c.shard_failures,
+        )
+        yield counter(
+            "fetch_throttles",
+            "Reads (GetRecords, SubscribeToShard) Kinesis throttled, each retried after a wait.",
+            lambda c: c.fetch_throttles,
+        )
+        yield counter(
+            "subscription_renewals",
+            "Enhanced fan-out subscriptions opened again after a shard's first one.",
+            lambda c: c.subscription_renewals,
         )
         rate = GaugeMetricFamily(
             f"{ns}_records_per_second",

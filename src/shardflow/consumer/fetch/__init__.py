@@ -4,6 +4,7 @@ from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
 from shardflow.consumer.fetch.convert import record_from_kinesis
 from shardflow.consumer.fetch.fanout import FanOutFetcher, FanOutSettings, fanout_client
 from shardflow.consumer.fetch.limiter import CallRateLimiter
+from shardflow.consumer.fetch.observer import FetchObserver, RenewalReason
 from shardflow.consumer.fetch.pacing import SubscriptionPacer
 from shardflow.consumer.fetch.polling import PollingFetcher, PollingSettings
 from shardflow.consumer.fetch.registration import (
@@ -19,9 +20,11 @@ __all__ = [
     "ConsumerRegistration",
     "FanOutFetcher",
     "FanOutSettings",
+    "FetchObserver",
     "FetchedBatch",
     "PollingFetcher",
     "PollingSettings",
+    "RenewalReason",
     "StreamConsumer",
     "SubscriptionPacer",
     "deregister_consumer",

@@ -26,6 +26,7 @@ from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
 from shardflow.consumer.fetch.convert import record_from_kinesis
 from shardflow.consumer.fetch.eventstream import tolerate_missing_initial_response
+from shardflow.consumer.fetch.observer import NO_OBSERVER, FetchObserver, RenewalReason
 from shardflow.consumer.fetch.pacing import SubscriptionPacer, shared_pacer
 from shardflow.consumer.fetch.shard_end import shard_end_at
 from shardflow.consumer.fetch.subscription import Lapse, Subscription, starting_position
@@ -39,6 +40,12 @@ SUBSCRIPTION_LIFETIME = 300.0
 
 HEARTBEAT_INTERVAL = 5.0
 """Kinesis sends an event at least this often on a subscription, records or not."""
+
+_LAPSE_REASONS: dict[Lapse, RenewalReason] = {
+    Lapse.RENEW: "renew_due",
+    Lapse.CLOSED: "closed",
+    Lapse.SILENT: "silent",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +128,9 @@ class FanOutFetcher:
     retried with backoff. Call :meth:`aclose` (or use ``async with``) to release the connection
     when stopping before the shard's end. One reader per fetcher.
 
+    ``observer`` hears of every throttled SubscribeToShard that is retried (with its delay) and
+    of every subscription opened after the first (where it resumed, and why).
+
     ``consumer_arn`` is the ARN of a registered consumer (see
     :func:`~shardflow.consumer.fetch.registration.register_consumer`); ``kinesis`` an
     aiobotocore client, best made with :func:`fanout_client`.
@@ -138,6 +148,7 @@ class FanOutFetcher:
         pacer: SubscriptionPacer | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
+        observer: FetchObserver = NO_OBSERVER,
     ) -> None:
         self._kinesis = kinesis
         self.stream = stream
@@ -151,8 +162,10 @@ class FanOutFetcher:
         )
         self._clock = clock
         self._rng = rng
+        self._observer = observer
         tolerate_missing_initial_response(kinesis)
         self._subscription: Subscription | None = None
+        self._dropped_because: RenewalReason = "failed"
         self._continuation: str | None = None
         self._last_delivered: str | None = None
         self._ended = False
@@ -211,12 +224,14 @@ class FanOutFetcher:
                 )
             except asyncio.CancelledError:
                 self._drop()  # the event iterator was interrupted mid-read: unusable
+                self._dropped_because = "interrupted"
                 raise
             if isinstance(outcome, Lapse):
                 await self._after_lapse(subscription, outcome)
                 continue
             if isinstance(outcome, Exception):
                 self._drop()
+                self._dropped_because = "failed"
                 await self._after_failure(outcome, called)
                 continue
             self._failures.clear()
@@ -263,10 +278,13 @@ class FanOutFetcher:
                 continue
             self.subscriptions += 1
             log.debug("subscribed to %s at %s", self.shard_id, position)
+            if self.subscriptions > 1:
+                self._observer.renewed(position, self._dropped_because)
             return Subscription(answer["EventStream"], self._clock.monotonic())
 
     async def _after_lapse(self, subscription: Subscription, lapse: Lapse) -> None:
         self._drop()
+        self._dropped_because = _LAPSE_REASONS[lapse]
         if lapse is Lapse.RENEW:
             self.renewals += 1
             log.debug("renewing the subscription to %s at %s", self.shard_id, self.resume_position)
@@ -322,6 +340,8 @@ class FanOutFetcher:
         log.debug(
             "subscription to %s failed (%s); retry in %.3fs", self.shard_id, error.code, pause
         )
+        if kind == "throttled":
+            self._observer.throttled("SubscribeToShard", pause)
         await self._clock.sleep(pause)
 
     def _policy(self, error: AwsError) -> tuple[str, Backoff]:

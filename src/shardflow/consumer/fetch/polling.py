@@ -15,6 +15,7 @@ from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
 from shardflow.consumer.fetch.convert import record_from_kinesis
 from shardflow.consumer.fetch.limiter import CallRateLimiter
+from shardflow.consumer.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.errors import AwsError, ExpiredIteratorError, ThrottledError
 from shardflow.positions import StartPosition
 
@@ -78,6 +79,8 @@ class PollingFetcher:
     failures are raised as typed :class:`~shardflow.errors.AwsError`. At the shard's end the last
     batch has ``shard_ended=True`` and iteration stops.
 
+    ``observer`` hears of every throttled GetRecords call that is retried, with its delay.
+
     Not safe for concurrent ``__anext__`` calls: one reader per fetcher.
     """
 
@@ -91,6 +94,7 @@ class PollingFetcher:
         *,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
+        observer: FetchObserver = NO_OBSERVER,
     ) -> None:
         self._kinesis = kinesis
         self.stream = stream
@@ -100,6 +104,7 @@ class PollingFetcher:
         self._stream_name = stream_name_of(stream)
         self._clock = clock
         self._rng = rng
+        self._observer = observer
         self._limiter = CallRateLimiter(self.settings.max_calls_per_second, clock=clock)
         self._iterator: str | None = None
         self._last_delivered: str | None = None
@@ -194,6 +199,8 @@ class PollingFetcher:
             raise error
         pause = backoff.delay(attempt, self._rng)
         log.debug("GetRecords on %s failed (%s); retry in %.3fs", self.shard_id, error.code, pause)
+        if isinstance(error, ThrottledError):
+            self._observer.throttled("GetRecords", pause)
         await self._clock.sleep(pause)
 
     async def _new_iterator(self) -> str | None:

@@ -1,0 +1,63 @@
+"""What a fetcher tells its owner while it reads: throttled calls and renewed subscriptions.
+
+A :class:`FetchObserver` holds optional callbacks; a fetcher calls them on its event loop, in
+the task that reads. They must be quick. An exception they raise is logged and dropped: an
+observer never changes what the fetcher does.
+
+The fetchers know nothing of who listens: the consumer turns these calls into its diagnostic
+events and metrics; other owners may log or count them as they like.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from shardflow.positions import StartPosition
+
+log = logging.getLogger("shardflow.consumer.fetch")
+
+RenewalReason = Literal["renew_due", "closed", "silent", "failed", "interrupted"]
+"""Why a fan-out subscription was opened again: it reached ``renew_after``; the service ended
+its stream; no event came within ``event_timeout``; its stream failed (connection lost,
+ResourceInUse, throttled...); a read of it was cancelled."""
+
+ThrottledHook = Callable[[str, float], None]
+"""Called with (operation, delay): Kinesis throttled ``operation`` (``"GetRecords"`` or
+``"SubscribeToShard"``) and the fetcher waits ``delay`` seconds before trying again."""
+
+RenewedHook = Callable[[StartPosition, RenewalReason], None]
+"""Called with (position, reason) each time a fan-out subscription is opened again (never for
+the first one): ``position`` is where the new subscription resumed reading."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchObserver:
+    """Optional callbacks a fetcher calls as things happen (see the module doc)."""
+
+    on_throttled: ThrottledHook | None = None
+    on_renewed: RenewedHook | None = None
+
+    def throttled(self, operation: str, delay: float) -> None:
+        """Report a throttled call and the backoff delay before its retry."""
+        if self.on_throttled is None:
+            return
+        try:
+            self.on_throttled(operation, delay)
+        except Exception:
+            log.exception("fetch observer failed on a throttled %s", operation)
+
+    def renewed(self, position: StartPosition, reason: RenewalReason) -> None:
+        """Report a subscription opened again at ``position``."""
+        if self.on_renewed is None:
+            return
+        try:
+            self.on_renewed(position, reason)
+        except Exception:
+            log.exception("fetch observer failed on a renewed subscription (%s)", reason)
+
+
+NO_OBSERVER = FetchObserver()
+"""Observes nothing (the fetchers' default)."""
