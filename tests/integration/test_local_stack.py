@@ -167,7 +167,9 @@ def test_stack_that_fails_to_start_leaves_nothing_running(
     stack = LocalStack(moto=True, kinesis_local=True, log_dir=tmp_path)
     with pytest.raises(NodeModulesNotFoundError, match="npm ci"):
         stack.start()
-    assert [p.args[2] for p in spawned] == ["shardflow.local.moto_serial"]  # moto was running already...
+    assert [p.args[2] for p in spawned] == [
+        "shardflow.local.moto_serial"
+    ]  # moto was running already...
     assert not is_alive(spawned[0].pid)  # ...and was stopped
 
 
