@@ -164,6 +164,16 @@ async def first_batch(fetcher: FanOutFetcher, kinesis: FakeKinesis, clock: Manua
     await finish(pending, clock)
 
 
+async def next_on_new_subscription(
+    fetcher: FanOutFetcher, kinesis: FakeKinesis, clock: ManualClock, count: int, sequence: int
+) -> None:
+    """Read on until subscription number ``count`` is open; it delivers record ``sequence``."""
+    pending = asyncio.ensure_future(anext(fetcher))
+    await wait_for_subscription(kinesis, clock, count)
+    kinesis.streams[count - 1].push(event([sequence], continuation=sequence))
+    assert sequence_numbers(await finish(pending, clock)) == [str(sequence)]
+
+
 async def test_the_first_subscription_is_not_a_renewal() -> None:
     reports = Reports()
     fetcher, kinesis, clock = fanout(reports.observer())
@@ -173,7 +183,7 @@ async def test_the_first_subscription_is_not_a_renewal() -> None:
     assert reports.throttled == []
 
 
-async def test_a_due_renewal_is_reported_with_the_position_it_resumes_from() -> None:
+async def test_a_due_renewal_is_reported_with_the_position_it_resumed_from() -> None:
     reports = Reports()
     fetcher, kinesis, clock = fanout(
         reports.observer(), FanOutSettings(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
@@ -182,15 +192,32 @@ async def test_a_due_renewal_is_reported_with_the_position_it_resumes_from() -> 
     pending = asyncio.ensure_future(anext(fetcher))
     await wait_for_subscription(kinesis, clock, 2)
     assert fetcher.renewals == 1
-    assert reports.renewed == [(StartPosition.after_sequence_number("2"), "renew_due")]
+    assert reports.renewed == []  # open, but not proven yet: nothing came through it
     kinesis.streams[1].push(event([3], continuation=3))
     assert sequence_numbers(await finish(pending, clock)) == ["3"]
-    # A second renewal resumes after the newest continuation.
-    pending = asyncio.ensure_future(anext(fetcher))
-    await wait_for_subscription(kinesis, clock, 3)
+    assert reports.renewed == [(StartPosition.after_sequence_number("2"), "renew_due")]
+    # The next renewal resumes after the newest continuation.
+    await next_on_new_subscription(fetcher, kinesis, clock, 3, 4)
     assert reports.renewed[1] == (StartPosition.after_sequence_number("3"), "renew_due")
-    pending.cancel()
-    await settle()
+    assert len(reports.renewed) == 2
+
+
+async def test_a_subscription_refused_inside_its_stream_is_no_renewal() -> None:
+    # kinesis-local's answer to a subscription within 5 s of the previous one: an event stream
+    # whose first message is ResourceInUse. Only the subscription after it takes over.
+    reports = Reports()
+    fetcher, kinesis, clock = fanout(
+        reports.observer(), FanOutSettings(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
+    )
+    await first_batch(fetcher, kinesis, clock)
+    pending = asyncio.ensure_future(anext(fetcher))
+    await wait_for_subscription(kinesis, clock, 2)
+    kinesis.streams[1].push(subscribe_error("ResourceInUseException", in_stream=True))
+    await wait_for_subscription(kinesis, clock, 3)
+    kinesis.streams[2].push(event([3], continuation=3))
+    assert sequence_numbers(await finish(pending, clock)) == ["3"]
+    assert fetcher.subscriptions == 3
+    assert reports.renewed == [(StartPosition.after_sequence_number("2"), "renew_due")]
 
 
 @pytest.mark.parametrize(
@@ -198,21 +225,18 @@ async def test_a_due_renewal_is_reported_with_the_position_it_resumes_from() -> 
     [
         (END, "closed"),
         (ConnectionResetError("peer gone"), "failed"),
-        (subscribe_error("ResourceInUseException", in_stream=True), "failed"),
+        (subscribe_error("InternalFailure", in_stream=True), "failed"),
     ],
 )
-async def test_a_subscription_opened_after_the_stream_ended_is_reported_with_why(
+async def test_a_subscription_after_a_stream_that_ended_is_reported_with_why(
     ending: Any, reason: RenewalReason
 ) -> None:
     reports = Reports()
     fetcher, kinesis, clock = fanout(reports.observer())
     await first_batch(fetcher, kinesis, clock)
     kinesis.streams[0].push(ending)
-    pending = asyncio.ensure_future(anext(fetcher))
-    await wait_for_subscription(kinesis, clock, 2)
+    await next_on_new_subscription(fetcher, kinesis, clock, 2, 3)
     assert reports.renewed == [(StartPosition.after_sequence_number("2"), reason)]
-    pending.cancel()
-    await settle()
 
 
 async def test_silence_and_an_interrupted_read_are_reported_as_such() -> None:
@@ -222,13 +246,17 @@ async def test_silence_and_an_interrupted_read_are_reported_as_such() -> None:
     pending = asyncio.ensure_future(anext(fetcher))
     await clock.advance(QUICK.event_timeout)  # no heartbeat: a dead connection
     await wait_for_subscription(kinesis, clock, 2)
+    kinesis.streams[1].push(event([3], continuation=3))
+    assert sequence_numbers(await finish(pending, clock)) == ["3"]
+    pending = asyncio.ensure_future(anext(fetcher))
+    await settle()
     pending.cancel()  # the caller gives up mid-read
     await settle()
-    pending = asyncio.ensure_future(anext(fetcher))
-    await wait_for_subscription(kinesis, clock, 3)
-    assert [reason for _, reason in reports.renewed] == ["silent", "interrupted"]
-    pending.cancel()
-    await settle()
+    await next_on_new_subscription(fetcher, kinesis, clock, 3, 4)
+    assert reports.renewed == [
+        (StartPosition.after_sequence_number("2"), "silent"),
+        (StartPosition.after_sequence_number("3"), "interrupted"),
+    ]
 
 
 async def test_a_throttled_subscribe_is_reported_with_its_delay_and_is_no_renewal() -> None:
@@ -259,12 +287,9 @@ async def test_a_throttle_inside_the_stream_is_reported_then_the_renewal() -> No
     fetcher, kinesis, clock = fanout(reports.observer())
     await first_batch(fetcher, kinesis, clock)
     kinesis.streams[0].push(subscribe_error("LimitExceededException", in_stream=True))
-    pending = asyncio.ensure_future(anext(fetcher))
-    await wait_for_subscription(kinesis, clock, 2)
+    await next_on_new_subscription(fetcher, kinesis, clock, 2, 3)
     assert [op for op, _ in reports.throttled] == ["SubscribeToShard"]
     assert reports.renewed == [(StartPosition.after_sequence_number("2"), "failed")]
-    pending.cancel()
-    await settle()
 
 
 async def test_fanout_reads_on_when_the_observer_raises() -> None:
@@ -273,10 +298,7 @@ async def test_fanout_reads_on_when_the_observer_raises() -> None:
     )
     kinesis.subscribe_errors = [subscribe_error("LimitExceededException")]
     await first_batch(fetcher, kinesis, clock)
-    pending = asyncio.ensure_future(anext(fetcher))
-    await wait_for_subscription(kinesis, clock, 2)  # renewal due
-    kinesis.streams[1].push(event([3], continuation=3))
-    assert sequence_numbers(await finish(pending, clock)) == ["3"]
+    await next_on_new_subscription(fetcher, kinesis, clock, 2, 3)  # renewal due
 
 
 # --- the consumer's adapter -------------------------------------------------------------------

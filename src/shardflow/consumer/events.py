@@ -115,7 +115,8 @@ class FetchThrottled(_ShardEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubscriptionRenewed(_ShardEvent):
-    """An enhanced fan-out subscription was opened again (they last at most 5 minutes).
+    """An enhanced fan-out subscription was opened again (they last at most 5 minutes); sent
+    when the new subscription delivers its first event.
 
     ``consumer_name``: the registered stream consumer; ``position``: where the new
     subscription resumed reading; ``reason``: why the previous one was replaced (routinely

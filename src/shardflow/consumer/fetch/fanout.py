@@ -129,7 +129,8 @@ class FanOutFetcher:
     when stopping before the shard's end. One reader per fetcher.
 
     ``observer`` hears of every throttled SubscribeToShard that is retried (with its delay) and
-    of every subscription opened after the first (where it resumed, and why).
+    of every subscription that took over from an earlier one (where it resumed and why the
+    earlier one ended), once it delivered its first event.
 
     ``consumer_arn`` is the ARN of a registered consumer (see
     :func:`~shardflow.consumer.fetch.registration.register_consumer`); ``kinesis`` an
@@ -165,7 +166,8 @@ class FanOutFetcher:
         self._observer = observer
         tolerate_missing_initial_response(kinesis)
         self._subscription: Subscription | None = None
-        self._dropped_because: RenewalReason = "failed"
+        self._subscribed_at = self.start
+        self._last_working_ended: RenewalReason | None = None
         self._continuation: str | None = None
         self._last_delivered: str | None = None
         self._ended = False
@@ -223,18 +225,19 @@ class FanOutFetcher:
                     event_timeout=self.settings.event_timeout,
                 )
             except asyncio.CancelledError:
-                self._drop()  # the event iterator was interrupted mid-read: unusable
-                self._dropped_because = "interrupted"
+                # The event iterator was interrupted mid-read: unusable.
+                self._drop_because(subscription, "interrupted")
                 raise
             if isinstance(outcome, Lapse):
                 await self._after_lapse(subscription, outcome)
                 continue
             if isinstance(outcome, Exception):
-                self._drop()
-                self._dropped_because = "failed"
+                self._drop_because(subscription, "failed")
                 await self._after_failure(outcome, called)
                 continue
             self._failures.clear()
+            if subscription.received == 1:
+                self._report_renewal()
             if "SubscribeToShardEvent" not in outcome:
                 log.debug(
                     "ignoring an event of another type on %s: %s", self.shard_id, list(outcome)
@@ -277,14 +280,24 @@ class FanOutFetcher:
                 await self._back_off(exc)
                 continue
             self.subscriptions += 1
+            self._subscribed_at = position
             log.debug("subscribed to %s at %s", self.shard_id, position)
-            if self.subscriptions > 1:
-                self._observer.renewed(position, self._dropped_because)
             return Subscription(answer["EventStream"], self._clock.monotonic())
 
-    async def _after_lapse(self, subscription: Subscription, lapse: Lapse) -> None:
+    def _drop_because(self, subscription: Subscription, reason: RenewalReason) -> None:
         self._drop()
-        self._dropped_because = _LAPSE_REASONS[lapse]
+        if subscription.received:
+            self._last_working_ended = reason
+
+    def _report_renewal(self) -> None:
+        """The current subscription delivered its first event: if one delivered before it,
+        this one renewed it. (Counted only now: kinesis-local refuses a subscription inside its
+        stream, and a refused subscription is no renewal.)"""
+        if self._last_working_ended is not None:
+            self._observer.renewed(self._subscribed_at, self._last_working_ended)
+
+    async def _after_lapse(self, subscription: Subscription, lapse: Lapse) -> None:
+        self._drop_because(subscription, _LAPSE_REASONS[lapse])
         if lapse is Lapse.RENEW:
             self.renewals += 1
             log.debug("renewing the subscription to %s at %s", self.shard_id, self.resume_position)

@@ -20,17 +20,19 @@ from shardflow.positions import StartPosition
 log = logging.getLogger("shardflow.consumer.fetch")
 
 RenewalReason = Literal["renew_due", "closed", "silent", "failed", "interrupted"]
-"""Why a fan-out subscription was opened again: it reached ``renew_after``; the service ended
-its stream; no event came within ``event_timeout``; its stream failed (connection lost,
-ResourceInUse, throttled...); a read of it was cancelled."""
+"""Why the fan-out subscription before a renewed one ended: it reached ``renew_after``; the
+service ended its stream; no event came within ``event_timeout``; its stream failed
+(connection lost, throttled...); a read of it was cancelled."""
 
 ThrottledHook = Callable[[str, float], None]
 """Called with (operation, delay): Kinesis throttled ``operation`` (``"GetRecords"`` or
 ``"SubscribeToShard"``) and the fetcher waits ``delay`` seconds before trying again."""
 
 RenewedHook = Callable[[StartPosition, RenewalReason], None]
-"""Called with (position, reason) each time a fan-out subscription is opened again (never for
-the first one): ``position`` is where the new subscription resumed reading."""
+"""Called with (position, reason) each time a fan-out subscription takes over from an earlier
+one that delivered events, as soon as it delivers its own first event (so never for the first
+subscription, nor for one refused or silent from its start): ``position`` is where it resumed
+reading, ``reason`` why the earlier one ended."""
 
 
 @dataclass(frozen=True, slots=True)
