@@ -1,0 +1,790 @@
+"""Consumer throughput, CPU cost, time to first record and memory per shard, in one run.
+
+Kinesis runs on kinesalite (its read speed holds as a stream fills), the lease table on moto's
+DynamoDB. Every measured consumer runs in a child process of its own, so its CPU-seconds are its
+own (the emulators' CPU is not counted for anybody).
+
+1. drain: one stream of 200,000 x 100 B records in 4 shards is preloaded once; each contender
+   drains all of it from TRIM_HORIZON (a fresh application name, so a fresh lease table) with a
+   handler that only collects the record ids. Timed from the moment the consumer starts (imports
+   done) to the last record handled. A contender whose ids are not exactly the 200,000 written
+   posts no number. Contenders: a plain boto3 GetRecords loop (the floor), shardflow's
+   consumer, async-kinesis's consumer.
+2. time to first record of a brand-new application: a fresh ``python -c`` process imports
+   shardflow, builds a Consumer with a never-used application name (the lease table is created)
+   and handles one record of the preloaded stream. Timed from just before the parent spawns it
+   (interpreter start and imports included). Also with the application's lease table in place
+   (a restart).
+3. scale: one process consumes a 1,000-shard stream (a few records per shard) with its 1,000
+   leases on moto; resident memory before taking leases, once every lease is held and every
+   shard delivered its records, and while it keeps running (renewals, idle polling).
+
+    .venv/bin/python bench/consumer.py                  # everything (~6 minutes on 2 cores)
+    .venv/bin/python bench/consumer.py --parts drain --records 20000 --repeat 1
+    .venv/bin/python bench/consumer.py --parts scale --scale-shards 200 --scale-observe 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+REGION = "us-east-1"
+DRAIN_STREAM = "bench-consumer-drain"
+SCALE_STREAM = "bench-consumer-scale"
+ID_WIDTH = 10
+STALL_SECONDS = 30.0  # a drain that handles nothing new for this long has lost records
+
+# What the scale run changes from the defaults, and why (printed with its results):
+# moto's DynamoDB does ~110 conditional writes/s, so 1,000 renewals must fit into one renew
+# interval (failover / 3) with room for checkpoints; 1,000 idle shards polled every second
+# would be 1,000 GetRecords/s against a single-threaded emulator.
+SCALE_FAILOVER = 60.0
+SCALE_IDLE_TIME = 10.0
+
+KCL_REFERENCE = (
+    "KCL 2.5.8 on this machine (measured earlier, not in this run; Kinesis on kinesalite, "
+    "leases on moto, 100k x 100 B, 4 shards): ~23-25k records/s, 2.4-2.8 CPU-s per 100k "
+    "(JVM + Python); a brand-new application's first record ~95 s after start, 2-5 s with "
+    "an existing lease table."
+)
+
+
+def record_id(i: int) -> bytes:
+    return b"%0*d" % (ID_WIDTH, i)
+
+
+def payload(i: int, size: int) -> bytes:
+    head = record_id(i) + b"|"
+    return head + b"x" * max(0, size - len(head))
+
+
+# --- what every drain contender's handler does --------------------------------------------------
+
+
+class Collector:
+    """Collects record ids; notes the moment (wall and CPU) the last expected id arrives."""
+
+    def __init__(self, expected: int, on_complete: Callable[[], None] = lambda: None) -> None:
+        self.expected = expected
+        self.seen: set[bytes | str] = set()
+        self.handled = 0
+        self.leases_lost = 0  # a consumer with leases that loses one mid-drain says so
+        self.done_at: float | None = None
+        self.cpu_at: float | None = None
+        self.last_new_at = time.monotonic()
+        self.on_complete = on_complete
+
+    def add(self, key: bytes | str) -> None:
+        self.handled += 1
+        seen = self.seen
+        before = len(seen)
+        seen.add(key)
+        if len(seen) != before:
+            self.last_new_at = time.monotonic()
+            if len(seen) == self.expected:
+                self.done_at, self.cpu_at = time.perf_counter(), time.process_time()
+                self.on_complete()
+
+    def stalled(self) -> bool:
+        return time.monotonic() - self.last_new_at > STALL_SECONDS
+
+    def verdict(self) -> dict[str, int]:
+        found = {k if isinstance(k, bytes) else k.encode() for k in self.seen}
+        expected = {record_id(i) for i in range(self.expected)}
+        return {
+            "handled": self.handled,
+            "distinct": len(found),
+            "missing": len(expected - found),
+            "unexpected": len(found - expected),
+            "duplicates": self.handled - len(self.seen),
+            "leases_lost": self.leases_lost,
+        }
+
+
+# --- drain contenders (run inside the child process) -------------------------------------------
+
+
+def drain_boto3(args: argparse.Namespace, collector: Collector) -> None:
+    """The floor: the loop people write by hand, the 4 shards in turn, until each is caught up."""
+    import boto3
+
+    client = boto3.client("kinesis", endpoint_url=args.kinesis, region_name=REGION)
+    shards = client.list_shards(StreamName=args.stream)["Shards"]
+    iterators = {
+        s["ShardId"]: client.get_shard_iterator(
+            StreamName=args.stream, ShardId=s["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        for s in shards
+    }
+    while iterators:
+        for shard_id, iterator in list(iterators.items()):
+            response = client.get_records(ShardIterator=iterator, Limit=10_000)
+            for record in response["Records"]:
+                collector.add(record["Data"][:ID_WIDTH])
+            following = response.get("NextShardIterator")
+            if not response["Records"] or following is None:
+                del iterators[shard_id]  # caught up (a drain stops there) or ended
+            else:
+                iterators[shard_id] = following
+
+
+def drain_shardflow(args: argparse.Namespace, collector: Collector, *, batch: bool) -> None:
+    """shardflow's consumer with default settings; endpoints from AWS_ENDPOINT_URL_* variables."""
+    from shardflow.consumer import ConsumedRecord, Consumer
+    from shardflow.consumer.events import DiagnosticEvent, LeaseLost
+
+    def on_event(event: DiagnosticEvent) -> None:
+        if isinstance(event, LeaseLost):
+            collector.leases_lost += 1
+
+    consumer = Consumer(args.stream, args.application, on_event=on_event)
+    collector.on_complete = consumer.request_stop
+    add = collector.add
+
+    async def each(record: ConsumedRecord[bytes]) -> None:
+        add(record.data[:ID_WIDTH])
+
+    async def many(records: list[ConsumedRecord[bytes]]) -> None:
+        for record in records:
+            add(record.data[:ID_WIDTH])
+
+    async def main() -> None:
+        async def watchdog() -> None:
+            while not collector.stalled():  # noqa: ASYNC110 - a stall is an absence of events
+                await asyncio.sleep(1)
+            consumer.request_stop()
+
+        guard = asyncio.create_task(watchdog())
+        try:
+            if batch:
+                await consumer.consume(many, batch=True)
+            else:
+                await consumer.consume(each)
+        finally:
+            guard.cancel()
+
+    asyncio.run(main())
+
+
+def drain_async_kinesis(args: argparse.Namespace, collector: Collector) -> None:
+    """async-kinesis's Consumer: its defaults, except a string processor (the payloads are not
+    JSON) and GetRecords at Kinesis' 5 calls/s per shard (its default is 1)."""
+    from kinesis import Consumer, StringProcessor
+
+    async def main() -> None:
+        async with Consumer(
+            args.stream,
+            endpoint_url=args.kinesis,
+            region_name=REGION,
+            processor=StringProcessor(),
+            shard_fetch_rate=5,
+        ) as consumer:
+            # Iteration ends whenever its queue stays empty for idle_timeout (2 s): go on
+            # until every record arrived or nothing new came for STALL_SECONDS.
+            while collector.done_at is None and not collector.stalled():
+                async for item in consumer:
+                    collector.add(item[:ID_WIDTH])
+                    if collector.done_at is not None:
+                        break
+
+    asyncio.run(main())
+
+
+DRAINS: dict[str, Callable[[argparse.Namespace, Collector], None]] = {
+    "boto3 GetRecords loop": drain_boto3,
+    "shardflow consumer": lambda a, c: drain_shardflow(a, c, batch=False),
+    "shardflow consumer (batch handler)": lambda a, c: drain_shardflow(a, c, batch=True),
+    "async-kinesis consumer": drain_async_kinesis,
+}
+DRAIN_NOTES = {
+    "boto3 GetRecords loop": "sequential over the shards, Limit 10,000, no leases or checkpoints",
+    "shardflow consumer": "default settings (polling, 10,000 per call, leases and checkpoints "
+    "every 1,000 records or 5 s on moto); async per-record handler",
+    "shardflow consumer (batch handler)": "as above, one async call per fetched chunk",
+    "async-kinesis consumer": "StringProcessor, shard_fetch_rate=5, in-memory checkpointer "
+    "(its DynamoDB checkpointer needs aioboto3, not installed): no leases",
+}
+
+
+def drain_child(args: argparse.Namespace) -> None:
+    contender = DRAINS[args.child_drain]
+    if args.child_drain.startswith("async-kinesis"):
+        import kinesis  # noqa: F401 - imported before the clock starts, like the others
+    elif args.child_drain.startswith("shardflow"):
+        import shardflow.consumer.consumer  # noqa: F401
+    else:
+        import boto3  # noqa: F401
+    collector = Collector(args.records)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    error = None
+    try:
+        contender(args, collector)
+    except Exception as exc:  # reported, not raised: the parent prints why it posts no number
+        error = f"{type(exc).__name__}: {exc}"
+    done_at = collector.done_at or time.perf_counter()
+    cpu_at = collector.cpu_at or time.process_time()
+    print(
+        json.dumps(
+            {"seconds": done_at - t0, "cpu_seconds": cpu_at - cpu0, "error": error}
+            | collector.verdict()
+        )
+    )
+
+
+# --- scale (run inside the child process) -----------------------------------------------------
+
+
+@dataclass
+class ScaleProbe:
+    """What the scale child watches: leases, records, events, memory."""
+
+    shards: int
+    records: int
+    acquired: int = 0
+    renewed: int = 0
+    lost: int = 0
+    checkpoints: int = 0
+    all_leases_at: float | None = None
+    all_records_at: float | None = None
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+
+def rss_mib() -> float:
+    import psutil
+
+    return float(psutil.Process().memory_info().rss) / (1024 * 1024)
+
+
+def scale_child(args: argparse.Namespace) -> None:
+    from shardflow.aws import AwsSettings, ClientFactory
+    from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
+    from shardflow.consumer.events import (
+        CheckpointWritten,
+        DiagnosticEvent,
+        LeaseAcquired,
+        LeaseLost,
+        LeaseRenewed,
+    )
+    from shardflow.consumer.fetch.polling import PollingSettings
+    from shardflow.leases import DynamoDBLeaseStore
+    from shardflow.leases.settings import LeaseSettings
+
+    probe = ScaleProbe(args.scale_shards, args.scale_shards * args.scale_records)
+    collector = Collector(probe.records)
+    settings = ConsumerSettings(
+        leases=LeaseSettings(failover_time=SCALE_FAILOVER),
+        polling=PollingSettings(idle_time=SCALE_IDLE_TIME),
+    )
+
+    async def main() -> dict[str, Any]:
+        factory = ClientFactory(AwsSettings(region=REGION))
+        async with factory.kinesis() as kinesis, factory.dynamodb() as dynamodb:
+            # Both clients made one call (service models loaded, connections open): the
+            # consumer is built and idle, nothing leased yet. This is the baseline.
+            await kinesis.describe_stream_summary(StreamName=args.stream)
+            await dynamodb.list_tables()
+            store = DynamoDBLeaseStore(dynamodb, args.application)
+            t0 = time.perf_counter()
+
+            def on_event(event: DiagnosticEvent) -> None:
+                if isinstance(event, LeaseAcquired):
+                    probe.acquired += 1
+                    if probe.acquired == probe.shards:
+                        probe.all_leases_at = time.perf_counter() - t0
+                elif isinstance(event, LeaseRenewed):
+                    probe.renewed += 1
+                elif isinstance(event, LeaseLost):
+                    probe.lost += 1
+                elif isinstance(event, CheckpointWritten):
+                    probe.checkpoints += 1
+
+            consumer = Consumer(
+                args.stream,
+                args.application,
+                settings=settings,
+                kinesis=kinesis,
+                lease_store=store,
+                on_event=on_event,
+            )
+            baseline = rss_mib()
+
+            async def handle(record: ConsumedRecord[bytes]) -> None:
+                collector.add(record.data[:ID_WIDTH])
+                if collector.done_at is not None and probe.all_records_at is None:
+                    probe.all_records_at = time.perf_counter() - t0
+
+            running = asyncio.create_task(consumer.consume(handle))
+            deadline = time.monotonic() + args.scale_timeout
+            while probe.all_records_at is None or probe.all_leases_at is None:
+                if running.done() or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.5)
+            ready = probe.all_records_at is not None and probe.all_leases_at is not None
+            at_ready = rss_mib()
+            renewed0, cpu0, window0 = probe.renewed, time.process_time(), time.perf_counter()
+            observe_until = time.monotonic() + (args.scale_observe if ready else 0)
+            while time.monotonic() < observe_until and not running.done():
+                await asyncio.sleep(args.scale_sample)
+                probe.samples.append((time.perf_counter() - t0, rss_mib()))
+            window = time.perf_counter() - window0
+            idle_cpu = time.process_time() - cpu0
+            stop0 = time.perf_counter()
+            await consumer.stop()
+            error = None
+            if running.done() and running.exception() is not None:
+                error = repr(running.exception())
+            await asyncio.gather(running, return_exceptions=True)
+            return {
+                "baseline_rss_mib": baseline,
+                "ready_rss_mib": at_ready,
+                "samples": probe.samples,
+                "leases_held": probe.acquired,
+                "all_leases_seconds": probe.all_leases_at,
+                "all_records_seconds": probe.all_records_at,
+                "renewals_in_window": probe.renewed - renewed0,
+                "window_seconds": window,
+                "idle_cpu_seconds": idle_cpu,
+                "leases_lost": probe.lost,
+                "checkpoints": probe.checkpoints,
+                "stop_seconds": time.perf_counter() - stop0,
+                "error": error,
+            }
+
+    result = asyncio.run(main())
+    print(json.dumps(result | collector.verdict()))
+
+
+# --- time to first record (a program of its own, run with python -c) --------------------------
+
+FIRST_RECORD_PROGRAM = """
+import sys, time
+started = time.time()
+import asyncio, json
+from shardflow.consumer import Consumer
+imported = time.time()
+consumer = Consumer(sys.argv[1], sys.argv[2])
+first = []
+async def handle(record):
+    if not first:
+        first.append(time.time())
+        consumer.request_stop()
+asyncio.run(consumer.consume(handle))
+print(json.dumps({"started": started, "imported": imported, "first": first[0]}))
+"""
+
+
+# --- parent: servers, data, children, tables ---------------------------------------------------
+
+
+def child_env(kinesis: str, dynamodb: str) -> dict[str, str]:
+    """The environment a user of shardflow would set: endpoints per service, dummy keys."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "AWS_ENDPOINT_URL_KINESIS": kinesis,
+            "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
+            "AWS_DEFAULT_REGION": REGION,
+        }
+    )
+    return env
+
+
+def run_child(command: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"child {command[2:5]} exited with {done.returncode}:\n{tail}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def kinesis_client(endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("kinesis", endpoint_url=endpoint, region_name=REGION)
+
+
+def create_stream(endpoint: str, stream: str, shards: int) -> float:
+    """Create a stream and wait until ACTIVE; the seconds it took."""
+    client = kinesis_client(endpoint)
+    started = time.perf_counter()
+    client.create_stream(StreamName=stream, ShardCount=shards)
+    client.get_waiter("stream_exists").wait(
+        StreamName=stream, WaiterConfig={"Delay": 0.2, "MaxAttempts": 600}
+    )
+    return time.perf_counter() - started
+
+
+def put_all(endpoint: str, stream: str, entries: list[dict[str, Any]]) -> float:
+    """PutRecords in batches of 500, retrying failed entries; records per second."""
+    client = kinesis_client(endpoint)
+    started = time.perf_counter()
+    for start in range(0, len(entries), 500):
+        batch = entries[start : start + 500]
+        while batch:
+            response = client.put_records(StreamName=stream, Records=batch)
+            batch = [e for e, r in zip(batch, response["Records"], strict=True) if "ErrorCode" in r]
+    return len(entries) / (time.perf_counter() - started)
+
+
+@dataclass
+class DrainOutcome:
+    contender: str
+    records: int
+    seconds: float
+    cpu_seconds: float
+    distinct: int
+    missing: int
+    unexpected: int
+    duplicates: int
+    leases_lost: int
+    error: str | None
+
+    @property
+    def verified(self) -> bool:
+        return self.error is None and self.missing == 0 and self.unexpected == 0
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def cpu_per_100k(self) -> float:
+        return self.cpu_seconds * 100_000 / self.records
+
+
+def run_drains(args: argparse.Namespace, kinesis: str, moto: str) -> list[DrainOutcome]:
+    chosen = [c for c in DRAINS if not args.contenders or c in args.contenders.split(",")]
+    runs: dict[str, list[DrainOutcome]] = {name: [] for name in chosen}
+    env = child_env(kinesis, moto)
+    # Round-robin over the contenders, so a noisy spell of the machine is not one's alone.
+    for round_ in range(args.repeat):
+        for n, name in enumerate(chosen):
+            command = [
+                sys.executable,
+                __file__,
+                "--child-drain",
+                name,
+                "--kinesis",
+                kinesis,
+                "--stream",
+                DRAIN_STREAM,
+                "--application",
+                f"bench-drain-{os.getpid()}-{round_}-{n}",
+                "--records",
+                str(args.records),
+            ]
+            m = run_child(command, env, timeout=600)
+            outcome = DrainOutcome(
+                name,
+                args.records,
+                m["seconds"],
+                m["cpu_seconds"],
+                m["distinct"],
+                m["missing"],
+                m["unexpected"],
+                m["duplicates"],
+                m["leases_lost"],
+                m["error"],
+            )
+            runs[name].append(outcome)
+            check = "verified" if outcome.verified else f"NOT VERIFIED ({outcome.error})"
+            print(
+                f"round {round_ + 1}: {name:36s} {outcome.records_per_second:9,.0f} rec/s  "
+                f"{outcome.cpu_per_100k:5.2f} CPU-s/100k  ids {outcome.distinct:,} "
+                f"(missing {outcome.missing}, duplicates {outcome.duplicates}, "
+                f"leases lost {outcome.leases_lost}) {check}",
+                flush=True,
+            )
+    return [median_drain(runs[name]) for name in chosen]
+
+
+def median_drain(outcomes: list[DrainOutcome]) -> DrainOutcome:
+    """The run of median throughput with the median CPU; any failed run fails the contender."""
+    ranked = sorted(outcomes, key=lambda o: o.records_per_second)
+    middle = ranked[len(ranked) // 2]
+    failed = next((o for o in outcomes if not o.verified), None)
+    base = failed or middle
+    return DrainOutcome(
+        middle.contender,
+        middle.records,
+        middle.seconds,
+        statistics.median(o.cpu_seconds for o in outcomes),
+        base.distinct,
+        base.missing,
+        base.unexpected,
+        max(o.duplicates for o in outcomes),
+        sum(o.leases_lost for o in outcomes),
+        base.error,
+    )
+
+
+def drain_table(outcomes: list[DrainOutcome], args: argparse.Namespace) -> str:
+    base = next((o for o in outcomes if o.contender.startswith("boto3") and o.verified), None)
+    lines = [
+        f"Drain: {args.records:,} records x {args.size} B from 4 shards (Kinesis on kinesalite, "
+        f"leases on moto), median of {args.repeat} round(s)",
+        "",
+        "| consumer | records/s | vs boto3 loop | CPU-s per 100k | vs boto3 loop | verified |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for o in outcomes:
+        if not o.verified:
+            why = o.error or f"{o.missing:,} missing, {o.unexpected:,} unexpected"
+            lines.append(f"| {o.contender} | - | - | - | - | NO: {why} |")
+            continue
+        speed = f"{o.records_per_second / base.records_per_second:.2f}x" if base else "-"
+        cost = f"{o.cpu_per_100k / base.cpu_per_100k:.2f}x" if base else "-"
+        dup = f", {o.duplicates:,} duplicates" if o.duplicates else ""
+        if o.leases_lost:
+            dup += f", {o.leases_lost} leases lost (all rounds)"
+        lines.append(
+            f"| {o.contender} | {o.records_per_second:,.0f} | {speed} | {o.cpu_per_100k:.2f} | "
+            f"{cost} | all {o.distinct:,} ids{dup} |"
+        )
+    lines.append("")
+    lines += [f"- {name}: {DRAIN_NOTES[name]}" for name in (o.contender for o in outcomes)]
+    return "\n".join(lines)
+
+
+def run_first_records(args: argparse.Namespace, kinesis: str, moto: str) -> dict[str, Any]:
+    env = child_env(kinesis, moto)
+    runs: dict[str, list[dict[str, float]]] = {"new application": [], "existing lease table": []}
+    for attempt in range(args.first_repeat):
+        application = f"bench-first-{os.getpid()}-{attempt}"
+        for kind in runs:  # the second run finds the table (and released leases) of the first
+            spawned = time.time()
+            m = run_child(
+                [sys.executable, "-c", FIRST_RECORD_PROGRAM, DRAIN_STREAM, application],
+                env,
+                timeout=300,
+            )
+            timing = {
+                "total": m["first"] - spawned,
+                "interpreter_and_import": m["imported"] - spawned,
+                "consumer_to_first_record": m["first"] - m["imported"],
+            }
+            runs[kind].append(timing)
+            print(
+                f"first record, {kind:20s}: {timing['total']:.2f} s after spawn "
+                f"(import {timing['interpreter_and_import']:.2f} s)",
+                flush=True,
+            )
+    return {
+        kind: {key: statistics.median(t[key] for t in timings) for key in timings[0]}
+        | {"runs": [t["total"] for t in timings]}
+        for kind, timings in runs.items()
+    }
+
+
+def first_record_table(results: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = [
+        f"Time to first record (fresh process, default settings, median of {args.first_repeat})",
+        "",
+        "| application | process start -> first record | of which interpreter + import | runs |",
+        "|---|---:|---:|---|",
+    ]
+    for kind, r in results.items():
+        runs = ", ".join(f"{s:.2f}" for s in r["runs"])
+        lines.append(
+            f"| {kind} | {r['total']:.2f} s | {r['interpreter_and_import']:.2f} s | {runs} |"
+        )
+    return "\n".join(lines)
+
+
+def run_scale(args: argparse.Namespace, kinesis: str, moto: str) -> dict[str, Any]:
+    shards = args.scale_shards
+    created = create_stream(kinesis, SCALE_STREAM, shards)
+    client = kinesis_client(kinesis)
+    started = time.perf_counter()
+    listed = client.list_shards(StreamName=SCALE_STREAM)["Shards"]
+    listing = time.perf_counter() - started
+    if len(listed) != shards:
+        raise RuntimeError(f"ListShards returned {len(listed)} of {shards} shards")
+    entries = [
+        {
+            "Data": payload(n * args.scale_records + k, args.size),
+            "PartitionKey": "p",
+            "ExplicitHashKey": shard["HashKeyRange"]["StartingHashKey"],
+        }
+        for n, shard in enumerate(listed)
+        for k in range(args.scale_records)
+    ]
+    put_all(kinesis, SCALE_STREAM, entries)
+    print(
+        f"scale stream: {shards:,} shards created in {created:.1f} s, listed in {listing:.2f} s, "
+        f"{len(entries):,} records",
+        flush=True,
+    )
+    command = [
+        sys.executable,
+        __file__,
+        "--child-scale",
+        "--stream",
+        SCALE_STREAM,
+        "--application",
+        f"bench-scale-{os.getpid()}",
+        "--scale-shards",
+        str(shards),
+        "--scale-records",
+        str(args.scale_records),
+        "--scale-observe",
+        str(args.scale_observe),
+        "--scale-sample",
+        str(args.scale_sample),
+        "--scale-timeout",
+        str(args.scale_timeout),
+    ]
+    timeout = args.scale_timeout + args.scale_observe + 300
+    m = run_child(command, child_env(kinesis, moto), timeout=timeout)
+    m |= {"create_seconds": created, "list_seconds": listing}
+    return m
+
+
+def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
+    shards = args.scale_shards
+    rss = [r for _, r in m["samples"]] or [m["ready_rss_mib"]]
+    base = m["baseline_rss_mib"]
+    ready_kib = (m["ready_rss_mib"] - base) * 1024 / shards
+    steady_kib = (max(rss) - base) * 1024 / shards
+    ok = m["missing"] == 0 and m["leases_held"] >= shards and not m["error"]
+    leases, records = m["all_leases_seconds"], m["all_records_seconds"]
+    window = m["window_seconds"]
+    first_half = rss[: max(1, len(rss) // 2)]
+    second_half = rss[len(rss) // 2 :]
+    lines = [
+        f"Scale: one process consumes {shards:,} shards ({args.scale_records} records each, "
+        f"kinesalite) with {shards:,} leases on moto. Settings: failover_time "
+        f"{SCALE_FAILOVER:.0f} s (renew every {SCALE_FAILOVER / 3 - 0.025:.1f} s), polling "
+        f"idle_time {SCALE_IDLE_TIME:.0f} s, everything else default",
+        "",
+        "| | value |",
+        "|---|---:|",
+        f"| RSS, consumer built and idle, no leases (baseline) | {base:.1f} MiB |",
+        f"| RSS, all leases held and every shard delivered | {m['ready_rss_mib']:.1f} MiB |",
+        f"| RSS over the next {window:.0f} s: first half max / second half max | "
+        f"{max(first_half):.1f} / {max(second_half):.1f} MiB |",
+        f"| **RSS per shard** (highest RSS seen - baseline) / {shards:,} | "
+        f"**{steady_kib:.0f} KiB** (at delivery: {ready_kib:.0f} KiB) |",
+        f"| all {shards:,} leases held after | "
+        + (f"{leases:.1f} s |" if leases is not None else "NOT REACHED |"),
+        f"| all {m['distinct']:,} records delivered after | "
+        + (
+            f"{records:.1f} s |"
+            if records is not None
+            else f"NOT REACHED ({m['missing']:,} missing) |"
+        ),
+        f"| lease renewals while watching / leases lost | {m['renewals_in_window']:,} in "
+        f"{window:.0f} s / {m['leases_lost']} |",
+        f"| consumer CPU while watching | {m['idle_cpu_seconds'] / window * 100:.0f}% of one core |",
+        f"| stop: final checkpoints and {shards:,} releases | {m['stop_seconds']:.1f} s |",
+        f"| stream on kinesalite: create / ListShards | {m['create_seconds']:.1f} s / "
+        f"{m['list_seconds']:.2f} s |",
+        f"| verified | {'yes' if ok else 'NO'}: {m['distinct']:,} distinct ids, "
+        f"{m['duplicates']} duplicates |",
+    ]
+    return "\n".join(lines)
+
+
+def parent(args: argparse.Namespace) -> None:
+    from shardflow.local import KinesaliteServer, MotoServer
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
+    parts = args.parts.split(",")
+    payload_out: dict[str, Any] = {"benchmark": "consumer", "args": vars(args)}
+    tables: list[str] = []
+    # The shard limit of kinesalite is for all streams together.
+    with KinesaliteServer(shard_limit=args.scale_shards + 100) as kinesalite, MotoServer() as moto:
+        kinesis, dynamodb = kinesalite.endpoint_url, moto.endpoint_url
+        if "drain" in parts or "first" in parts:
+            create_stream(kinesis, DRAIN_STREAM, 4)
+            rate = put_all(
+                kinesis,
+                DRAIN_STREAM,
+                [
+                    {"Data": payload(i, args.size), "PartitionKey": f"pk-{i % 10_007}"}
+                    for i in range(args.records)
+                ],
+            )
+            print(f"preloaded {args.records:,} records ({rate:,.0f} records/s)", flush=True)
+        if "drain" in parts:
+            drains = run_drains(args, kinesis, dynamodb)
+            tables.append(drain_table(drains, args))
+            payload_out["drain"] = [
+                asdict(o)
+                | {
+                    "records_per_second": o.records_per_second,
+                    "cpu_per_100k": o.cpu_per_100k,
+                    "verified": o.verified,
+                }
+                for o in drains
+            ]
+        if "first" in parts:
+            first = run_first_records(args, kinesis, dynamodb)
+            tables.append(first_record_table(first, args))
+            payload_out["first_record"] = first
+        if "scale" in parts:
+            scale = run_scale(args, kinesis, dynamodb)
+            tables.append(scale_table(scale, args))
+            payload_out["scale"] = scale | {
+                "failover_time": SCALE_FAILOVER,
+                "idle_time": SCALE_IDLE_TIME,
+            }
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    text = "\n\n".join([*tables, KCL_REFERENCE, f"({machine})"])
+    print("\n" + text)
+    RESULTS.mkdir(exist_ok=True)
+    payload_out |= {"when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"), "table": text}
+    (RESULTS / "consumer.json").write_text(json.dumps(payload_out, indent=2) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--parts", default="drain,first,scale", help="drain,first,scale")
+    parser.add_argument("--records", type=int, default=200_000, help="preloaded for the drain")
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3, help="drain rounds (medians)")
+    parser.add_argument("--contenders", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--first-repeat", type=int, default=3)
+    parser.add_argument("--scale-shards", type=int, default=1_000)
+    parser.add_argument("--scale-records", type=int, default=5, help="records per shard")
+    parser.add_argument("--scale-observe", type=float, default=90.0, help="seconds watched")
+    parser.add_argument("--scale-sample", type=float, default=5.0, help="seconds between")
+    parser.add_argument("--scale-timeout", type=float, default=240.0)
+    parser.add_argument("--child-drain", help=argparse.SUPPRESS)
+    parser.add_argument("--child-scale", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kinesis", help=argparse.SUPPRESS)
+    parser.add_argument("--stream", help=argparse.SUPPRESS)
+    parser.add_argument("--application", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_drain:
+        drain_child(args)
+    elif args.child_scale:
+        scale_child(args)
+    else:
+        parent(args)
+
+
+if __name__ == "__main__":
+    main()
