@@ -17,7 +17,6 @@ from typing import Any
 import boto3
 import pytest
 
-from lease_backends import FAST, DynamoBackend
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
 from shardflow.consumer.events import DiagnosticEvent, LeaseAcquired, LeaseLost
@@ -27,6 +26,7 @@ from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import LeaseSettings
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.testing.faults import ErrorResponse, FaultProxy
+from support.lease_backends import FAST, DynamoBackend
 
 FAST_LEASES = LeaseSettings(
     failover_time=2.0, renew_interval=0.4, take_interval=1.0, safety_margin=0.3

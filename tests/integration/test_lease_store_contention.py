@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from lease_backends import DynamoBackend
 from shardflow.aws import AwsSettings, Backoff, ClientFactory
 from shardflow.errors import LeaseConditionFailed, ThrottledError
 from shardflow.leases import DynamoDBLeaseStore, Lease
 from shardflow.leases.store import LeaseStoreBase
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy
+from support.lease_backends import DynamoBackend
 
 KEY = "shardId-000000000000"
 

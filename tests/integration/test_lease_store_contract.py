@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from lease_backends import Backend, DynamoBackend, MemoryBackend
 from shardflow.errors import (
     InvalidArgumentError,
     LeaseConditionFailed,
@@ -24,6 +23,7 @@ from shardflow.errors import (
 from shardflow.leases import Lease, LeaseStore
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange
+from support.lease_backends import Backend, DynamoBackend, MemoryBackend
 
 KEY = "shardId-000000000000"
 SEQ = ExtendedSequenceNumber("49590338271490256608559692538361571095921575989136588898", 2)

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from lease_backends import DynamoBackend
 from shardflow.leases import Lease
 from shardflow.leases.serialization import ATTRIBUTE_TYPES
 from shardflow.leases.store import LeaseStoreBase
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange
+from support.lease_backends import DynamoBackend
 
 REQUIRED = {"leaseKey", "leaseCounter", "ownerSwitchesSinceCheckpoint", "checkpoint"}
 SEQ = "49590338271490256608559692538361571095921575989136588898"

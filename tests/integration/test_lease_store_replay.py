@@ -1,8 +1,8 @@
 """Random lease histories run in lockstep on DynamoDB (moto's server) and in memory.
 
-The same hypothesis state machine as the unit test (tests/lease_steps.py): every step runs on
-both stores and each must give the outcome the independent model predicts. Few examples:
-moto performs about 110 conditional writes a second.
+The same hypothesis state machine as the unit test (tests/support/lease_steps.py): every step
+runs on both stores and each must give the outcome the independent model predicts. Few
+examples: moto performs about 110 conditional writes a second.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from contextlib import AsyncExitStack
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from lease_backends import FAST, unique_table_name
-from lease_steps import LeaseMachine
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.leases import DynamoDBLeaseStore, InMemoryLeaseStore, LeaseStore
+from support.lease_backends import FAST, unique_table_name
+from support.lease_steps import LeaseMachine
 
 
 class LockstepMachine(LeaseMachine):

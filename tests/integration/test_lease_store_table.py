@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from lease_backends import DynamoBackend
 from shardflow.errors import InvalidArgumentError
 from shardflow.leases import DynamoDBLeaseStore, Lease
+from support.lease_backends import DynamoBackend
 
 
 @pytest.fixture

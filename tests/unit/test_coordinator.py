@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from coordinator_fakes import SETTINGS, World, run_for, settle, shard, sid, world
 from shardflow.clock import ManualClock
 from shardflow.consumer.events import (
     LeaseAcquired,
@@ -26,6 +25,7 @@ from shardflow.leases.keys import StreamIdentifier
 from shardflow.leases.settings import LeaseSettings, StreamSpec
 from shardflow.positions import StartPosition
 from shardflow.records import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from support.coordinator_fakes import SETTINGS, World, run_for, settle, shard, sid, world
 
 # --- start ------------------------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ import asyncio
 
 import pytest
 
-from coordinator_fakes import SETTINGS, run_for, settle, shard, sid, world
 from shardflow.clock import SYSTEM_CLOCK
 from shardflow.consumer.checkpoint import Checkpointer
 from shardflow.consumer.events import LeaseAcquired, LeaseLost, LeaseReleased, LeaseRenewed
@@ -17,6 +16,7 @@ from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber, Record
+from support.coordinator_fakes import SETTINGS, run_for, settle, shard, sid, world
 
 
 class Switch:

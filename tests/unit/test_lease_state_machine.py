@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 
-from lease_steps import LeaseMachine
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, LeaseStore
+from support.lease_steps import LeaseMachine
 
 
 class InMemoryMachine(LeaseMachine):
