@@ -6,12 +6,12 @@ import asyncio
 from dataclasses import replace
 
 from shardflow.aws import AwsSettings, ClientFactory
-from shardflow.aws.kinesis import wait_for_active
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.fetch import FanOutSettings
 from shardflow.consumer.fetch.registration import describe_consumer, stream_arn_of
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
+from support.streams import create_stream, put
 
 SETTINGS = ConsumerSettings(
     fetch="efo",
@@ -31,8 +31,7 @@ async def test_consumes_every_record_through_subscriptions(
         ClientFactory(AwsSettings(endpoint_url=kinesis_local_url)).kinesis() as kinesis,
         ClientFactory(AwsSettings(endpoint_url=moto_url)).dynamodb() as dynamodb,
     ):
-        await kinesis.create_stream(StreamName=stream_name, ShardCount=2)
-        await wait_for_active(kinesis, stream_name)
+        await create_stream(kinesis, stream_name, 2)
         consumer = Consumer(
             stream_name,
             app,
@@ -42,10 +41,7 @@ async def test_consumes_every_record_through_subscriptions(
         )
         run = asyncio.create_task(consumer.consume(lambda r: seen.append(r)))
         try:
-            await kinesis.put_records(
-                StreamName=stream_name,
-                Records=[{"PartitionKey": k, "Data": d} for k, d in written],
-            )
+            await put(kinesis, stream_name, written)
             async with asyncio.timeout(30):
                 while len(seen) < len(written):  # noqa: ASYNC110 - filled by the consumer
                     await asyncio.sleep(0.05)

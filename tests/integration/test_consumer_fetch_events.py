@@ -5,17 +5,18 @@ behind the fault proxy), SubscriptionRenewed when fan-out subscriptions are rene
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from shardflow.aws import AwsSettings, Backoff, ClientFactory
-from shardflow.aws.kinesis import list_shards, wait_for_active
+from shardflow.aws.kinesis import list_shards
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
 from shardflow.consumer.fetch import FanOutSettings, PollingSettings
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy
+from support import streams
+from support.waiting import until
 
 LEASES = LeaseSettings(failover_time=3.0, renew_interval=0.5, take_interval=0.5)
 THROTTLE_CAP = 0.1
@@ -23,25 +24,16 @@ THROTTLE_CAP = 0.1
 
 async def create_stream(kinesis: Any, name: str) -> str:
     """A one-shard stream; returns its shard id."""
-    await kinesis.create_stream(StreamName=name, ShardCount=1)
-    await wait_for_active(kinesis, name)
+    await streams.create_stream(kinesis, name, 1)
     (shard,) = await list_shards(kinesis, name)
     return shard.shard_id
 
 
 async def put(kinesis: Any, stream: str, tag: str, count: int) -> list[bytes]:
+    """``count`` records under one key, ``tag-0`` onwards; returns their data."""
     data = [f"{tag}-{i}".encode() for i in range(count)]
-    answer = await kinesis.put_records(
-        StreamName=stream, Records=[{"PartitionKey": "k", "Data": d} for d in data]
-    )
-    assert answer.get("FailedRecordCount", 0) == 0
+    await streams.put(kinesis, stream, [("k", d) for d in data])
     return data
-
-
-async def until(condition: Callable[[], bool], within: float) -> None:
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - state changes in the consumer's tasks
-            await asyncio.sleep(0.05)
 
 
 async def test_throttled_get_records_reach_on_event_as_fetch_throttled(

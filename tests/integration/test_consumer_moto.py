@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -19,13 +17,14 @@ import boto3
 import pytest
 
 from shardflow.aggregation import aggregate
-from shardflow.aws import AwsSettings, ClientFactory
-from shardflow.aws.kinesis import wait_for_active
+from shardflow.aws import AwsSettings
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.fetch import PollingSettings
 from shardflow.leases.settings import LeaseSettings
 from shardflow.positions import StartPosition
+from support.streams import create_stream, kinesis_at, last_per_shard, put
+from support.waiting import until
 
 LIMIT = 30.0
 
@@ -39,39 +38,8 @@ SETTINGS = ConsumerSettings(
 )
 
 
-@asynccontextmanager
-async def kinesis_at(url: str) -> AsyncIterator[Any]:
-    async with ClientFactory(AwsSettings(endpoint_url=url)).kinesis() as kinesis:
-        yield kinesis
-
-
-async def create_stream(kinesis: Any, name: str, shards: int) -> None:
-    await kinesis.create_stream(StreamName=name, ShardCount=shards)
-    await wait_for_active(kinesis, name)
-
-
-async def put(kinesis: Any, stream: str, items: list[tuple[str, bytes]]) -> list[tuple[str, str]]:
-    """Write ``(key, data)`` items; returns each one's (shard id, sequence number)."""
-    placed: list[tuple[str, str]] = []
-    for i in range(0, len(items), 500):
-        answer = await kinesis.put_records(
-            StreamName=stream,
-            Records=[{"PartitionKey": k, "Data": d} for k, d in items[i : i + 500]],
-        )
-        assert answer.get("FailedRecordCount", 0) == 0
-        placed += [(e["ShardId"], e["SequenceNumber"]) for e in answer["Records"]]
-    return placed
-
-
 def items(count: int, tag: str = "r") -> list[tuple[str, bytes]]:
     return [(f"key-{i % 37}", f"{tag}-{i}".encode()) for i in range(count)]
-
-
-def last_per_shard(placed: list[tuple[str, str]]) -> dict[str, str]:
-    last: dict[str, str] = {}
-    for shard_id, sequence_number in placed:
-        last[shard_id] = max(last.get(shard_id, "0"), sequence_number, key=int)
-    return last
 
 
 def raw_items(moto_url: str, table: str) -> dict[str, dict[str, Any]]:
@@ -79,13 +47,6 @@ def raw_items(moto_url: str, table: str) -> dict[str, dict[str, Any]]:
     client = boto3.client("dynamodb", endpoint_url=moto_url, region_name="us-east-1")
     found = client.scan(TableName=table, ConsistentRead=True)["Items"]
     return {item["leaseKey"]["S"]: item for item in found}
-
-
-async def until(condition: Callable[[], bool], within: float = LIMIT) -> None:
-    """Poll ``condition`` (bounded)."""
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - state changes in other tasks
-            await asyncio.sleep(0.05)
 
 
 def consumer_for(moto_url: str, stream: str, app: str, **settings: Any) -> Consumer:
@@ -140,7 +101,7 @@ async def test_consumes_a_four_shard_stream_and_checkpoints_in_kcl_format(
     consumer = consumer_for(moto_url, stream_name, app)
     run = asyncio.create_task(consumer.consume(handler, batch=batch))
     try:
-        await until(lambda: len(seen) >= len(written))
+        await until(lambda: len(seen) >= len(written), LIMIT)
     finally:
         await consumer.stop()
         await run
@@ -179,7 +140,7 @@ async def test_a_restart_continues_exactly_after_the_checkpoints(
 
     crashing = consumer_for(moto_url, stream_name, app, checkpoint=CheckpointSettings(every_n=20))
     run = asyncio.create_task(crashing.consume(slow))
-    await until(lambda: len(first) >= 150)
+    await until(lambda: len(first) >= 150, LIMIT)
     run.cancel()  # a crash: no final checkpoints
     with pytest.raises(asyncio.CancelledError):
         await run
@@ -194,7 +155,7 @@ async def test_a_restart_continues_exactly_after_the_checkpoints(
     restarted = consumer_for(moto_url, stream_name, app)
     run = asyncio.create_task(restarted.consume(lambda r: second.append(r)))
     try:
-        await until(lambda: len(second) >= len(expected_second))
+        await until(lambda: len(second) >= len(expected_second), LIMIT)
         await asyncio.sleep(0.5)  # a record beyond the expected ones would show up by now
     finally:
         await restarted.stop()
@@ -240,7 +201,7 @@ async def test_at_timestamp_starts_at_the_moment(moto_url: str, stream_name: str
     )
     run = asyncio.create_task(consumer.consume(lambda r: seen.append(r.data)))
     try:
-        await until(lambda: len(seen) >= len(after))
+        await until(lambda: len(seen) >= len(after), LIMIT)
         await asyncio.sleep(0.5)  # anything older would have come first
     finally:
         await consumer.stop()
@@ -266,11 +227,12 @@ async def test_latest_reads_only_what_is_written_after_the_start(
                     consumer.running
                     and len(consumer.status().shards) == 2
                     and consumer.status().caught_up
-                )
+                ),
+                LIMIT,
             )
             new = items(20, "new")
             await put(kinesis, stream_name, new)
-            await until(lambda: len(seen) >= len(new))
+            await until(lambda: len(seen) >= len(new), LIMIT)
             await asyncio.sleep(0.3)
         finally:
             await consumer.stop()
@@ -289,7 +251,7 @@ async def test_time_to_first_record_of_a_new_application_is_short(
     consumer = consumer_for(moto_url, stream_name, f"app-{stream_name}")
     run = asyncio.create_task(consumer.consume(lambda r: seen.append(time.monotonic())))
     try:
-        await until(lambda: len(seen) >= 5)
+        await until(lambda: len(seen) >= 5, LIMIT)
     finally:
         await consumer.stop()
         await run
@@ -324,7 +286,7 @@ async def test_aggregates_are_transparent_and_checkpoint_inside_an_aggregate(
             record.ack()  # the rest stays unhandled
 
     run = asyncio.create_task(stopping.consume(handle, auto_ack=False))
-    await until(lambda: len(first) == 150)
+    await until(lambda: len(first) == 150, LIMIT)
     await stopping.stop()
     await run
     first = first[:60]
@@ -339,7 +301,7 @@ async def test_aggregates_are_transparent_and_checkpoint_inside_an_aggregate(
     restarted = consumer_for(moto_url, stream_name, app)
     run = asyncio.create_task(restarted.consume(lambda r: second.append(r)))
     try:
-        await until(lambda: len(first) + len(second) >= 150)
+        await until(lambda: len(first) + len(second) >= 150, LIMIT)
         await asyncio.sleep(0.5)
     finally:
         await restarted.stop()

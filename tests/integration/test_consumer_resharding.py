@@ -22,6 +22,8 @@ from shardflow.consumer.events import CheckpointWritten, DiagnosticEvent, ShardS
 from shardflow.consumer.fetch import PollingSettings
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
+from support.streams import create_stream, kinesis_at, put
+from support.waiting import until
 
 LIMIT = 60.0
 KEYS = 12
@@ -85,19 +87,6 @@ async def consuming(
             await run
 
 
-async def until(condition: Callable[[], bool], within: float = LIMIT) -> None:
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - state changes in other tasks
-            await asyncio.sleep(0.05)
-
-
-async def put(kinesis: Any, stream: str, items: list[tuple[str, bytes]]) -> None:
-    answer = await kinesis.put_records(
-        StreamName=stream, Records=[{"PartitionKey": k, "Data": d} for k, d in items]
-    )
-    assert answer.get("FailedRecordCount", 0) == 0
-
-
 async def test_split_merge_and_update_shard_count_while_consuming(
     kinesis_local_url: str, moto_url: str, stream_name: str
 ) -> None:
@@ -110,9 +99,8 @@ async def test_split_merge_and_update_shard_count_while_consuming(
         handled_by_shard[record.shard_id] += 1
 
     written = Written()
-    async with ClientFactory(AwsSettings(endpoint_url=kinesis_local_url)).kinesis() as kinesis:
-        await kinesis.create_stream(StreamName=stream_name, ShardCount=2)
-        await wait_for_active(kinesis, stream_name)
+    async with kinesis_at(kinesis_local_url) as kinesis:
+        await create_stream(kinesis, stream_name, 2)
 
         async def write(rounds: int) -> None:
             for _ in range(rounds):
@@ -148,7 +136,7 @@ async def test_split_merge_and_update_shard_count_while_consuming(
             await write(3)
 
             started = time.monotonic()
-            await until(lambda: sum(len(r) for r in seen.values()) >= written.count)
+            await until(lambda: sum(len(r) for r in seen.values()) >= written.count, LIMIT)
             await asyncio.sleep(0.5)  # a repeat would show up by now
             drained_in = time.monotonic() - started
             shards = await list_shards(kinesis, stream_name)

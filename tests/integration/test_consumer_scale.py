@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import psutil
 import pytest
@@ -21,6 +20,7 @@ from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseRenewed
 from shardflow.consumer.fetch import PollingSettings
 from shardflow.leases.settings import LeaseSettings
+from support.waiting import until
 
 SHARDS = 200
 PER_SHARD = 3
@@ -36,12 +36,6 @@ pytestmark = pytest.mark.slow
 
 def rss_kib() -> float:
     return float(psutil.Process().memory_info().rss) / 1024
-
-
-async def until(condition: Callable[[], bool], within: float = LIMIT) -> None:
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - state changes in other tasks
-            await asyncio.sleep(0.1)
 
 
 async def test_one_consumer_holds_200_leases_and_reads_every_shard(
@@ -101,10 +95,14 @@ async def test_one_consumer_holds_200_leases_and_reads_every_shard(
             baseline = rss_kib()
             running = asyncio.create_task(consumer.consume(handle))
             try:
-                await until(lambda: len(acquired) == SHARDS and len(seen) >= len(expected))
+                await until(
+                    lambda: len(acquired) == SHARDS and len(seen) >= len(expected),
+                    LIMIT,
+                    every=0.1,
+                )
                 # One full renewal round of every lease (renew interval ~6.6 s).
                 started = time.monotonic()
-                await until(lambda: len(renewed) == SHARDS)
+                await until(lambda: len(renewed) == SHARDS, LIMIT, every=0.1)
                 assert time.monotonic() - started < FAILOVER
                 grown = rss_kib() - baseline
             finally:

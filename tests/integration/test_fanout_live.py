@@ -31,6 +31,7 @@ from shardflow.consumer.fetch.registration import describe_consumer
 from shardflow.errors import ResourceNotFoundError
 from shardflow.positions import StartPosition
 from shardflow.shards import MAX_HASH_KEY
+from support.streams import create_stream, put
 
 #: Renewal, silence and retries scaled down so that tests take seconds.
 FAST = FanOutSettings(renew_after=120.0, event_timeout=8.0, read_timeout=10.0)
@@ -43,22 +44,6 @@ async def kinesis_at(
     factory = ClientFactory(AwsSettings(endpoint_url=url))
     async with fanout_client(factory, settings, shards=shards) as client:
         yield client
-
-
-async def create_stream(kinesis: Any, name: str, shards: int) -> str:
-    await kinesis.create_stream(StreamName=name, ShardCount=shards)
-    summary = await wait_for_active(kinesis, name)
-    arn: str = summary["StreamARN"]
-    return arn
-
-
-async def put(kinesis: Any, stream: str, items: list[tuple[str, bytes]]) -> list[tuple[str, str]]:
-    """Write ``(key, data)`` items in order; returns each one's (shard id, sequence number)."""
-    answer = await kinesis.put_records(
-        StreamName=stream, Records=[{"PartitionKey": k, "Data": d} for k, d in items]
-    )
-    assert answer.get("FailedRecordCount", 0) == 0
-    return [(e["ShardId"], e["SequenceNumber"]) for e in answer["Records"]]
 
 
 def fetcher_for(
@@ -103,7 +88,7 @@ async def test_a_consumer_is_registered_reused_and_deregistered(
     kinesis_local_url: str, stream_name: str
 ) -> None:
     async with kinesis_at(kinesis_local_url) as kinesis:
-        stream_arn = await create_stream(kinesis, stream_name, 1)
+        stream_arn = (await create_stream(kinesis, stream_name, 1))["StreamARN"]
         first = await register_consumer(kinesis, stream_name, "app")
         assert first.is_active
         assert first.stream_arn == stream_arn

@@ -3,46 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from shardflow.aws import AwsSettings, Backoff, ClientFactory
+from shardflow.aws import Backoff
 from shardflow.aws.kinesis import list_shards, wait_for_active
 from shardflow.consumer.fetch import FetchedBatch, PollingFetcher, PollingSettings
 from shardflow.errors import ResourceNotFoundError
 from shardflow.positions import StartPosition
 from shardflow.shards import partition_key_hash
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy
+from support.streams import create_stream, kinesis_at, put
 
 FAST = PollingSettings(idle_time=0.05)
-
-
-@asynccontextmanager
-async def kinesis_at(url: str) -> AsyncIterator[Any]:
-    async with ClientFactory(AwsSettings(endpoint_url=url)).kinesis() as kinesis:
-        yield kinesis
-
-
-async def create_stream(kinesis: Any, name: str, shards: int) -> None:
-    await kinesis.create_stream(StreamName=name, ShardCount=shards)
-    await wait_for_active(kinesis, name)
-
-
-async def put(kinesis: Any, stream: str, items: list[tuple[str, bytes]]) -> list[tuple[str, str]]:
-    """Write ``(key, data)`` items in order; returns each one's (shard id, sequence number)."""
-    placed: list[tuple[str, str]] = []
-    for i in range(0, len(items), 500):
-        chunk = items[i : i + 500]
-        answer = await kinesis.put_records(
-            StreamName=stream, Records=[{"PartitionKey": k, "Data": d} for k, d in chunk]
-        )
-        assert answer.get("FailedRecordCount", 0) == 0
-        placed += [(e["ShardId"], e["SequenceNumber"]) for e in answer["Records"]]
-    return placed
 
 
 async def drain(fetcher: PollingFetcher, *, max_batches: int = 200) -> list[FetchedBatch]:

@@ -5,15 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
 from shardflow.aggregation import aggregate
-from shardflow.aws import AwsSettings, ClientFactory
+from shardflow.aws import AwsSettings
 from shardflow.aws.kinesis import list_shards, wait_for_active
 from shardflow.consumer.fetch import PollingSettings
 from shardflow.errors import ResourceNotFoundError
@@ -21,33 +18,10 @@ from shardflow.positions import StartPosition
 from shardflow.reader import read_all, read_stream
 from shardflow.records import Record
 from shardflow.testing.faults import FaultProxy
+from support.streams import create_stream, kinesis_at, put
 
 # Every test is bounded: a reader that never stops fails instead of hanging.
 LIMIT = 30.0
-
-
-@asynccontextmanager
-async def kinesis_at(url: str) -> AsyncIterator[Any]:
-    async with ClientFactory(AwsSettings(endpoint_url=url)).kinesis() as kinesis:
-        yield kinesis
-
-
-async def create_stream(kinesis: Any, name: str, shards: int) -> None:
-    await kinesis.create_stream(StreamName=name, ShardCount=shards)
-    await wait_for_active(kinesis, name)
-
-
-async def put(kinesis: Any, stream: str, items: list[tuple[str, bytes]]) -> list[tuple[str, str]]:
-    """Write ``(key, data)`` items in order; returns each one's (shard id, sequence number)."""
-    placed: list[tuple[str, str]] = []
-    for i in range(0, len(items), 500):
-        chunk = items[i : i + 500]
-        answer = await kinesis.put_records(
-            StreamName=stream, Records=[{"PartitionKey": k, "Data": d} for k, d in chunk]
-        )
-        assert answer.get("FailedRecordCount", 0) == 0
-        placed += [(e["ShardId"], e["SequenceNumber"]) for e in answer["Records"]]
-    return placed
 
 
 def counted(phase: str, keys: int, per_key: int, first: int = 0) -> list[tuple[str, bytes]]:
