@@ -341,3 +341,99 @@ class HandlerError(ShardflowError):
             f"handler failed on record {sequence_number}/{sub_sequence_number} of shard "
             f"{shard_id} (stream {stream}): {type(error).__name__}: {error}"
         )
+
+
+# --- Dead letters and idempotency ------------------------------------------------------------
+
+
+class DeadLetterWriteError(ShardflowError):
+    """Dead letters could not be written; none of them counts as dead-lettered (do not checkpoint).
+
+    ``destination`` describes where they were going; ``count`` is how many letters the failed
+    write held. The underlying failure is ``__cause__``.
+    """
+
+    def __init__(self, destination: str, count: int, reason: str) -> None:
+        self.destination = destination
+        self.count = count
+        self.reason = reason
+        super().__init__(f"could not write {count} dead letter(s) to {destination}: {reason}")
+
+
+class MalformedDeadLetterError(ShardflowError):
+    """A stored dead letter cannot be read: not JSON, a field missing or of the wrong type, or
+    a newer format version. ``where`` names it (file and line, or stream, shard and sequence)."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"malformed dead letter at {where}: {reason}")
+
+
+class ClaimInProgressError(ShardflowError):
+    """Another handler holds a live idempotency claim on this key; the record is not handled yet.
+
+    Retry later (the claim ends when its holder completes or releases it, or when it expires);
+    do not checkpoint past the record meanwhile.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"idempotency key {key!r} is being handled elsewhere (claim in progress)")
+
+
+# --- Dispatch: ordering modes, retries, failure policies -------------------------------------
+
+
+class DispatchStoppedError(ShardflowError):
+    """Dispatching of a shard's records stopped; records not finished stay unacknowledged.
+
+    They are not checkpointed, so a restart replays them. ``position`` names the record that
+    caused the stop (``sequence_number/sub_sequence_number``); the underlying failure is
+    ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, shard_id: str, position: str) -> None:
+        self.shard_id = shard_id
+        self.position = position
+        super().__init__(f"{message} (shard {shard_id or '?'}, record {position})")
+
+
+class RetriesExhaustedError(DispatchStoppedError):
+    """Policy ``stop-shard``: a record still failed after ``attempts`` handler calls."""
+
+    def __init__(self, *, shard_id: str, position: str, attempts: int) -> None:
+        self.attempts = attempts
+        super().__init__(
+            f"handler failed {attempts} time(s); dispatching stopped",
+            shard_id=shard_id,
+            position=position,
+        )
+
+
+class DeadLetteringFailedError(DispatchStoppedError):
+    """A record could not be written to the dead-letter destination, so it cannot be skipped."""
+
+    def __init__(self, *, shard_id: str, position: str) -> None:
+        super().__init__(
+            "dead-letter write failed; dispatching stopped", shard_id=shard_id, position=position
+        )
+
+
+class KeyFunctionError(ShardflowError):
+    """The ordering-key function raised for a record; the record was not accepted."""
+
+    def __init__(self, *, shard_id: str, position: str) -> None:
+        self.shard_id = shard_id
+        self.position = position
+        super().__init__(f"ordering key function failed on record {position} of shard {shard_id or '?'}")
+
+
+class KeyBlockedError(ShardflowError):
+    """Why a record went to the dead letters unhandled: an earlier record of its key failed
+    (policy ``block-key``) and the key was not released yet. ``blocked_by`` names that record."""
+
+    def __init__(self, key: str, *, blocked_by: str) -> None:
+        self.key = key
+        self.blocked_by = blocked_by
+        super().__init__(f"key {key!r} is blocked since record {blocked_by} failed")
