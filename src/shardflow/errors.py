@@ -426,7 +426,9 @@ class KeyFunctionError(ShardflowError):
     def __init__(self, *, shard_id: str, position: str) -> None:
         self.shard_id = shard_id
         self.position = position
-        super().__init__(f"ordering key function failed on record {position} of shard {shard_id or '?'}")
+        super().__init__(
+            f"ordering key function failed on record {position} of shard {shard_id or '?'}"
+        )
 
 
 class KeyBlockedError(ShardflowError):

@@ -1,0 +1,38 @@
+"""Dispatch: how a shard's records reach the handler (ordering modes, retries, dead letters).
+
+:class:`ShardDispatcher` (one per shard) runs a handler over records per
+:class:`DispatchSettings`: in shard order, in key order with keys in parallel, or unordered;
+bounded per shard (and per worker with a shared limit); retried per :class:`RetryPolicy`;
+finally failed records stop the shard or go to a :class:`DeadLetterSink`. A record is
+acknowledged in the shard's ack tracker only after it succeeded or was dead-lettered.
+"""
+
+from shardflow.consumer.dispatch.contracts import DeadLetterSink, WorkerLimit
+from shardflow.consumer.dispatch.invoke import RecordHandler
+from shardflow.consumer.dispatch.scheduler import DispatchCounts, ShardDispatcher
+from shardflow.consumer.dispatch.settings import (
+    NO_BACKOFF,
+    DispatchSettings,
+    FailurePolicy,
+    KeyFunction,
+    OrderingMode,
+    RetryBackoff,
+    RetryPolicy,
+    partition_key,
+)
+
+__all__ = [
+    "NO_BACKOFF",
+    "DeadLetterSink",
+    "DispatchCounts",
+    "DispatchSettings",
+    "FailurePolicy",
+    "KeyFunction",
+    "OrderingMode",
+    "RecordHandler",
+    "RetryBackoff",
+    "RetryPolicy",
+    "ShardDispatcher",
+    "WorkerLimit",
+    "partition_key",
+]

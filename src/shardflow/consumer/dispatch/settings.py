@@ -1,0 +1,131 @@
+"""How a shard's records are dispatched to a handler: ordering, bounds, retries, failures.
+
+One frozen value, :class:`DispatchSettings`. Ordering modes:
+
+- ``"shard"`` (default): one record at a time, in shard order.
+- ``"key"``: records with the same key in shard order, one at a time; different keys in
+  parallel. The key is the partition key unless ``key`` maps a record to another one (a
+  customer id in the payload, say); a record whose key is None has no ordering constraint.
+- ``"unordered"``: every record as soon as there is room.
+
+Failure policies, applied once a record has failed ``retry.attempts`` handler calls:
+
+- ``"stop-shard"`` (default): stop dispatching; the record and those not started stay
+  unacknowledged, so a restart replays them. Needs no dead-letter destination.
+- ``"skip"``: write the record to the dead letters and go on.
+- ``"block-key"``: as ``skip``, and every later record of the same key follows it into the dead
+  letters, unhandled, until the key is released, so a key's order is never broken.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
+
+from shardflow.records import Record
+
+OrderingMode = Literal["shard", "key", "unordered"]
+FailurePolicy = Literal["skip", "block-key", "stop-shard"]
+KeyFunction = Callable[[Record], "str | None"]
+"""Maps a record to its ordering key; None means the record may run alongside any other."""
+
+ORDERING_MODES: Final = frozenset(get_args(OrderingMode))
+FAILURE_POLICIES: Final = frozenset(get_args(FailurePolicy))
+
+
+def partition_key(record: Record) -> str:
+    """The default ordering key: the record's partition key."""
+    return record.partition_key
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBackoff:
+    """Pause before retry n (1-based): ``min(maximum, initial * multiplier**(n-1))``.
+
+    With ``jitter`` the pause is drawn uniformly from its upper half, so records of many keys
+    failing together (a database restart) do not retry in lock-step.
+    """
+
+    initial: float = 0.1
+    maximum: float = 5.0
+    multiplier: float = 2.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.initial < 0 or self.maximum < 0:
+            raise ValueError("backoff pauses must not be negative")
+        if self.multiplier < 1:
+            raise ValueError(f"backoff multiplier must be at least 1, got {self.multiplier}")
+
+    def delay(self, retry: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
+        ceiling = min(self.maximum, self.initial * self.multiplier ** min(retry - 1, 64))
+        if not self.jitter:
+            return ceiling
+        return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+NO_BACKOFF: Final = RetryBackoff(initial=0.0, maximum=0.0, jitter=False)
+"""Retry at once (tests, or handlers whose failures do not depend on time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """``attempts`` handler calls per record at most (1: no retry), with ``backoff`` between."""
+
+    attempts: int = 3
+    backoff: RetryBackoff = field(default_factory=RetryBackoff)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"retry attempts must be at least 1, got {self.attempts}")
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSettings:
+    """Ordering, bounds, retries and the failure policy of one consumer (see the module doc).
+
+    ``ordering``: ``"shard"`` (default), ``"key"`` or ``"unordered"``.
+    ``key``: the ordering key of a record (default: its partition key); also the key that
+    ``"block-key"`` blocks, in every mode.
+    ``max_in_flight_per_shard``: records of one shard accepted and not yet finished (waiting
+    for their key's turn, running, retrying or being dead-lettered); ``submit`` waits at this
+    bound. Default 256.
+    ``retry``: handler calls per record and the pauses between them (default 3 calls).
+    ``on_failure``: ``"stop-shard"`` (default), ``"skip"`` or ``"block-key"``; the last two
+    need a dead-letter destination.
+    """
+
+    ordering: OrderingMode = "shard"
+    key: KeyFunction | None = None
+    max_in_flight_per_shard: int = 256
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    on_failure: FailurePolicy = "stop-shard"
+
+    def __post_init__(self) -> None:
+        if self.ordering not in ORDERING_MODES:
+            raise ValueError(
+                f"ordering must be one of {sorted(ORDERING_MODES)}, got {self.ordering!r}"
+            )
+        if self.on_failure not in FAILURE_POLICIES:
+            raise ValueError(
+                f"on_failure must be one of {sorted(FAILURE_POLICIES)}, got {self.on_failure!r}"
+            )
+        if self.max_in_flight_per_shard < 1:
+            raise ValueError(
+                f"max_in_flight_per_shard must be at least 1, got {self.max_in_flight_per_shard}"
+            )
+        if self.key is not None and not callable(self.key):
+            raise TypeError(f"key must be a function of a record, got {self.key!r}")
+
+    @property
+    def key_function(self) -> KeyFunction:
+        """The ordering key function in effect."""
+        return self.key if self.key is not None else partition_key
+
+    @property
+    def needs_dead_letters(self) -> bool:
+        """Whether the failure policy writes records to a dead-letter destination."""
+        return self.on_failure != "stop-shard"
