@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from shardflow.cli import consume, leases, local, produce, streams, tail
+from shardflow.cli import consume, dlq, leases, local, produce, streams, tail
 
 app = typer.Typer(
     name="shardflow",
@@ -18,6 +18,7 @@ app.command("produce")(produce.produce)
 app.command("tail")(tail.tail)
 app.command("consume")(consume.consume)
 app.command("leases")(leases.leases)
+app.add_typer(dlq.app, name="dlq")
 
 
 def main() -> None:
