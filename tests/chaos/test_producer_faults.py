@@ -21,13 +21,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import boto3
 import pytest
 
-from shardflow.aggregation import deaggregate
 from shardflow.aws import AwsSettings, Backoff
 from shardflow.producer import Producer, ProducerSettings, PutResult
-from shardflow.records import Record
 from shardflow.testing.faults import (
     INTERNAL_FAILURE,
     THROTTLED,
@@ -38,6 +35,7 @@ from shardflow.testing.faults import (
     FaultProxy,
     PartialFailure,
 )
+from support.boto import make_stream, user_records
 
 pytestmark = pytest.mark.integration
 
@@ -81,9 +79,7 @@ class ReadRecord:
 
 @pytest.fixture
 def stream(moto_url: str, stream_name: str) -> str:
-    boto3.client("kinesis", endpoint_url=moto_url).create_stream(
-        StreamName=stream_name, ShardCount=3
-    )
+    make_stream(moto_url, stream_name, 3)
     return stream_name
 
 
@@ -144,37 +140,16 @@ async def _produce_through(
 
 def _read_back(moto_url: str, stream: str) -> list[ReadRecord]:
     """Every user record in the stream, in stream order (shard, sequence, sub-sequence)."""
-    kinesis = boto3.client("kinesis", endpoint_url=moto_url)
-    found: list[ReadRecord] = []
-    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
-        shard_id = shard["ShardId"]
-        iterator = kinesis.get_shard_iterator(
-            StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        for _ in range(1000):
-            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            for raw in page["Records"]:
-                record = Record(
-                    data=raw["Data"],
-                    partition_key=raw["PartitionKey"],
-                    sequence_number=raw["SequenceNumber"],
-                    shard_id=shard_id,
-                    stream_name=stream,
-                )
-                found += [
-                    ReadRecord(
-                        user.partition_key,
-                        user.data,
-                        shard_id,
-                        user.sequence_number,
-                        user.sub_sequence_number,
-                    )
-                    for user in deaggregate(record, on_malformed="raise")
-                ]
-            iterator = page.get("NextShardIterator")
-            if not page["Records"] or not iterator:
-                break
-    return found
+    return [
+        ReadRecord(
+            user.partition_key,
+            user.data,
+            user.shard_id,
+            user.sequence_number,
+            user.sub_sequence_number,
+        )
+        for user in user_records(moto_url, stream)
+    ]
 
 
 def _aggregated_share(read: list[ReadRecord]) -> float:

@@ -6,7 +6,6 @@ import random
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import boto3
 import pytest
 
 from shardflow.aws import AwsSettings, Backoff, ClientFactory, retrying
@@ -17,15 +16,14 @@ from shardflow.errors import (
     TransientError,
 )
 from shardflow.testing.faults import THROTTLED, Delay, Drop, ErrorResponse, FaultProxy
+from support.boto import make_stream, stored_records
 
 FAST = Backoff(base=0.01, cap=0.05, max_attempts=5)
 
 
 @pytest.fixture
 def stream(moto_url: str, stream_name: str) -> str:
-    boto3.client("kinesis", endpoint_url=moto_url).create_stream(
-        StreamName=stream_name, ShardCount=1
-    )
+    make_stream(moto_url, stream_name, 1)
     return stream_name
 
 
@@ -44,12 +42,7 @@ async def kinesis(proxy: FaultProxy) -> AsyncIterator[Any]:
 
 
 def _records_in(moto_url: str, stream: str) -> list[bytes]:
-    client = boto3.client("kinesis", endpoint_url=moto_url)
-    shard = client.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
-    iterator = client.get_shard_iterator(
-        StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
-    )["ShardIterator"]
-    return [r["Data"] for r in client.get_records(ShardIterator=iterator)["Records"]]
+    return [r["Data"] for _, r in stored_records(moto_url, stream)]
 
 
 async def _put(kinesis: Any, stream: str, data: bytes, backoff: Backoff = FAST) -> Any:

@@ -16,12 +16,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import boto3
 from typer.testing import CliRunner
 
 from shardflow.cli import app
+from support.boto import lease_items, make_stream, put_records
+from support.streams import last_per_shard
 
 HANDLER = """
 import os
@@ -48,35 +48,6 @@ async def handle_batch(records):
 """
 
 LIMIT = 40.0
-
-
-def boto(service: str, url: str) -> Any:
-    return boto3.client(service, endpoint_url=url, region_name="us-east-1")
-
-
-def make_stream(url: str, stream: str, shards: int) -> Any:
-    kinesis = boto("kinesis", url)
-    kinesis.create_stream(StreamName=stream, ShardCount=shards)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=stream, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
-    return kinesis
-
-
-def put(kinesis: Any, stream: str, items: list[tuple[str, bytes]]) -> list[tuple[str, str]]:
-    answer = kinesis.put_records(
-        StreamName=stream, Records=[{"PartitionKey": k, "Data": d} for k, d in items]
-    )
-    assert answer.get("FailedRecordCount", 0) == 0
-    return [(e["ShardId"], e["SequenceNumber"]) for e in answer["Records"]]
-
-
-def leases(url: str, table: str) -> dict[str, dict[str, Any]]:
-    try:
-        found = boto("dynamodb", url).scan(TableName=table, ConsistentRead=True)["Items"]
-    except boto("dynamodb", url).exceptions.ResourceNotFoundException:
-        return {}
-    return {item["leaseKey"]["S"]: item for item in found}
 
 
 def wait_for(condition: Callable[[], bool], within: float = LIMIT, what: str = "") -> None:
@@ -167,7 +138,7 @@ def test_two_worker_processes_split_the_shards_and_sigterm_checkpoints_and_relea
 
         def balanced() -> bool:
             owners = Counter(
-                i.get("leaseOwner", {}).get("S") for i in leases(moto_url, app_name).values()
+                i.get("leaseOwner", {}).get("S") for i in lease_items(moto_url, app_name).values()
             )
             return owners == Counter({"w1": 2, "w2": 2})
 
@@ -177,7 +148,9 @@ def test_two_worker_processes_split_the_shards_and_sigterm_checkpoints_and_relea
         time.sleep(1.5)
         assert balanced()
         written = [(f"key-{i % 23}", f"record-{i}".encode()) for i in range(400)]
-        placed = put(kinesis, stream_name, written)
+        placed = [
+            (e["ShardId"], e["SequenceNumber"]) for e in put_records(kinesis, stream_name, written)
+        ]
 
         def all_handled() -> bool:
             data = {line.split(" ")[2] for line in lines(first_out) + lines(second_out)}
@@ -196,10 +169,8 @@ def test_two_worker_processes_split_the_shards_and_sigterm_checkpoints_and_relea
     assert len(shards_of["w1"]) == 2
     assert len(shards_of["w2"]) == 2
     assert not shards_of["w1"] & shards_of["w2"]
-    last: dict[str, str] = {}
-    for shard_id, sequence_number in placed:
-        last[shard_id] = max(last.get(shard_id, "0"), sequence_number, key=int)
-    table = leases(moto_url, app_name)
+    last = last_per_shard(placed)
+    table = lease_items(moto_url, app_name)
     assert {key: item["checkpoint"]["S"] for key, item in table.items()} == last
     assert all("leaseOwner" not in item for item in table.values())  # released
 
@@ -224,8 +195,8 @@ def test_two_worker_processes_split_the_shards_and_sigterm_checkpoints_and_relea
     assert {row["lag"] for row in rows.values()} == {"caught up"}
     assert {row["owner"] for row in rows.values()} == {None}
 
-    more = put(kinesis, stream_name, [("key-1", b"late")])
-    late_shard = more[0][0]
+    more = put_records(kinesis, stream_name, [("key-1", b"late")])
+    late_shard = more[0]["ShardId"]
     shown = runner.invoke(
         app, ["leases", app_name, "--stream", stream_name, "--endpoint-url", moto_url]
     )
@@ -243,7 +214,7 @@ def test_batch_handler_with_json_values(moto_url: str, stream_name: str, tmp_pat
     app_name = f"app-{stream_name}"
     kinesis = make_stream(moto_url, stream_name, 2)
     written = [(f"k{i}", f'{{"n": {i}}}'.encode()) for i in range(50)]
-    put(kinesis, stream_name, written)
+    put_records(kinesis, stream_name, written)
     args = ("--deserializer", "json", "--batch")
     with worker(
         tmp_path, "w1", moto_url, stream_name, app_name, *args, target="handler:handle_batch"
@@ -252,7 +223,7 @@ def test_batch_handler_with_json_values(moto_url: str, stream_name: str, tmp_pat
         stop(process, tmp_path / "w1.log")
     assert sorted(int(line.split(" ")[2]) for line in lines(out)) == list(range(50))
     # The final checkpoint at SIGTERM covers everything: a restart would handle nothing again.
-    table = leases(moto_url, app_name)
+    table = lease_items(moto_url, app_name)
     assert all(item["checkpoint"]["S"].isdigit() for item in table.values())
 
 
@@ -273,7 +244,7 @@ def test_sigterm_ends_the_process_even_when_a_handler_hangs(
     (tmp_path / "handler.py").write_text(HANDLER)
     app_name = f"app-{stream_name}"
     kinesis = make_stream(moto_url, stream_name, 1)
-    put(kinesis, stream_name, [("k", b"x")])
+    put_records(kinesis, stream_name, [("k", b"x")])
     args = ("--drain-timeout", "0.5")
     with worker(tmp_path, "w1", moto_url, stream_name, app_name, *args, target="handler:stuck") as (
         process,
@@ -283,7 +254,7 @@ def test_sigterm_ends_the_process_even_when_a_handler_hangs(
         started = time.monotonic()
         stop(process, tmp_path / "w1.log")
         assert time.monotonic() - started < 10
-    (item,) = leases(moto_url, app_name).values()
+    (item,) = lease_items(moto_url, app_name).values()
     assert item["checkpoint"]["S"] == "TRIM_HORIZON"  # the hanging record was not handled
     assert "leaseOwner" not in item
     assert "abandoned" in (tmp_path / "w1.log").read_text()

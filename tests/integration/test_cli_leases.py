@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 from typing import Any
 
-import boto3
 from typer.testing import CliRunner
 
 from shardflow.aws import AwsSettings
@@ -15,6 +14,7 @@ from shardflow.cli import app
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.fetch import PollingSettings
 from shardflow.leases.settings import LeaseSettings
+from support.boto import make_stream, put_records
 
 SETTINGS = ConsumerSettings(
     leases=LeaseSettings(failover_time=2.0, renew_interval=0.4, take_interval=0.5),
@@ -22,21 +22,10 @@ SETTINGS = ConsumerSettings(
 )
 
 
-def make_stream(url: str, stream: str, shards: int) -> Any:
-    kinesis = boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
-    kinesis.create_stream(StreamName=stream, ShardCount=shards)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=stream, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
-    return kinesis
-
-
 def put(kinesis: Any, stream: str, count: int) -> list[str]:
-    answer = kinesis.put_records(
-        StreamName=stream,
-        Records=[{"PartitionKey": f"k{i}", "Data": f"{i}".encode()} for i in range(count)],
-    )
-    return [entry["ShardId"] for entry in answer["Records"]]
+    """``count`` records under keys ``k0`` onwards; returns the shard of each."""
+    entries = put_records(kinesis, stream, [(f"k{i}", f"{i}".encode()) for i in range(count)])
+    return [entry["ShardId"] for entry in entries]
 
 
 def leases_json(url: str, application: str, *args: str) -> list[dict[str, Any]]:

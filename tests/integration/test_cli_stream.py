@@ -5,27 +5,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
 
-import boto3
 import pytest
 from typer.testing import CliRunner, Result
 
 from shardflow.cli import app
 from shardflow.shards import MAX_HASH_KEY, ShardInfo
 from shardflow.testing.faults import ErrorResponse, FaultProxy
+from support.boto import boto_client
 
 
 def shardflow(*args: str, input: str | None = None) -> Result:
     return CliRunner().invoke(app, list(args), input=input)
 
 
-def boto_kinesis(url: str) -> Any:
-    return boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
-
-
 def exists(url: str, stream: str) -> bool:
-    kinesis = boto_kinesis(url)
+    kinesis = boto_client("kinesis", url)
     try:
         kinesis.describe_stream_summary(StreamName=stream)
     except kinesis.exceptions.ResourceNotFoundException:
@@ -34,7 +29,7 @@ def exists(url: str, stream: str) -> bool:
 
 
 def shards_of(url: str, stream: str) -> list[ShardInfo]:
-    raw = boto_kinesis(url).list_shards(StreamName=stream)["Shards"]
+    raw = boto_client("kinesis", url).list_shards(StreamName=stream)["Shards"]
     return [ShardInfo.from_api(s) for s in raw]
 
 
@@ -85,7 +80,7 @@ def test_on_demand_streams_and_conflicting_options(moto_url: str, stream_name: s
 
 
 def test_delete_asks_first(moto_url: str, stream_name: str) -> None:
-    boto_kinesis(moto_url).create_stream(StreamName=stream_name, ShardCount=1)
+    boto_client("kinesis", moto_url).create_stream(StreamName=stream_name, ShardCount=1)
     refused = shardflow("stream", "delete", stream_name, "--endpoint-url", moto_url, input="n\n")
     assert refused.exit_code == 1
     assert exists(moto_url, stream_name)
@@ -138,7 +133,7 @@ def test_split_merge_and_uniform_scaling(kinesis_local_url: str, stream_name: st
 def test_reshard_refuses_bad_requests_clearly(
     moto_url: str, stream_name: str, options: tuple[str, ...], message: str
 ) -> None:
-    boto_kinesis(moto_url).create_stream(StreamName=stream_name, ShardCount=1)
+    boto_client("kinesis", moto_url).create_stream(StreamName=stream_name, ShardCount=1)
     result = shardflow("stream", "reshard", stream_name, *options, "--endpoint-url", moto_url)
     assert result.exit_code == 1
     assert message in result.stderr
@@ -146,7 +141,7 @@ def test_reshard_refuses_bad_requests_clearly(
 
 
 def test_access_denied_is_one_clear_line(moto_url: str, stream_name: str) -> None:
-    boto_kinesis(moto_url).create_stream(StreamName=stream_name, ShardCount=1)
+    boto_client("kinesis", moto_url).create_stream(StreamName=stream_name, ShardCount=1)
     with FaultProxy(moto_url) as proxy:
         proxy.add(ErrorResponse("AccessDeniedException"), operation="DescribeStreamSummary")
         result = shardflow("stream", "describe", stream_name, "--endpoint-url", proxy.url)
@@ -189,7 +184,7 @@ def test_a_missing_stream_exits_non_zero_without_a_traceback(
 
 
 def test_creating_a_stream_that_exists_fails_at_once(moto_url: str, stream_name: str) -> None:
-    boto_kinesis(moto_url).create_stream(StreamName=stream_name, ShardCount=1)
+    boto_client("kinesis", moto_url).create_stream(StreamName=stream_name, ShardCount=1)
     with FaultProxy(moto_url) as proxy:
         again = shardflow("stream", "create", stream_name, "--endpoint-url", proxy.url)
         assert proxy.forwarded("CreateStream") == 1  # not retried

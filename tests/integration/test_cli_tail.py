@@ -9,14 +9,13 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
 
-import boto3
 from typer.testing import CliRunner, Result
 
 from shardflow.aggregation import aggregate
 from shardflow.cli import app
 from shardflow.testing.faults import FaultProxy
+from support.boto import make_stream, put_records
 
 PAYLOADS = [
     ("alpha", b"hello"),
@@ -32,31 +31,9 @@ def tail(url: str, stream: str, *args: str) -> Result:
     return CliRunner().invoke(app, ["tail", stream, "--endpoint-url", url, *args])
 
 
-def boto_kinesis(url: str) -> Any:
-    return boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
-
-
-def make_stream(url: str, stream: str, shards: int = 2) -> Any:
-    kinesis = boto_kinesis(url)
-    kinesis.create_stream(StreamName=stream, ShardCount=shards)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=stream, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
-    return kinesis
-
-
-def put(kinesis: Any, stream: str, items: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
-    answer = kinesis.put_records(
-        StreamName=stream, Records=[{"PartitionKey": k, "Data": d} for k, d in items]
-    )
-    assert answer.get("FailedRecordCount", 0) == 0
-    entries: list[dict[str, Any]] = answer["Records"]
-    return entries
-
-
 def test_text_lines_show_shard_position_key_and_payload(moto_url: str, stream_name: str) -> None:
-    kinesis = make_stream(moto_url, stream_name)
-    placed = put(kinesis, stream_name, PAYLOADS)
+    kinesis = make_stream(moto_url, stream_name, 2)
+    placed = put_records(kinesis, stream_name, PAYLOADS)
 
     result = tail(moto_url, stream_name, "--format", "text")
 
@@ -79,8 +56,8 @@ def test_text_lines_show_shard_position_key_and_payload(moto_url: str, stream_na
 def test_json_lines_carry_every_field_and_the_exact_payload(
     moto_url: str, stream_name: str
 ) -> None:
-    kinesis = make_stream(moto_url, stream_name)
-    placed = put(kinesis, stream_name, PAYLOADS)
+    kinesis = make_stream(moto_url, stream_name, 2)
+    placed = put_records(kinesis, stream_name, PAYLOADS)
 
     result = tail(moto_url, stream_name, "--format", "json")
 
@@ -109,9 +86,9 @@ def test_json_lines_carry_every_field_and_the_exact_payload(
 def test_aggregated_records_are_shown_one_line_per_user_record(
     moto_url: str, stream_name: str
 ) -> None:
-    kinesis = make_stream(moto_url, stream_name, shards=1)
+    kinesis = make_stream(moto_url, stream_name, 1)
     (packed,) = aggregate([(f"user-{i}", f"event-{i}".encode(), None) for i in range(3)])
-    put(kinesis, stream_name, [(packed.partition_key, packed.data)])
+    put_records(kinesis, stream_name, [(packed.partition_key, packed.data)])
 
     unpacked = tail(moto_url, stream_name, "--format", "json")
     raw = tail(moto_url, stream_name, "--format", "json", "--no-deaggregate")
@@ -128,12 +105,12 @@ def test_aggregated_records_are_shown_one_line_per_user_record(
 
 
 def test_limit_and_start_positions(moto_url: str, stream_name: str) -> None:
-    kinesis = make_stream(moto_url, stream_name)
-    put(kinesis, stream_name, [(f"old-{i}", b"old") for i in range(5)])
+    kinesis = make_stream(moto_url, stream_name, 2)
+    put_records(kinesis, stream_name, [(f"old-{i}", b"old") for i in range(5)])
     time.sleep(0.3)
     moment = datetime.now(UTC).isoformat()
     time.sleep(0.3)
-    put(kinesis, stream_name, [(f"new-{i}", b"new") for i in range(4)])
+    put_records(kinesis, stream_name, [(f"new-{i}", b"new") for i in range(4)])
 
     limited = tail(moto_url, stream_name, "--limit", "3")
     since = tail(moto_url, stream_name, "--from", moment)
@@ -154,8 +131,8 @@ def test_a_bad_start_position_is_a_usage_error(moto_url: str, stream_name: str) 
 
 
 def test_follow_prints_records_written_after_catching_up(moto_url: str, stream_name: str) -> None:
-    kinesis = make_stream(moto_url, stream_name, shards=1)
-    put(kinesis, stream_name, [("before", b"first")])
+    kinesis = make_stream(moto_url, stream_name, 1)
+    put_records(kinesis, stream_name, [("before", b"first")])
     with FaultProxy(moto_url) as proxy:
         command = [sys.executable, "-m", "shardflow", "tail", stream_name, "--follow"]
         command += ["--limit", "3", "--idle-time", "0.05", "--endpoint-url", proxy.url]
@@ -167,7 +144,7 @@ def test_follow_prints_records_written_after_catching_up(moto_url: str, stream_n
             deadline = time.monotonic() + 30
             while proxy.forwarded("GetRecords") < 3 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            put(kinesis, stream_name, [("after", b"second"), ("after", b"third")])
+            put_records(kinesis, stream_name, [("after", b"second"), ("after", b"third")])
             out, err = process.communicate(timeout=30)
         finally:
             if process.poll() is None:

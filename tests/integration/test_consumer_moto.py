@@ -13,7 +13,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import pytest
 
 from shardflow.aggregation import aggregate
@@ -23,6 +22,7 @@ from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.fetch import PollingSettings
 from shardflow.leases.settings import LeaseSettings
 from shardflow.positions import StartPosition
+from support.boto import lease_items
 from support.streams import create_stream, kinesis_at, last_per_shard, put
 from support.waiting import until
 
@@ -40,13 +40,6 @@ SETTINGS = ConsumerSettings(
 
 def items(count: int, tag: str = "r") -> list[tuple[str, bytes]]:
     return [(f"key-{i % 37}", f"{tag}-{i}".encode()) for i in range(count)]
-
-
-def raw_items(moto_url: str, table: str) -> dict[str, dict[str, Any]]:
-    """The lease table's items in DynamoDB's wire form, read with the plain SDK."""
-    client = boto3.client("dynamodb", endpoint_url=moto_url, region_name="us-east-1")
-    found = client.scan(TableName=table, ConsistentRead=True)["Items"]
-    return {item["leaseKey"]["S"]: item for item in found}
 
 
 def consumer_for(moto_url: str, stream: str, app: str, **settings: Any) -> Consumer:
@@ -113,7 +106,7 @@ async def test_consumes_a_four_shard_stream_and_checkpoints_in_kcl_format(
     assert all(seqs == sorted(seqs, key=int) for seqs in by_shard.values())  # shard order
     last = last_per_shard(placed)
     assert len(last) == 4
-    table = raw_items(moto_url, app)
+    table = lease_items(moto_url, app)
     assert set(table) == set(last)  # single-stream: the lease key is the shard id
     for shard_id, item in table.items():
         assert item["checkpoint"] == {"S": last[shard_id]}
@@ -144,7 +137,7 @@ async def test_a_restart_continues_exactly_after_the_checkpoints(
     run.cancel()  # a crash: no final checkpoints
     with pytest.raises(asyncio.CancelledError):
         await run
-    checkpoints = {key: item["checkpoint"]["S"] for key, item in raw_items(moto_url, app).items()}
+    checkpoints = {key: item["checkpoint"]["S"] for key, item in lease_items(moto_url, app).items()}
     assert any(c.isdigit() for c in checkpoints.values())  # the crash came after some checkpoints
     # What a restart must handle: exactly the records after each shard's checkpoint.
     expected_second = sorted(
@@ -290,7 +283,7 @@ async def test_aggregates_are_transparent_and_checkpoint_inside_an_aggregate(
     await stopping.stop()
     await run
     first = first[:60]
-    (item,) = raw_items(moto_url, app).values()
+    (item,) = lease_items(moto_url, app).values()
     stopped_at = first[-1]
     # The final checkpoint names the last handled user record: inside the second aggregate.
     assert item["checkpoint"] == {"S": stopped_at.sequence_number}

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
-import boto3
 import pytest
 
 from shardflow.aws import AwsSettings, ClientFactory
@@ -26,6 +25,7 @@ from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import LeaseSettings
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.testing.faults import ErrorResponse, FaultProxy
+from support.boto import make_stream
 from support.lease_backends import FAST, DynamoBackend
 
 FAST_LEASES = LeaseSettings(
@@ -114,15 +114,6 @@ async def cluster(moto_url: str, stream_name: str) -> AsyncIterator[Cluster]:
             await group.stop()
 
 
-def create_stream(moto_url: str, name: str, shards: int) -> Any:
-    kinesis = boto3.client("kinesis", endpoint_url=moto_url)
-    kinesis.create_stream(StreamName=name, ShardCount=shards)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 50}
-    )
-    return kinesis
-
-
 async def until(condition: Callable[[], bool | Awaitable[bool]], limit: float = LIMIT) -> float:
     """Wait until ``condition()`` holds; the seconds it took. Fails the test after ``limit``."""
     started = time.monotonic()
@@ -140,7 +131,7 @@ async def until(condition: Callable[[], bool | Awaitable[bool]], limit: float = 
 async def test_two_workers_of_a_new_application_converge_to_a_balanced_split(
     cluster: Cluster, moto_url: str, stream_name: str
 ) -> None:
-    create_stream(moto_url, stream_name, 6)
+    make_stream(moto_url, stream_name, 6)
     started = time.monotonic()
     a = await cluster.worker("worker-a")
     assert time.monotonic() - started < 5.0, "a new application holds leases within seconds"
@@ -160,7 +151,7 @@ async def test_two_workers_of_a_new_application_converge_to_a_balanced_split(
 async def test_a_worker_stopping_with_release_hands_everything_over_within_a_take_interval(
     cluster: Cluster, moto_url: str, stream_name: str
 ) -> None:
-    create_stream(moto_url, stream_name, 4)
+    make_stream(moto_url, stream_name, 4)
     a = await cluster.worker("worker-a")
     b = await cluster.worker("worker-b")
     await until(lambda: len(a.owned()) == len(b.owned()) == 2)
@@ -174,7 +165,7 @@ async def test_a_worker_stopping_with_release_hands_everything_over_within_a_tak
 async def test_a_crashed_workers_leases_are_taken_after_failover(
     cluster: Cluster, moto_url: str, stream_name: str
 ) -> None:
-    create_stream(moto_url, stream_name, 4)
+    make_stream(moto_url, stream_name, 4)
     a = await cluster.worker("worker-a")
     b = await cluster.worker("worker-b")
     await until(lambda: len(a.owned()) == len(b.owned()) == 2)
@@ -192,7 +183,7 @@ async def test_a_crashed_workers_leases_are_taken_after_failover(
 async def test_a_worker_that_cannot_renew_stops_before_its_leases_move_and_never_checkpoints(
     cluster: Cluster, moto_url: str, stream_name: str
 ) -> None:
-    create_stream(moto_url, stream_name, 4)
+    make_stream(moto_url, stream_name, 4)
     async with FaultProxy(moto_url) as proxy:
         zombie = await cluster.worker("zombie", dynamodb_url=proxy.url)
         eager = LeaseSettings(
@@ -235,7 +226,7 @@ async def test_a_worker_that_cannot_renew_stops_before_its_leases_move_and_never
 async def test_leases_of_a_resharded_stream_record_their_lineage(
     cluster: Cluster, moto_url: str, stream_name: str
 ) -> None:
-    kinesis = create_stream(moto_url, stream_name, 2)
+    kinesis = make_stream(moto_url, stream_name, 2)
     first = kinesis.list_shards(StreamName=stream_name)["Shards"][0]
     low, high = (int(first["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
     kinesis.split_shard(

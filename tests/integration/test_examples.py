@@ -8,24 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import boto3
+from support.boto import lease_items, make_stream, put_records
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _preload(moto_url: str, stream: str, count: int) -> None:
-    kinesis = boto3.client("kinesis", endpoint_url=moto_url, region_name="us-east-1")
-    kinesis.create_stream(StreamName=stream, ShardCount=2)
-    kinesis.get_waiter("stream_exists").wait(StreamName=stream)
-    kinesis.put_records(
-        StreamName=stream,
-        Records=[
-            {
-                "Data": json.dumps({"customer": f"c{i}", "amount": i}).encode(),
-                "PartitionKey": f"c{i}",
-            }
-            for i in range(count)
-        ],
+    kinesis = make_stream(moto_url, stream, 2)
+    put_records(
+        kinesis,
+        stream,
+        [(f"c{i}", json.dumps({"customer": f"c{i}", "amount": i}).encode()) for i in range(count)],
     )
 
 
@@ -44,9 +37,7 @@ def _run(script: str, moto_url: str, *args: str) -> list[str]:
 
 
 def _checkpoints(moto_url: str, table: str) -> list[str]:
-    dynamodb = boto3.client("dynamodb", endpoint_url=moto_url, region_name="us-east-1")
-    items = dynamodb.scan(TableName=table, ConsistentRead=True)["Items"]
-    return sorted(item["checkpoint"]["S"] for item in items)
+    return sorted(item["checkpoint"]["S"] for item in lease_items(moto_url, table).values())
 
 
 def test_consume_handler_example(moto_url: str, stream_name: str) -> None:

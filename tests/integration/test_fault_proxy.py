@@ -29,6 +29,7 @@ from shardflow.testing.faults import (
     FaultProxy,
     PartialFailure,
 )
+from support.boto import make_stream, stored_records
 
 
 def _client(endpoint: str, service: str = "kinesis", read_timeout: float = 5.0) -> Any:
@@ -38,14 +39,7 @@ def _client(endpoint: str, service: str = "kinesis", read_timeout: float = 5.0) 
 
 
 def _read_all(endpoint: str, stream: str) -> list[bytes]:
-    client = _client(endpoint)
-    data: list[bytes] = []
-    for shard in client.list_shards(StreamName=stream)["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        data += [r["Data"] for r in client.get_records(ShardIterator=iterator)["Records"]]
-    return sorted(data)
+    return sorted(r["Data"] for _, r in stored_records(endpoint, stream))
 
 
 def _entries(count: int) -> list[dict[str, Any]]:
@@ -54,7 +48,7 @@ def _entries(count: int) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def stream(moto_url: str, stream_name: str) -> str:
-    _client(moto_url).create_stream(StreamName=stream_name, ShardCount=2)
+    make_stream(moto_url, stream_name, 2)
     return stream_name
 
 

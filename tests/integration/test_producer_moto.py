@@ -12,11 +12,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import boto3
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from shardflow.aggregation import deaggregate
 from shardflow.aws import AwsSettings
 from shardflow.errors import ProducerClosedError, ResourceNotFoundError
 from shardflow.producer import (
@@ -26,7 +24,7 @@ from shardflow.producer import (
     PutResult,
     SyncProducer,
 )
-from shardflow.records import Record
+from support.boto import make_stream, user_records
 
 SHARDS = 4
 # moto's server numbers a shard's records as "last + 1" without a lock: two PutRecords calls
@@ -49,47 +47,23 @@ class Landed:
 
 @pytest.fixture
 def stream(moto_url: str, stream_name: str) -> str:
-    kinesis = boto3.client("kinesis", endpoint_url=moto_url)
-    kinesis.create_stream(StreamName=stream_name, ShardCount=SHARDS)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
+    make_stream(moto_url, stream_name, SHARDS)
     return stream_name
 
 
 def read_back(url: str, stream: str) -> list[Landed]:
     """Every user record of every shard, in shard order, aggregates unpacked."""
-    kinesis = boto3.client("kinesis", endpoint_url=url)
-    found: list[Landed] = []
-    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
-        shard_id = shard["ShardId"]
-        iterator = kinesis.get_shard_iterator(
-            StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        for _ in range(1_000):
-            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            for raw in page["Records"]:
-                outer = Record(
-                    data=raw["Data"],
-                    partition_key=raw["PartitionKey"],
-                    sequence_number=raw["SequenceNumber"],
-                    shard_id=shard_id,
-                )
-                found += [
-                    Landed(
-                        r.partition_key,
-                        r.data,
-                        shard_id,
-                        r.sequence_number,
-                        r.sub_sequence_number,
-                        r.aggregated,
-                    )
-                    for r in deaggregate(outer, on_malformed="raise")
-                ]
-            iterator = page.get("NextShardIterator")
-            if not page["Records"] or not iterator:
-                break
-    return found
+    return [
+        Landed(
+            r.partition_key,
+            r.data,
+            r.shard_id,
+            r.sequence_number,
+            r.sub_sequence_number,
+            r.aggregated,
+        )
+        for r in user_records(url, stream)
+    ]
 
 
 def numbered(count: int, keys: int) -> list[tuple[bytes, str]]:

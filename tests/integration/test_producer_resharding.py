@@ -9,36 +9,24 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-import boto3
 import pytest
 
 from shardflow.aws import AwsSettings
 from shardflow.producer import Producer, ProducerSettings, PutResult
 from shardflow.shards import MAX_HASH_KEY
+from support.boto import boto_client, make_stream, stored_records
 
 PARENT = "shardId-000000000000"
 
 
 def read_all(url: str, stream: str) -> list[tuple[str, str, bytes]]:
     """(shard id, partition key, data) of every record in every shard, closed ones included."""
-    kinesis = boto3.client("kinesis", endpoint_url=url)
-    found = []
-    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
-        iterator = kinesis.get_shard_iterator(
-            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        for _ in range(1_000):
-            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            found += [(shard["ShardId"], r["PartitionKey"], r["Data"]) for r in page["Records"]]
-            iterator = page.get("NextShardIterator")
-            if not page["Records"] or not iterator:
-                break
-    return found
+    return [(shard_id, r["PartitionKey"], r["Data"]) for shard_id, r in stored_records(url, stream)]
 
 
 def split_first_shard(url: str, stream: str) -> list[str]:
     """Split the first shard in two halves and wait for the stream; returns the open shard ids."""
-    kinesis = boto3.client("kinesis", endpoint_url=url)
+    kinesis = boto_client("kinesis", url)
     kinesis.split_shard(
         StreamName=stream, ShardToSplit=PARENT, NewStartingHashKey=str((MAX_HASH_KEY // 2) // 2)
     )
@@ -53,11 +41,7 @@ def split_first_shard(url: str, stream: str) -> list[str]:
 async def test_a_split_while_producing_is_followed_and_nothing_is_lost(
     kinesis_local_url: str, stream_name: str
 ) -> None:
-    kinesis = boto3.client("kinesis", endpoint_url=kinesis_local_url)
-    kinesis.create_stream(StreamName=stream_name, ShardCount=2)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 200}
-    )
+    make_stream(kinesis_local_url, stream_name, 2, max_attempts=200)
     settings = ProducerSettings(linger=0.01, min_shard_refresh_interval=0.1)
     written: list[tuple[str, bytes, asyncio.Future[PutResult]]] = []
     keys = [f"key-{n}" for n in range(40)]
