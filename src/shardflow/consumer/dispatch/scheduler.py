@@ -190,6 +190,9 @@ class ShardDispatcher(Generic[R]):
         Raises the :class:`DispatchStoppedError` if dispatching stopped.
         """
         await self._idle.wait()
+        if self._tasks:
+            # Every record is finished; let their tasks end too (no task outlives a drain).
+            await asyncio.wait(list(self._tasks))
         self._raise_if_stopped()
 
     async def abort(self) -> None:
