@@ -25,11 +25,8 @@ KEY = "shardId-000000000000"
 
 @pytest.fixture
 async def backend(moto_url: str) -> AsyncIterator[DynamoBackend]:
-    backend = DynamoBackend(moto_url)
-    try:
+    async with DynamoBackend(moto_url) as backend:
         yield backend
-    finally:
-        await backend.aclose()
 
 
 async def test_racing_takes_have_exactly_one_winner_per_lease(backend: DynamoBackend) -> None:
@@ -82,11 +79,9 @@ def proxy(moto_url: str) -> Iterator[FaultProxy]:
 
 @pytest.fixture
 async def via_proxy(moto_url: str, proxy: FaultProxy) -> AsyncIterator[DynamoBackend]:
-    backend = DynamoBackend(moto_url, factory=ClientFactory(AwsSettings(endpoint_url=proxy.url)))
-    try:
+    factory = ClientFactory(AwsSettings(endpoint_url=proxy.url))
+    async with DynamoBackend(moto_url, factory=factory) as backend:
         yield backend
-    finally:
-        await backend.aclose()
 
 
 class SendCounter:

@@ -36,10 +36,8 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         chosen = MemoryBackend()
     else:
         chosen = DynamoBackend(request.getfixturevalue("moto_url"))
-    try:
+    async with chosen:
         yield chosen
-    finally:
-        await chosen.aclose()
 
 
 Workers = Callable[..., Awaitable[LeaseStore]]

@@ -29,11 +29,8 @@ MULTI = "123456789012:orders:1700000000"
 
 @pytest.fixture
 async def backend(moto_url: str) -> AsyncIterator[DynamoBackend]:
-    backend = DynamoBackend(moto_url)
-    try:
+    async with DynamoBackend(moto_url) as backend:
         yield backend
-    finally:
-        await backend.aclose()
 
 
 @pytest.fixture

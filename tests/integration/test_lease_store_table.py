@@ -14,11 +14,8 @@ from support.lease_backends import DynamoBackend
 
 @pytest.fixture
 async def backend(moto_url: str) -> AsyncIterator[DynamoBackend]:
-    backend = DynamoBackend(moto_url)
-    try:
+    async with DynamoBackend(moto_url) as backend:
         yield backend
-    finally:
-        await backend.aclose()
 
 
 async def test_a_table_created_with_a_stream_view(backend: DynamoBackend) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from contextlib import AsyncExitStack, suppress
-from typing import Any
+from typing import Any, Self
 
 import boto3
 
@@ -24,7 +24,20 @@ def unique_table_name(prefix: str = "sf-leases") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-class MemoryBackend:
+class _ClosedOnExit:
+    """``async with backend:`` closes the backend (and drops its table) at the end."""
+
+    async def aclose(self) -> None:
+        return None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class MemoryBackend(_ClosedOnExit):
     kind = "memory"
 
     def __init__(self) -> None:
@@ -41,11 +54,8 @@ class MemoryBackend:
     def get_raw(self, key: str) -> dict[str, Any] | None:
         return self.tables.items(self.table_name).get(key)
 
-    async def aclose(self) -> None:
-        return None
 
-
-class DynamoBackend:
+class DynamoBackend(_ClosedOnExit):
     kind = "dynamodb"
 
     def __init__(self, endpoint_url: str, *, factory: ClientFactory | None = None) -> None:
