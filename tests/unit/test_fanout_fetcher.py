@@ -16,6 +16,7 @@ from shardflow.aws.backoff import Backoff
 from shardflow.clock import ManualClock
 from shardflow.consumer.fetch.batch import FetchedBatch
 from shardflow.consumer.fetch.fanout import FanOutFetcher, FanOutSettings
+from shardflow.consumer.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.consumer.fetch.pacing import SubscriptionPacer
 from shardflow.errors import (
     AccessDeniedError,
@@ -137,7 +138,9 @@ QUICK = FanOutSettings(
 
 
 def make(
-    settings: FanOutSettings = QUICK, start: StartPosition | None = None
+    settings: FanOutSettings = QUICK,
+    start: StartPosition | None = None,
+    observer: FetchObserver = NO_OBSERVER,
 ) -> tuple[FanOutFetcher, FakeKinesis, ManualClock]:
     clock = ManualClock(start=0.0)
     kinesis = FakeKinesis()
@@ -151,6 +154,7 @@ def make(
         pacer=SubscriptionPacer(clock=clock),
         clock=clock,
         rng=random.Random(7),
+        observer=observer,
     )
     return fetcher, kinesis, clock
 

@@ -15,24 +15,9 @@ from shardflow.consumer.fetch.registration import (
     register_consumer,
 )
 from shardflow.errors import ResourceInUseError, ResourceNotFoundError, ThrottledError
+from support.clocks import SteppingClock
 
 STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
-
-
-class SteppingClock:
-    """Sleeps pass instantly, moving time forward by the time slept."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.now += max(0.0, seconds)
 
 
 def aws_error(code: str) -> ClientError:
@@ -92,7 +77,7 @@ class FakeConsumers:
 
 
 async def test_a_new_consumer_is_waited_for_until_active() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=0.0)
     fake = FakeConsumers(clock)
     consumer = await register_consumer(fake, STREAM_ARN, "app", clock=clock)
     assert consumer.is_active
@@ -101,7 +86,7 @@ async def test_a_new_consumer_is_waited_for_until_active() -> None:
 
 
 async def test_an_existing_consumer_is_reused() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=0.0)
     fake = FakeConsumers(clock)
     fake.status["app"] = "ACTIVE"
     consumer = await register_consumer(fake, STREAM_ARN, "app", clock=clock)
@@ -110,7 +95,7 @@ async def test_an_existing_consumer_is_reused() -> None:
 
 
 async def test_a_consumer_being_deleted_is_registered_again_once_gone() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=0.0)
     fake = FakeConsumers(clock)
     fake.status["app"] = "DELETING"
     fake.steps["app"] = ["DELETING", "GONE"]
@@ -121,7 +106,7 @@ async def test_a_consumer_being_deleted_is_registered_again_once_gone() -> None:
 
 
 async def test_throttled_registration_is_retried_then_raised() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=0.0)
     fake = FakeConsumers(clock)
     fake.register_errors = [aws_error("LimitExceededException")]
     assert (await register_consumer(fake, STREAM_ARN, "app", clock=clock)).is_active
@@ -131,7 +116,7 @@ async def test_throttled_registration_is_retried_then_raised() -> None:
 
 
 async def test_a_consumer_that_never_becomes_active_is_given_up() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=0.0)
     fake = FakeConsumers(clock)
     fake.status["app"] = "CREATING"
     fake.steps["app"] = ["CREATING"] * 1000
@@ -141,7 +126,7 @@ async def test_a_consumer_that_never_becomes_active_is_given_up() -> None:
 
 
 async def test_deregistering_waits_until_gone_and_tolerates_absence() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=0.0)
     fake = FakeConsumers(clock)
     fake.status["app"] = "ACTIVE"
     consumer = StreamConsumer("app", f"{STREAM_ARN}/consumer/app:1", STREAM_ARN, "ACTIVE")

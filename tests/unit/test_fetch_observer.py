@@ -23,27 +23,27 @@ from shardflow.consumer.fetch import (
     PollingFetcher,
     PollingSettings,
     RenewalReason,
-    SubscriptionPacer,
 )
 from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.errors import ThrottledError
 from shardflow.positions import StartPosition
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
+from support.clocks import SteppingClock
 from unit.test_fanout_fetcher import (
-    CONSUMER,
     END,
     QUICK,
     SHARD,
     FakeKinesis,
     event,
     finish,
+    make,
     sequence_numbers,
     settle,
     wait_for_subscription,
 )
 from unit.test_fanout_fetcher import aws_error as subscribe_error
-from unit.test_polling_fetcher import FakeShard, SteppingClock
+from unit.test_polling_fetcher import FakeShard
 from unit.test_polling_fetcher import aws_error as get_records_error
 
 
@@ -139,21 +139,7 @@ async def test_polling_reads_on_when_the_observer_raises() -> None:
 def fanout(
     observer: FetchObserver, settings: FanOutSettings = QUICK
 ) -> tuple[FanOutFetcher, FakeKinesis, ManualClock]:
-    clock = ManualClock(start=0.0)
-    kinesis = FakeKinesis()
-    fetcher = FanOutFetcher(
-        kinesis,
-        "orders",
-        SHARD,
-        None,
-        settings,
-        consumer_arn=CONSUMER,
-        pacer=SubscriptionPacer(clock=clock),
-        clock=clock,
-        rng=random.Random(7),
-        observer=observer,
-    )
-    return fetcher, kinesis, clock
+    return make(settings, observer=observer)
 
 
 async def first_batch(fetcher: FanOutFetcher, kinesis: FakeKinesis, clock: ManualClock) -> None:

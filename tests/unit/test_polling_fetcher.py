@@ -18,26 +18,9 @@ from shardflow.errors import (
     ThrottledError,
 )
 from shardflow.positions import StartPosition
+from support.clocks import SteppingClock
 
 ARRIVAL = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-
-
-class SteppingClock:
-    """A clock whose sleeps pass instantly, moving time forward by the time slept."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += max(0.0, seconds)
 
 
 def aws_error(code: str, status: int = 400) -> ClientError:

@@ -3,24 +3,7 @@ from __future__ import annotations
 import pytest
 
 from shardflow.consumer.fetch.limiter import CallRateLimiter
-
-
-class SteppingClock:
-    """A clock whose sleeps pass instantly, moving time forward by the time slept."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += max(0.0, seconds)
+from support.clocks import SteppingClock
 
 
 def most_calls_in_any_window(starts: list[float], window: float) -> int:
@@ -28,7 +11,7 @@ def most_calls_in_any_window(starts: list[float], window: float) -> int:
 
 
 async def test_back_to_back_calls_never_exceed_the_limit_in_any_window() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=100.0)
     limiter = CallRateLimiter(5, clock=clock)
     starts = []
     for _ in range(23):
@@ -40,7 +23,7 @@ async def test_back_to_back_calls_never_exceed_the_limit_in_any_window() -> None
 
 
 async def test_an_idle_limiter_lets_calls_through_at_once() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=100.0)
     limiter = CallRateLimiter(5, clock=clock)
     for _ in range(5):
         await limiter.acquire()
@@ -51,7 +34,7 @@ async def test_an_idle_limiter_lets_calls_through_at_once() -> None:
 
 
 async def test_spaced_calls_wait_only_for_the_oldest_to_leave_the_window() -> None:
-    clock = SteppingClock()
+    clock = SteppingClock(start=100.0)
     limiter = CallRateLimiter(2, period=1.0, clock=clock)
     await limiter.acquire()  # t=100.0
     clock.now += 0.7
