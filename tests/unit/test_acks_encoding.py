@@ -7,12 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardflow.consumer.acks import (
-    AckTracker,
-    CompletedState,
-    decode_completed,
-    encode_completed,
-)
+from shardflow.consumer.acks import AckTracker
+from shardflow.consumer.completed import CompletedState, decode_completed, encode_completed
 from shardflow.errors import CompletedStateError
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record
 

@@ -8,13 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardflow.clock import ManualClock
-from shardflow.consumer.acks import AckHandle, decode_completed
+from shardflow.consumer.acks import AckHandle
 from shardflow.consumer.checkpoint import (
     SHARD_END_POSITION,
     Checkpointer,
     CheckpointSettings,
     CheckpointWritten,
 )
+from shardflow.consumer.completed import decode_completed
 from shardflow.errors import ShardLeaseLost, TransientError
 from shardflow.records import ExtendedSequenceNumber, Record
 

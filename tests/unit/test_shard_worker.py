@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from shardflow.aggregation import aggregate
-from shardflow.consumer.acks import CompletedState, encode_completed
 from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.completed import CompletedState, encode_completed
 from shardflow.consumer.fetch.batch import ChildShard
 from shardflow.consumer.handlers import HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics

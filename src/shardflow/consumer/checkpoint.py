@@ -19,11 +19,10 @@ from datetime import datetime
 from typing import Final, Literal, Protocol
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.acks import (
+from shardflow.consumer.acks import AckTracker, PendingCounts
+from shardflow.consumer.completed import (
     DEFAULT_MAX_COMPLETED_BYTES,
-    AckTracker,
     CompletedState,
-    PendingCounts,
     decode_completed,
     encode_completed,
 )
@@ -51,7 +50,7 @@ class CheckpointWriter(Protocol):
     ) -> None:
         """Store ``position`` as the checkpoint, conditional on still holding the lease.
 
-        ``completed_state`` (from :func:`~shardflow.consumer.acks.encode_completed`) lists records
+        ``completed_state`` (from :func:`~shardflow.consumer.completed.encode_completed`) lists records
         handled beyond ``position``; None means there are none, and any earlier state must be
         cleared. Raises :class:`~shardflow.errors.ShardLeaseLost` if another worker owns the lease.
         """
