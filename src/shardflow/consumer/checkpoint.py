@@ -1,11 +1,11 @@
-"""Checkpointing one shard: stage handled records, write the safe position, resume after a restart.
+"""Checkpointing one shard: stage handled records, write the safe position.
 
 A checkpoint means "every record up to and including this position is handled" (sub-sequence
 numbers included), exactly as in the KCL lease table, so a table shared with KCL workers
 behaves the same. The :class:`Checkpointer` writes the contiguous handled prefix that its
 :class:`~shardflow.consumer.acks.AckTracker` allows, through a :class:`CheckpointWriter`
 (the lease store), one write at a time; it never moves backwards and never writes again after
-the lease was lost.
+the lease was lost. Where a restart reads again is :mod:`shardflow.consumer.resume`'s part.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
@@ -23,19 +22,10 @@ from shardflow.consumer.acks import AckTracker, PendingCounts
 from shardflow.consumer.completed import (
     DEFAULT_MAX_COMPLETED_BYTES,
     CompletedState,
-    decode_completed,
     encode_completed,
 )
-from shardflow.errors import CompletedStateError, ShardLeaseLost
-from shardflow.positions import PositionKind, StartPosition
-from shardflow.records import (
-    AT_TIMESTAMP,
-    LATEST,
-    SHARD_END,
-    TRIM_HORIZON,
-    ExtendedSequenceNumber,
-    Record,
-)
+from shardflow.errors import ShardLeaseLost
+from shardflow.records import SHARD_END, ExtendedSequenceNumber, Record
 
 log = logging.getLogger(__name__)
 
@@ -364,94 +354,3 @@ def _log_unobserved_failure(task: asyncio.Future[ExtendedSequenceNumber | None])
     """Retrieve a background write's error even when nobody awaits it any more (after stop)."""
     if not task.cancelled() and task.exception() is not None:
         log.debug("background checkpoint write failed: %r", task.exception())
-
-
-# --- restart ---------------------------------------------------------------------------------
-
-ResumeKind = Literal["AT_SEQUENCE_NUMBER", "TRIM_HORIZON", "LATEST", "AT_TIMESTAMP", "SHARD_END"]
-
-_SENTINEL_KINDS: Final[dict[str, ResumeKind]] = {
-    TRIM_HORIZON: "TRIM_HORIZON",
-    LATEST: "LATEST",
-    AT_TIMESTAMP: "AT_TIMESTAMP",
-    SHARD_END: "SHARD_END",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class ResumePlan:
-    """Where to read a shard again after a restart, and which re-read records to drop.
-
-    ``kind`` is a GetShardIterator type, or ``"SHARD_END"`` when the shard is finished and
-    nothing is left to read. For ``AT_TIMESTAMP`` the timestamp is the application's configured
-    initial position (the lease table does not store it).
-    """
-
-    kind: ResumeKind
-    sequence_number: str | None
-    checkpoint: ExtendedSequenceNumber
-    completed: frozenset[ExtendedSequenceNumber] = field(default_factory=frozenset)
-
-    def after_checkpoint(self, record: Record) -> bool:
-        """False for a record the checkpoint already covers (the KCL's filter)."""
-        if self.kind == "SHARD_END":
-            return False
-        if self.kind != "AT_SEQUENCE_NUMBER":
-            return True
-        return record.position > self.checkpoint
-
-    def already_completed(self, record: Record) -> bool:
-        """True for a record after the checkpoint that the stored state lists as handled.
-
-        A dispatcher should still deliver such a record to the tracker and ack it at once, so
-        that the state written next keeps it.
-        """
-        return record.position in self.completed
-
-    def keep(self, record: Record) -> bool:
-        """The predicate: True for records to hand to the application again."""
-        return self.after_checkpoint(record) and not self.already_completed(record)
-
-    def start_position(self, initial_timestamp: datetime | None = None) -> StartPosition | None:
-        """The GetShardIterator position to read from (None: the shard is finished).
-
-        ``initial_timestamp`` is required for an ``AT_TIMESTAMP`` checkpoint.
-        """
-        if self.kind == "SHARD_END":
-            return None
-        if self.kind == "AT_SEQUENCE_NUMBER":
-            return StartPosition.at_sequence_number(self.sequence_number or "")
-        if self.kind == "AT_TIMESTAMP":
-            if initial_timestamp is None:
-                raise ValueError("an AT_TIMESTAMP checkpoint needs the initial timestamp")
-            return StartPosition.at_timestamp(initial_timestamp)
-        return StartPosition(PositionKind(self.kind))
-
-
-def resume_filter(
-    checkpoint: ExtendedSequenceNumber, completed_state: bytes | None = None
-) -> ResumePlan:
-    """The restart plan for a stored checkpoint (and optionally its completed-record state).
-
-    A record checkpoint resumes AT its sequence number, so the rest of a partly handled
-    aggregate is read again; the plan's predicate then drops every record at or before the
-    checkpoint. State whose base is not this checkpoint (written before another worker, e.g. a
-    KCL one, moved the checkpoint) or that cannot be decoded is ignored: skipping is only an
-    optimisation, re-processing is always safe.
-    """
-    sequence_number = checkpoint.sequence_number
-    sentinel_kind = _SENTINEL_KINDS.get(sequence_number)
-    if sentinel_kind is not None:
-        return ResumePlan(sentinel_kind, None, checkpoint)
-    if not sequence_number.isdigit():
-        raise ValueError(f"not a checkpoint: {checkpoint!r}")
-    completed: frozenset[ExtendedSequenceNumber] = frozenset()
-    if completed_state:
-        try:
-            state = decode_completed(completed_state)
-        except CompletedStateError as exc:
-            log.warning("ignoring stored completed-record state: %s", exc)
-        else:
-            if state.base == checkpoint:
-                completed = frozenset(state.completed)
-    return ResumePlan("AT_SEQUENCE_NUMBER", sequence_number, checkpoint, completed)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from shardflow.aggregation import MalformedPolicy, deaggregate
-from shardflow.consumer.checkpoint import ResumePlan
+from shardflow.consumer.resume import ResumePlan
 from shardflow.records import Record
 from shardflow.shards import HashKeyRange
 

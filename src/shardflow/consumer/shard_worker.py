@@ -25,12 +25,13 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpoint import Checkpointer, CheckpointHook, ResumePlan, resume_filter
+from shardflow.consumer.checkpoint import Checkpointer, CheckpointHook
 from shardflow.consumer.handlers import ChunkOutcome, HandlerAdapter
 from shardflow.consumer.intake import RecordIntake
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
 from shardflow.consumer.prefetch import Chunk, PrefetchBuffer
 from shardflow.consumer.records import ConsumedRecord
+from shardflow.consumer.resume import ResumePlan, resume_filter
 from shardflow.consumer.shard_reader import ShardReader
 from shardflow.consumer.worker_contract import (
     FetcherFactory,
@@ -203,6 +204,10 @@ class ShardWorker:
             self._stop_reason = reason
         self._stop_called.set()
         self._stop_requested.set()
+
+    async def wait_stop_requested(self) -> None:
+        """Return once :meth:`request_stop` was called."""
+        await self._stop_called.wait()
 
     def fail(self, error: BaseException) -> None:
         """Stop the shard because of ``error`` (a handler failure); the first error wins."""
