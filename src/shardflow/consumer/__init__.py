@@ -17,8 +17,9 @@ package that imported the consumer eagerly would import the coordinator in a cir
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from shardflow._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from shardflow.consumer.checkpoint import Checkpointer, CheckpointSettings
@@ -58,15 +59,4 @@ __all__ = [
     "run_consumer",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_attributes(globals(), _EXPORTS)

@@ -11,8 +11,9 @@ Names are imported on first use, so ``shardflow.testing.faults`` does not load t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from shardflow._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from shardflow.testing.harness import (
@@ -41,15 +42,4 @@ __all__ = [
     "partition_key_in",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_attributes(globals(), _EXPORTS)
