@@ -50,6 +50,15 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def failure_message(exc: ShardflowError) -> str:
+    """The one-line report of a failed command, with a hint for the usual causes."""
+    if isinstance(exc, ResourceNotFoundError):
+        return f"{exc} - check the name, the region and the endpoint"
+    if isinstance(exc, AccessDeniedError):
+        return f"{exc} - check the credentials and their permissions"
+    return str(exc)
+
+
 def run(work: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; failures become one line on stderr and a non-zero exit."""
     try:
@@ -58,12 +67,8 @@ def run(work: Coroutine[Any, Any, T]) -> T:
         raise typer.Exit(130) from None
     except NoRegionError:
         fail("no AWS region configured: pass --region or set AWS_DEFAULT_REGION")
-    except ResourceNotFoundError as exc:
-        fail(f"{exc} - check the name, the region and the endpoint")
-    except AccessDeniedError as exc:
-        fail(f"{exc} - check the credentials and their permissions")
     except ShardflowError as exc:
-        fail(str(exc))
+        fail(failure_message(exc))
     except BotoCoreError as exc:
         fail(str(classify(exc, operation="")))
     except TimeoutError as exc:

@@ -18,6 +18,7 @@ import typer
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.settings import AwsSettings
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, fail, run
+from shardflow.cli.positions import parse_start_position
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
 from shardflow.consumer.fetch.polling import PollingSettings
@@ -28,7 +29,6 @@ from shardflow.consumer.signals import install_stop_signals
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore
-from shardflow.positions import StartPosition
 from shardflow.records import Deserializer, as_bytes, as_json, as_utf8
 
 log = logging.getLogger("shardflow.cli")
@@ -87,13 +87,6 @@ def load_handler(target: str) -> Handler:
         raise typer.BadParameter(f"{target} is not callable")
     handler: Handler = found
     return handler
-
-
-def _start_position(text: str) -> StartPosition:
-    try:
-        return StartPosition.parse(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 def consume(
@@ -218,7 +211,7 @@ def consume(
         leases = LeaseSettings(failover_time=failover_time, take_interval=take_interval)
         settings = ConsumerSettings(
             worker_id=worker_id,
-            initial_position=_start_position(start),
+            initial_position=parse_start_position(start),
             fetch=fetch.value,
             efo_consumer_name=efo_consumer_name,
             polling=PollingSettings(idle_time=idle_time),

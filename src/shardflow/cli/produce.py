@@ -19,11 +19,17 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from shardflow.aws.redaction import redact
-from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, fail, stderr
+from shardflow.cli.aws_options import (
+    EndpointUrl,
+    Profile,
+    Region,
+    aws_settings,
+    fail,
+    failure_message,
+    stderr,
+)
 from shardflow.errors import (
-    AccessDeniedError,
     InvalidPartitionKeyError,
-    ResourceNotFoundError,
     ShardflowError,
 )
 from shardflow.producer import ProducerSettings, PutResult, SyncProducer
@@ -134,12 +140,8 @@ def produce(
     )
     try:
         producer.start()
-    except ResourceNotFoundError as exc:
-        fail(f"{exc} - check the name, the region and the endpoint")
-    except AccessDeniedError as exc:
-        fail(f"{exc} - check the credentials and their permissions")
     except ShardflowError as exc:
-        fail(str(exc))
+        fail(failure_message(exc))
     tally = Tally()
     started = time.monotonic()
     interrupted = False

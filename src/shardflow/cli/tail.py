@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, run
+from shardflow.cli.positions import parse_start_position
 from shardflow.consumer.fetch.polling import PollingSettings
-from shardflow.positions import StartPosition
 from shardflow.reader import read_stream
 from shardflow.records import Record
 
@@ -24,13 +24,6 @@ from shardflow.records import Record
 class OutputFormat(StrEnum):
     TEXT = "text"
     JSON = "json"
-
-
-def _start_position(text: str) -> StartPosition:
-    try:
-        return StartPosition.parse(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 def tail(
@@ -75,7 +68,7 @@ def tail(
     profile: Profile = None,
 ) -> None:
     """Print records from all shards of a stream (parents before children after resharding)."""
-    position = _start_position(start)
+    position = parse_start_position(start)
     render = format_json if output is OutputFormat.JSON else format_text
 
     async def work() -> None:
