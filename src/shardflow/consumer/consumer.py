@@ -39,6 +39,7 @@ from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer import checkpoint as checkpoints
 from shardflow.consumer.connections import Connections
+from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.events import (
     CheckpointWritten,
     DiagnosticEvent,
@@ -427,7 +428,7 @@ class Consumer:
         # Parked: keep the lease (renewed by the coordinator) so the shard does not bounce
         # between workers repeating the failure; it is released at stop or when asked for.
         self._parked[owned.lease_key] = error
-        await _first_of(owned.lost, owned.giving_up, self._stop_requested)
+        await wait_for_any(owned.lost, owned.giving_up, self._stop_requested)
         if owned.giving_up.is_set() and not self._stop_requested.is_set():
             await coordinator.release(owned, why="handoff")
 
@@ -488,12 +489,3 @@ class Consumer:
             self._on_event(event)
         except Exception:
             log.exception("diagnostic event callback failed on %s", type(event).__name__)
-
-
-async def _first_of(*events: asyncio.Event) -> None:
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()

@@ -9,6 +9,7 @@ from typing import Any
 
 from shardflow.consumer.acks import PendingCounts
 from shardflow.consumer.checkpoint import Checkpointer
+from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.shard_worker import ShardWorker
 
@@ -68,17 +69,7 @@ class ShardSession:
         seconds more to notice, as batches end then.
         """
         lease = self._worker.lease
-        waits = [
-            asyncio.ensure_future(self._closed.wait()),
-            asyncio.ensure_future(stopping.wait()),
-            asyncio.ensure_future(lease.lost.wait()),
-            asyncio.ensure_future(lease.giving_up.wait()),
-        ]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
+        await wait_for_any(self._closed, stopping, lease.lost, lease.giving_up)
         if not self._closed.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):

@@ -26,6 +26,7 @@ from typing import Any
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.checkpoint import Checkpointer, CheckpointHook
+from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.handlers import ChunkOutcome, HandlerAdapter
 from shardflow.consumer.intake import RecordIntake
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
@@ -329,16 +330,7 @@ class ShardWorker:
     async def _watch(self) -> None:
         """Wake the delivery side at once when the lease is lost or given up, or on stop."""
         lease = self.lease
-        waits = [
-            asyncio.ensure_future(lease.lost.wait()),
-            asyncio.ensure_future(lease.giving_up.wait()),
-            asyncio.ensure_future(self._stop_requested.wait()),
-        ]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
+        await wait_for_any(lease.lost, lease.giving_up, self._stop_requested)
         if lease.lost.is_set():
             # The renewal side knows before any write fails: stop the automatic flushes now.
             await self.checkpointer.stop()
@@ -417,7 +409,7 @@ class ShardWorker:
                 break
             if self.lost:
                 raise ShardLeaseLost(self.shard_id)
-            await self._wait_any(
+            await wait_for_any(
                 self._all_acked, self.lease.giving_up, self.lease.lost, self._stop_called
             )
         if self.lost:
@@ -436,7 +428,7 @@ class ShardWorker:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 while not self.checkpointer.tracker.all_acked and not self.lost:
-                    await self._wait_any(self._all_acked, self.lease.lost)
+                    await wait_for_any(self._all_acked, self.lease.lost)
         if not self.checkpointer.tracker.all_acked:
             log.warning(
                 "shard %s: %d delivered records not acknowledged after %.1fs; checkpointing %s",
@@ -445,15 +437,6 @@ class ShardWorker:
                 seconds,
                 self.checkpointer.tracker.safe_position,
             )
-
-    @staticmethod
-    async def _wait_any(*events: asyncio.Event) -> None:
-        waits = [asyncio.ensure_future(event.wait()) for event in events]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
 
     async def _cancel_tasks(self) -> None:
         await self.reader.stop()
