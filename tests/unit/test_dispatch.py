@@ -387,3 +387,21 @@ async def test_key_mode_is_much_faster_than_shard_mode_for_many_keys() -> None:
         elapsed[ordering] = time.perf_counter() - started
         assert tracker.all_acked
     assert elapsed["shard"] > 3 * elapsed["key"], elapsed
+
+
+async def test_on_stop_and_wait_stopped_report_the_stop_once() -> None:
+    records = shard_records(["a", "b"])
+    tracker = delivered(records)
+    heard: list[BaseException] = []
+    dispatcher = ShardDispatcher(
+        Tracing(fail={"payload-0", "payload-1"}),
+        tracker,
+        settings(ordering="unordered"),
+        on_stop=heard.append,
+    )
+    for record in records:
+        await dispatcher.submit(record)
+    await asyncio.wait_for(dispatcher.wait_stopped(), 1)
+    with pytest.raises(RetriesExhaustedError):
+        await dispatcher.drain()
+    assert heard == [dispatcher.failure]

@@ -58,3 +58,9 @@ def test_jitter_stays_in_the_upper_half() -> None:
     delays = [backoff.delay(2, rng) for _ in range(200)]
     assert all(0.4 <= d <= 0.8 for d in delays)
     assert len(set(delays)) > 1
+
+
+def test_the_per_worker_bound_is_positive_when_given() -> None:
+    assert DispatchSettings(max_in_flight_per_worker=4).max_in_flight_per_worker == 4
+    with pytest.raises(ValueError, match="max_in_flight_per_worker"):
+        DispatchSettings(max_in_flight_per_worker=0)

@@ -39,6 +39,8 @@ from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer import checkpoint as checkpoints
 from shardflow.consumer.connections import Connections
+from shardflow.consumer.dispatch.contracts import DeadLetterSink
+from shardflow.consumer.dispatch.drive import dispatched_driver
 from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.events import (
     CheckpointWritten,
@@ -50,6 +52,7 @@ from shardflow.consumer.fetch.observer import FetchObserver
 from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
+from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.session import ShardSession
 from shardflow.consumer.settings import ConsumerSettings, default_worker_id
 from shardflow.consumer.shard_worker import (
@@ -132,7 +135,12 @@ class Consumer:
     # --- public API --------------------------------------------------------------------------
 
     async def consume(
-        self, handler: Handler, *, batch: bool = False, auto_ack: bool = True
+        self,
+        handler: Handler,
+        *,
+        batch: bool = False,
+        auto_ack: bool = True,
+        dead_letters: DeadLetterSink[ConsumedRecord[Any]] | None = None,
     ) -> None:
         """Hand every record of every owned shard to ``handler`` until :meth:`stop`.
 
@@ -142,12 +150,34 @@ class Consumer:
         concurrently. A record is acknowledged when the call that got it returns, unless
         ``auto_ack`` is False (then call ``record.ack()``). Raises the error that stopped the
         consumer under ``on_error="stop_consumer"``.
+
+        With ``settings.dispatch`` (see :class:`~shardflow.consumer.dispatch.DispatchSettings`)
+        records are dispatched per its ordering mode, retried, and finally failed ones go to
+        ``dead_letters`` or stop the shard; the handler then takes single records and the
+        consumer acknowledges them (``batch`` and ``auto_ack=False`` are refused).
         """
+        dispatch = self.settings.dispatch
+        if dispatch is not None:
+            if batch or not auto_ack:
+                raise ValueError("dispatch settings need a per-record handler with automatic acks")
+            if dispatch.needs_dead_letters and dead_letters is None:
+                raise ValueError(f"on_failure={dispatch.on_failure!r} needs dead_letters")
         async with self._running() as coordinator:
-            adapter = HandlerAdapter(
-                handler, batch=batch, auto_ack=auto_ack, executor=self._executor
-            )
-            await self._dispatch(coordinator, lambda worker: worker.run(adapter))
+            drive: ShardDriver
+            if dispatch is None:
+                adapter = HandlerAdapter(
+                    handler, batch=batch, auto_ack=auto_ack, executor=self._executor
+                )
+                drive = lambda worker: worker.run(adapter)  # noqa: E731
+            else:
+                drive = dispatched_driver(
+                    handler,  # type: ignore[arg-type]  # a record handler, as refused above
+                    dispatch,
+                    sink=dead_letters,
+                    executor=self._executor,
+                    clock=self._clock,
+                )
+            await self._dispatch(coordinator, drive)
         if self._fatal is not None:
             raise self._fatal
 

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from shardflow.aggregation import MalformedPolicy
 from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.dispatch.settings import DispatchSettings
 from shardflow.consumer.fetch.fanout import FanOutSettings
 from shardflow.consumer.fetch.polling import GET_RECORDS_LIMIT, PollingSettings
 from shardflow.consumer.intake import OutOfRangePolicy
@@ -69,6 +70,9 @@ class ConsumerSettings:
     ``drain_timeout``: on stop, how long records handed to user code may still be
     acknowledged (manual acks) before the final checkpoint.
     ``handler_threads``: threads for synchronous handlers (default: min(32, CPUs + 4)).
+    ``dispatch``: ordering mode (shard, key, unordered), in-flight bounds, retries and the
+    failure policy for ``consume`` (see :class:`~shardflow.consumer.dispatch.DispatchSettings`);
+    default None: one call at a time per shard, no retries, a failure stops the shard.
     """
 
     worker_id: str | None = None
@@ -88,6 +92,7 @@ class ConsumerSettings:
     on_error: ErrorPolicy = "stop_shard"
     drain_timeout: float = 30.0
     handler_threads: int | None = None
+    dispatch: DispatchSettings | None = None
 
     def __post_init__(self) -> None:
         check_initial_position(self.initial_position)

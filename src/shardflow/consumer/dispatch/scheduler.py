@@ -26,7 +26,7 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
@@ -75,7 +75,8 @@ class ShardDispatcher(Generic[R]):
     ``worker_limit`` (an :class:`asyncio.Semaphore`, say) is shared by the dispatchers of all
     shards of a worker and bounds handler calls running at once; ``executor`` runs synchronous
     handlers (default: the loop's). ``sink`` is required by the ``skip`` and ``block-key``
-    policies. Use from one event loop.
+    policies. ``on_stop`` is called once, at once, when dispatching stops (so a caller waiting
+    for more records learns of it). Use from one event loop.
     """
 
     def __init__(
@@ -90,6 +91,7 @@ class ShardDispatcher(Generic[R]):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         shard_id: str | None = None,
+        on_stop: Callable[[DispatchStoppedError], None] | None = None,
     ) -> None:
         self.settings = settings = settings or DispatchSettings()
         if settings.needs_dead_letters and sink is None:
@@ -97,6 +99,7 @@ class ShardDispatcher(Generic[R]):
         self.shard_id = tracker.shard_id if shard_id is None else shard_id
         self._tracker = tracker
         self._sink = sink
+        self._on_stop = on_stop
         self._call = RetryingCall(
             handler,
             retry=settings.retry,
@@ -118,6 +121,7 @@ class ShardDispatcher(Generic[R]):
         self._idle = asyncio.Event()
         self._idle.set()
         self._failure: DispatchStoppedError | None = None
+        self._stopped = asyncio.Event()
         self._closed = False
         self._handled = 0
         self._dead_lettered = 0
@@ -194,6 +198,10 @@ class ShardDispatcher(Generic[R]):
             # Every record is finished; let their tasks end too (no task outlives a drain).
             await asyncio.wait(list(self._tasks))
         self._raise_if_stopped()
+
+    async def wait_stopped(self) -> None:
+        """Return once dispatching stopped (:attr:`failure` says why)."""
+        await self._stopped.wait()
 
     async def abort(self) -> None:
         """Cancel running handler calls and drop waiting records, all unacknowledged.
@@ -338,7 +346,13 @@ class ShardDispatcher(Generic[R]):
     def _stop(self, error: DispatchStoppedError) -> None:
         if self._failure is None:
             self._failure = error
+            self._stopped.set()
             log.error("shard %s: %s", self.shard_id, error)
+            if self._on_stop is not None:
+                try:
+                    self._on_stop(error)
+                except Exception:
+                    log.exception("shard %s: on_stop callback failed", self.shard_id)
         self._room.set()
 
     def _raise_if_stopped(self) -> None:

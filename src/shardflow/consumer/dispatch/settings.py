@@ -96,6 +96,8 @@ class DispatchSettings:
     ``retry``: handler calls per record and the pauses between them (default 3 calls).
     ``on_failure``: ``"stop-shard"`` (default), ``"skip"`` or ``"block-key"``; the last two
     need a dead-letter destination.
+    ``max_in_flight_per_worker``: handler calls running at once across all shards of a
+    consumer (default None: no bound beyond the per-shard one).
     """
 
     ordering: OrderingMode = "shard"
@@ -103,6 +105,7 @@ class DispatchSettings:
     max_in_flight_per_shard: int = 256
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     on_failure: FailurePolicy = "stop-shard"
+    max_in_flight_per_worker: int | None = None
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERING_MODES:
@@ -116,6 +119,10 @@ class DispatchSettings:
         if self.max_in_flight_per_shard < 1:
             raise ValueError(
                 f"max_in_flight_per_shard must be at least 1, got {self.max_in_flight_per_shard}"
+            )
+        if self.max_in_flight_per_worker is not None and self.max_in_flight_per_worker < 1:
+            raise ValueError(
+                f"max_in_flight_per_worker must be at least 1, got {self.max_in_flight_per_worker}"
             )
         if self.key is not None and not callable(self.key):
             raise TypeError(f"key must be a function of a record, got {self.key!r}")
