@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -130,6 +131,14 @@ def verify(
     return ok
 
 
+def use_local_credentials(stack: LocalStack) -> None:
+    """The demo talks only to the local stack: dummy credentials, never the user's own profile
+    (which may not exist, or need an SSO login, on a fresh machine)."""
+    for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        os.environ.pop(variable, None)
+    os.environ.update(stack.env(current={}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="shardflow end-to-end demo on the local stack")
     parser.add_argument("--events", type=int, default=5000)
@@ -138,6 +147,7 @@ def main() -> None:
     console.print("[bold]1.[/] starting the embedded local stack (moto server on 127.0.0.1)")
     with LocalStack(moto=True) as stack:
         endpoint = stack.moto.endpoint_url
+        use_local_credentials(stack)
         console.print(f"   moto at {endpoint}")
         ok = asyncio.run(run(args.events, args.shards, endpoint))
     console.print("[bold]5.[/] local stack stopped")
