@@ -10,9 +10,7 @@ skew between workers.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,8 +20,9 @@ from botocore.exceptions import ClientError
 
 from shardflow.aws.backoff import Backoff, retrying
 from shardflow.aws.clients import ClientFactory
+from shardflow.aws.dynamodb_tables import create_table, describe_table, wait_until_active
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.errors import InvalidArgumentError, ResourceNotFoundError, TransientError
+from shardflow.errors import InvalidArgumentError
 from shardflow.idempotency.guard import Claim, ClaimOutcome, new_token, require_claimed
 
 KEY: Final = "key"
@@ -233,45 +232,12 @@ class DynamoDBIdempotencyGuard:
         return created
 
     async def _describe(self) -> dict[str, Any] | None:
-        try:
-            answer = await self._call(
-                "DescribeTable", lambda: self._client.describe_table(TableName=self.table_name)
-            )
-        except ResourceNotFoundError:
-            return None
-        table: dict[str, Any] = answer["Table"]
-        return table
+        return await describe_table(self._client, self.table_name, backoff=self._backoff)
 
     async def _create(self) -> bool:
-        async def create() -> bool:
-            try:
-                await self._client.create_table(
-                    TableName=self.table_name,
-                    KeySchema=[{"AttributeName": KEY, "KeyType": "HASH"}],
-                    AttributeDefinitions=[{"AttributeName": KEY, "AttributeType": "S"}],
-                    BillingMode="PAY_PER_REQUEST",
-                )
-            except ClientError as exc:
-                if _code(exc) == "ResourceInUseException":
-                    return False  # another worker is creating it: not an error
-                raise
-            return True
-
-        created: bool = await self._call("CreateTable", create)
-        return created
+        return await create_table(self._client, self.table_name, key=KEY, backoff=self._backoff)
 
     async def _wait_active(self) -> None:
-        deadline = time.monotonic() + self._table_wait
-        pause = 0.05
-        while True:
-            table = await self._describe()
-            if table is not None and table.get("TableStatus") == "ACTIVE":
-                return
-            if time.monotonic() >= deadline:
-                raise TransientError(
-                    f"table {self.table_name} not ACTIVE after {self._table_wait:.0f}s",
-                    operation="DescribeTable",
-                    code="TableNotActive",
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        await wait_until_active(
+            self._client, self.table_name, backoff=self._backoff, max_wait=self._table_wait
+        )

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,12 +12,11 @@ from botocore.exceptions import ClientError
 
 from shardflow.aws.backoff import Backoff, retrying
 from shardflow.aws.clients import ClientFactory
+from shardflow.aws.dynamodb_tables import create_table, describe_table, wait_until_active
 from shardflow.errors import (
     InvalidArgumentError,
     LeaseConditionFailed,
     MalformedLeaseError,
-    ResourceNotFoundError,
-    TransientError,
 )
 from shardflow.leases.expressions import render
 from shardflow.leases.model import Item, Lease
@@ -95,57 +92,23 @@ class DynamoDBLeaseStore(LeaseStoreBase):
     # --- table ---------------------------------------------------------------------------------
 
     async def _describe(self) -> dict[str, Any] | None:
-        try:
-            answer = await self._call(
-                "DescribeTable", lambda: self._client.describe_table(TableName=self._table_name)
-            )
-        except ResourceNotFoundError:
-            return None
-        table: dict[str, Any] = answer["Table"]
-        return table
+        return await describe_table(self._client, self._table_name, backoff=self._backoff)
 
     async def _create(self, stream_view: bool) -> bool:
-        """Create the table; False if someone else created it first."""
-        params: dict[str, Any] = {
-            "TableName": self._table_name,
-            "KeySchema": [{"AttributeName": LEASE_KEY, "KeyType": "HASH"}],
-            "AttributeDefinitions": [{"AttributeName": LEASE_KEY, "AttributeType": "S"}],
-            "BillingMode": "PAY_PER_REQUEST",
-        }
-        if stream_view:
-            params["StreamSpecification"] = {
-                "StreamEnabled": True,
-                "StreamViewType": STREAM_VIEW_TYPE,
-            }
-
-        async def create() -> bool:
-            try:
-                await self._client.create_table(**params)
-            except ClientError as exc:
-                # Another worker of the application is creating it right now: not an error.
-                if _error_code(exc) == "ResourceInUseException":
-                    return False
-                raise
-            return True
-
-        created: bool = await self._call("CreateTable", create)
-        return created
+        """Create the table; False if another worker of the application created it first."""
+        stream = {"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE}
+        return await create_table(
+            self._client,
+            self._table_name,
+            key=LEASE_KEY,
+            backoff=self._backoff,
+            extra={"StreamSpecification": stream} if stream_view else None,
+        )
 
     async def _wait_active(self) -> dict[str, Any]:
-        deadline = time.monotonic() + self._table_wait
-        pause = 0.05
-        while True:
-            table = await self._describe()
-            if table is not None and table.get("TableStatus") == "ACTIVE":
-                return table
-            if time.monotonic() >= deadline:
-                raise TransientError(
-                    f"lease table {self._table_name} not ACTIVE after {self._table_wait:.0f}s",
-                    operation="DescribeTable",
-                    code="TableNotActive",
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        return await wait_until_active(
+            self._client, self._table_name, backoff=self._backoff, max_wait=self._table_wait
+        )
 
     async def _enable_stream(self) -> None:
         spec = {"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE}
