@@ -439,3 +439,12 @@ class KeyBlockedError(ShardflowError):
         self.key = key
         self.blocked_by = blocked_by
         super().__init__(f"key {key!r} is blocked since record {blocked_by} failed")
+
+
+class SparkOptionError(ShardflowError, ValueError):
+    """A ``shardflow`` Spark source/sink option is missing or malformed; names the option."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        self.option = option
+        self.problem = problem
+        super().__init__(f"option {option}: {problem}")
