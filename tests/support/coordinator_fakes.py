@@ -23,7 +23,8 @@ from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import LeaseSettings, StreamSpec
 from shardflow.shards import HashKeyRange, ShardInfo
 
-SETTINGS = LeaseSettings()  # KCL defaults: failover 10 s, renew 3.308 s, take 20.05 s
+SETTINGS = LeaseSettings(handoff=False, pickup="off")
+"""KCL 2.x: failover 10 s, renew 3.308 s, take 20.05 s, release at stop and steal to balance."""
 
 
 def sid(i: int) -> str:

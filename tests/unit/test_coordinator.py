@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -107,7 +108,7 @@ class InFlightStore(InMemoryLeaseStore):
 async def test_a_thousand_leases_are_renewed_with_bounded_concurrency_and_few_tasks() -> None:
     async with world([shard(i) for i in range(1000)]) as w:
         store = InFlightStore("app", tables=w.tables)
-        settings = LeaseSettings(renew_concurrency=16)
+        settings = replace(SETTINGS, renew_concurrency=16)
         a = w.worker("a", store=store, settings=settings)
         await a.start()
         assert len(a.owned()) == 1000
@@ -168,7 +169,7 @@ async def test_three_workers_never_exceed_the_target() -> None:
 
 async def test_max_leases_per_worker_caps_what_one_worker_takes() -> None:
     async with world() as w:
-        a = await w.start("a", settings=LeaseSettings(max_leases_per_worker=3))
+        a = await w.start("a", settings=replace(SETTINGS, max_leases_per_worker=3))
         assert len(a.owned()) == 3
         await run_for(SETTINGS.take_every + 0.5, w.clock, step=0.5)
         assert len(a.owned()) == 3
@@ -227,7 +228,7 @@ async def test_expiry_is_judged_on_the_observers_own_clock() -> None:
     async with world() as w:
         a = await w.start("a")
         far_ahead = ManualClock(start=987_654.0, wall_offset=-50_000.0)
-        b = w.worker("b", clock=far_ahead, settings=LeaseSettings(max_leases_to_steal_at_once=0))
+        b = w.worker("b", clock=far_ahead, settings=replace(SETTINGS, max_leases_to_steal_at_once=0))
         await b.start()
         assert not b.owned()
         await a.stop(release=False)

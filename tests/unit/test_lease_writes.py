@@ -59,6 +59,7 @@ def test_take_from_another_owner_counts_a_switch() -> None:
         Put("leaseCounter", {"N": "8"}),
         Put("leaseOwner", {"S": "c"}),
         Remove("checkpointOwner"),
+        Remove("shardflowHandoffRequest"),
         Add("ownerSwitchesSinceCheckpoint", 1),
     )
 
@@ -147,7 +148,11 @@ def test_handoff_is_kcl_3_initiate_graceful_lease_handoff() -> None:
         Absent("checkpointOwner"),
         Exists("leaseKey"),
     )
-    assert write.actions == (Put("leaseOwner", {"S": "b"}), Put("checkpointOwner", {"S": "a"}))
+    assert write.actions == (
+        Put("leaseOwner", {"S": "b"}),
+        Put("checkpointOwner", {"S": "a"}),
+        Remove("shardflowHandoffRequest"),
+    )
 
 
 def test_complete_handoff_is_kcl_3_assign_to_the_next_owner() -> None:
@@ -193,13 +198,14 @@ def test_an_attribute_is_never_changed_twice() -> None:
 
 def test_expressions_use_placeholders_for_every_name_and_value() -> None:
     params = render(w.take(HELD, "c").conditions, w.take(HELD, "c").actions)
-    assert params["UpdateExpression"] == ("SET #a0 = :v0, #a1 = :v1 REMOVE #a2 ADD #a3 :v2")
+    assert params["UpdateExpression"] == ("SET #a0 = :v0, #a1 = :v1 REMOVE #a2, #a3 ADD #a4 :v2")
     assert params["ConditionExpression"] == "#a0 = :v3 AND #a1 = :v4"
     assert params["ExpressionAttributeNames"] == {
         "#a0": "leaseCounter",
         "#a1": "leaseOwner",
         "#a2": "checkpointOwner",
-        "#a3": "ownerSwitchesSinceCheckpoint",
+        "#a3": "shardflowHandoffRequest",
+        "#a4": "ownerSwitchesSinceCheckpoint",
     }
     assert params["ExpressionAttributeValues"] == {
         ":v0": {"N": "8"},

@@ -59,6 +59,8 @@ class Connections:
         self.kinesis: Any = kinesis
         """The client for control calls (ListShards, GetShardIterator, registrations)."""
         self.store: LeaseStore | None = lease_store
+        self.lease_streams: Any = None
+        """A DynamoDB Streams client for lease pick-up (when the consumer made the store)."""
         self._fetch_kinesis: Any = kinesis
         self._consumer_arns: dict[str, str] = {}
         self._shard_ranges: dict[tuple[str, str], HashKeyRange] = {}
@@ -79,6 +81,8 @@ class Connections:
         if self.store is None:
             dynamodb = await stack.enter_async_context(factory.dynamodb())
             self.store = DynamoDBLeaseStore(dynamodb, self._application_name)
+            if self._settings.leases.pickup in ("stream", "auto"):
+                self.lease_streams = await stack.enter_async_context(factory.dynamodbstreams())
         if self._settings.fetch == "efo":
             await self._register_fanout(stack, factory)
         return self.kinesis, self.store

@@ -315,6 +315,7 @@ class Consumer:
             initial_position=self.settings.initial_position,
             clock=self._clock,
             on_event=self._emit,
+            lease_streams=connections.lease_streams,
         )
         await coordinator.start()
         log.info(
@@ -349,6 +350,13 @@ class Consumer:
             acceptor.cancel()
             await asyncio.gather(acceptor, return_exceptions=True)
             self._stop_requested.set()
+            if graceful:
+                # Hand the leases over first: each shard then drains, checkpoints and
+                # releases, which completes its handoff; the next owner starts right after.
+                try:
+                    await coordinator.leave()
+                except Exception:
+                    log.exception("handing leases over at stop failed; they are released")
             for worker in list(self._workers.values()):
                 worker.request_stop()
             tasks = list(self._shard_tasks)
@@ -434,8 +442,11 @@ class Consumer:
                 await coordinator.shard_ended(owned, result.children)
             finally:
                 await coordinator.release(owned, why="shard_done")
-        elif reason is StopReason.GIVEN_UP and not self._stop_requested.is_set():
-            await coordinator.release(owned, why="handoff")
+        elif reason in (StopReason.GIVEN_UP, StopReason.STOPPED):
+            # Released as soon as its final checkpoint is written, not after every shard
+            # stopped: a handoff completes, a free lease is picked up, at once.
+            handed = owned.lease.handoff_pending
+            await coordinator.release(owned, why="handoff" if handed else "shutdown")
         elif reason is StopReason.FAILED:
             await self._shard_failed(coordinator, owned, result.error)
 

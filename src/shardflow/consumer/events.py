@@ -20,9 +20,10 @@ from typing import Literal
 from shardflow.consumer.fetch.observer import RenewalReason
 from shardflow.records import ExtendedSequenceNumber
 
-AcquiredHow = Literal["free", "expired", "stolen", "resumed"]
+AcquiredHow = Literal["free", "expired", "stolen", "resumed", "handoff"]
 """Why a lease could be taken: nobody held it, its holder stopped renewing, balancing, or it
-already named this worker (a restart with the same worker id picks its leases up at once)."""
+already named this worker (a restart with the same worker id picks its leases up at once), or
+its previous owner handed it to this worker (planned handoff)."""
 
 LostWhy = Literal["taken", "expired", "deleted", "handoff"]
 """How a lease was lost: another worker wrote it, it could no longer be renewed in time, its

@@ -50,6 +50,15 @@ Behaviour
   ``max_leases_to_steal_at_once`` from a worker above target), take. Finished shards
   (checkpoint SHARD_END) are never taken; once all their children started their leases are
   deleted (``cleanup_finished_leases``), as KCL does.
+- Planned handoff (``LeaseSettings.handoff``, :mod:`~shardflow.leases.handoffs`): a held lease
+  that carries a fresh handoff request is handed to its requester (seen on a renewal, which
+  returns the whole item, or through pick-up); :meth:`LeaseCoordinator.leave` hands every
+  held lease to the least loaded live workers before a graceful stop. The consumer drains and
+  checkpoints a lease given up, then releases it, which completes the handoff.
+- Pick-up (``LeaseSettings.pickup``, :mod:`~shardflow.leases.pickup`): lease changes seen on
+  the lease table's DynamoDB stream (or a frequent scan) start a take cycle at once when a
+  lease was released or handed to this worker; expiry is checked exactly when an observed
+  lease would expire.
 - Shard sync (:mod:`~shardflow.leases.shard_sync`): at start for every stream without leases
   (before the first take; otherwise right after start, in the background), then every
   ``shard_sync_interval`` and whenever a finished shard's children lack leases.
@@ -58,6 +67,7 @@ Behaviour
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
@@ -80,8 +90,11 @@ from shardflow.consumer.fetch.batch import ChildShard
 from shardflow.errors import ShardflowError
 from shardflow.leases.balance import PlannedTake
 from shardflow.leases.concurrency import run_bounded
+from shardflow.leases.handoff_request import handoff_request_of
+from shardflow.leases.handoffs import successors
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
+from shardflow.leases.pickup import LeaseChanges, LeaseView, PollingChanges, StreamChanges
 from shardflow.leases.renewer import LeaseRenewer
 from shardflow.leases.settings import LeaseSettings, StreamSpec, check_initial_position
 from shardflow.leases.shard_sync import LeasePlan, child_leases, create_in_order, sync_stream
@@ -109,7 +122,10 @@ class LeaseCoordinator:
         clock: Clock = SYSTEM_CLOCK,
         on_event: EventCallback | None = None,
         rng: random.Random | None = None,
+        lease_streams: Any | None = None,
     ) -> None:
+        """``lease_streams``: an open ``dynamodbstreams`` client, needed to read the lease
+        table's stream (``pickup`` "stream" or "auto"); without it pick-up polls."""
         if not worker_id:
             raise ValueError("worker_id must be a non-empty string")
         self._store = store
@@ -138,6 +154,13 @@ class LeaseCoordinator:
             want_sync=self._want_sync,
             rng=rng,
         )
+        self._lease_streams = lease_streams
+        self._take_soon = asyncio.Event()
+        self._images: dict[str, tuple[str | None, str | None]] = {}
+        self._handing: set[str] = set()
+        self._leaving = False
+        self.pickup_source: str = "off"
+        """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`start`)."""
         self._sync_wanted = asyncio.Event()
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -176,7 +199,8 @@ class LeaseCoordinator:
             raise RuntimeError("the coordinator was already started")
         self._started = True
         try:
-            await self._store.ensure_table()
+            table = await self._store.ensure_table(stream_view=self._settings.pickup == "stream")
+            changes = self._changes(table.stream_arn)
             await self._streams.resolve(self._kinesis)
             leases = await self._store.list_leases()
             specs = self._streams.specs
@@ -190,6 +214,8 @@ class LeaseCoordinator:
             raise
         self._spawn(self._take_loop(), "take")
         self._spawn(self._sync_loop(listed=len(empty) == len(specs)), "shard-sync")
+        if changes is not None:
+            self._spawn(self._pickup_loop(changes), "pickup")
 
     async def acquisitions(self) -> AsyncIterator[OwnedLease]:
         """The leases this worker takes, as it takes them, until :meth:`stop`."""
@@ -253,11 +279,52 @@ class LeaseCoordinator:
             await self._sleep_unless(owned.lost, self._settings.parent_poll_interval)
         return False
 
+    async def leave(self) -> int:
+        """Begin leaving: take nothing more and, with ``handoff``, hand every held lease to
+        the least loaded live workers (each lease's ``giving_up`` is set: the consumer drains,
+        checkpoints and releases it, which completes the handoff). Leases nobody can get are
+        left to :meth:`stop`, which releases them. Returns how many handoffs began."""
+        self._leaving = True
+        self._taker.enabled = False
+        held = [owned for owned in self._owned.values() if not owned.giving_up.is_set()]
+        if not self._settings.handoff or not held:
+            return 0
+        try:
+            leases = await self._store.list_leases()
+        except ShardflowError as exc:
+            log.warning("reading the lease table before leaving failed: %s", exc)
+            return 0
+        tracker = self._taker.tracker
+        now = self._clock.monotonic()
+        tracker.observe(leases, now)
+        picks = successors(
+            self._streams.ours(leases),
+            len(held),
+            worker_id=self._worker_id,
+            is_expired=lambda lease: tracker.is_expired(lease, now),
+        )
+        started = 0
+
+        async def hand(pair: tuple[OwnedLease, str]) -> None:
+            nonlocal started
+            if await pair[0].begin_handoff(pair[1]):
+                started += 1
+
+        await run_bounded(
+            list(zip(held, picks, strict=False)),
+            hand,
+            concurrency=self._settings.renew_concurrency,
+        )
+        return started
+
     async def stop(self, *, release: bool = True) -> None:
         """Stop renewing and taking. With ``release`` free every lease still held (others take
-        them at once); without, they stay usable until their deadline and then expire."""
+        them at once; a lease being handed over goes to its next owner); without, they stay
+        usable until their deadline and then expire. With ``handoff``, leases handed to this
+        worker meanwhile are passed on (released) rather than left to expire."""
         if self._stopped.is_set():
             return
+        self._leaving = True
         self._stopped.set()
         self._taker.enabled = False
         tasks, self._tasks = self._tasks, []
@@ -271,6 +338,32 @@ class LeaseCoordinator:
             await run_bounded(
                 held, self._release_quietly, concurrency=self._settings.renew_concurrency
             )
+            if self._settings.handoff and self._started:
+                await self._pass_on_inbound()
+
+    async def _pass_on_inbound(self) -> None:
+        """Release the leases handed to this worker while it was leaving (a peer leaving at
+        the same moment chose it), waiting a little for handoffs still under way, so that
+        the others pick them up at once instead of after a failover time."""
+        give_up_at = self._clock.monotonic() + min(
+            self._settings.handoff_timeout, self._settings.failover_time
+        )
+        while True:
+            try:
+                leases = self._streams.ours(await self._store.list_leases())
+            except ShardflowError as exc:
+                log.warning("looking for leases handed to %s failed: %s", self._worker_id, exc)
+                return
+            inbound = [lease for lease in leases if lease.lease_owner == self._worker_id]
+            for lease in inbound:
+                if lease.checkpoint_owner is None:
+                    with contextlib.suppress(ShardflowError):
+                        await self._store.release(lease, self._worker_id)
+                        log.info("passed on lease %s, handed over while leaving", lease.lease_key)
+            pending = [lease for lease in inbound if lease.checkpoint_owner is not None]
+            if not pending or self._clock.monotonic() >= give_up_at:
+                return
+            await self._clock.sleep(min(self._settings.pickup_poll_interval, 0.25))
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -284,9 +377,10 @@ class LeaseCoordinator:
     ) -> None:
         await self.stop(release=True)
 
-    async def take_cycle(self) -> list[OwnedLease]:
-        """Scan the table once and take what the balance rules allow; the leases taken."""
-        return await self._taker.take_cycle()
+    async def take_cycle(self, leases: list[Lease] | None = None) -> list[OwnedLease]:
+        """Scan the table once (or use ``leases``, a complete scan just made) and take what
+        the balance rules allow; the leases taken."""
+        return await self._taker.take_cycle(leases)
 
     async def renew_all(self) -> None:
         """Renew every held lease once, now."""
@@ -331,6 +425,7 @@ class LeaseCoordinator:
         return owned
 
     def _renewed(self, owned: OwnedLease, duration: float) -> None:
+        self._consider(owned.lease)
         self._emit(
             LeaseRenewed(
                 worker_id=self._worker_id,
@@ -370,10 +465,103 @@ class LeaseCoordinator:
 
     # --- loops --------------------------------------------------------------------------------
 
+    def _consider(self, lease: Lease) -> None:
+        """A fresh view of ``lease``: honour a handoff request on a lease held here."""
+        owned = self._owned.get(lease.lease_key)
+        if owned is None or not self._settings.handoff or self._leaving:
+            return
+        request = handoff_request_of(lease)
+        if (
+            request is None
+            or request.requester == self._worker_id
+            or not request.fresh_for(lease)
+            or lease.lease_owner != self._worker_id
+            or lease.handoff_pending
+            or owned.giving_up.is_set()
+            or lease.lease_key in self._handing
+        ):
+            return
+        self._handing.add(lease.lease_key)
+        requester = request.requester
+
+        async def hand() -> None:
+            try:
+                await owned.begin_handoff(requester)
+            finally:
+                self._handing.discard(lease.lease_key)
+
+        self._spawn(hand(), f"handoff-{lease.shard_id}")
+
+    def _changes(self, stream_arn: str | None) -> LeaseChanges | None:
+        """The pick-up source the settings and the table allow."""
+        mode = self._settings.pickup
+        interval = self._settings.pickup_poll_interval
+        if mode == "off":
+            return None
+        readable = (
+            stream_arn is not None
+            and stream_arn.startswith("arn:")
+            and self._lease_streams is not None
+        )
+        if mode in ("stream", "auto") and readable:
+            assert stream_arn is not None
+            self.pickup_source = "stream"
+            return StreamChanges(
+                self._lease_streams, stream_arn, interval=interval, clock=self._clock
+            )
+        if mode == "stream":
+            log.warning(
+                "lease table %s: its stream cannot be read here; polling it instead",
+                self._store.table_name,
+            )
+        self.pickup_source = "poll"
+        return PollingChanges(self._store, interval=interval, clock=self._clock)
+
+    async def _pickup_loop(self, changes: LeaseChanges) -> None:
+        async for view in changes.views():
+            await self._guarded("lease pick-up", self._picked_up(view))
+
+    async def _picked_up(self, view: LeaseView) -> None:
+        """React to lease changes: a complete scan is a take cycle of its own; changes from
+        the stream start one when a lease became free, was handed here, or moved."""
+        if view.complete:
+            if not self._leaving:
+                await self.take_cycle(list(view.leases))
+            for lease in view.leases:
+                self._consider(lease)
+            return
+        self._taker.observe(list(view.leases), list(view.removed))
+        moved = False
+        for lease in view.leases:
+            image = (lease.lease_owner, lease.checkpoint_owner)
+            previous = self._images.get(lease.lease_key)
+            self._images[lease.lease_key] = image
+            mine_unheld = (
+                lease.lease_owner == self._worker_id and lease.lease_key not in self._owned
+            )
+            if previous != image or lease.is_free or mine_unheld:
+                moved = True
+            self._consider(lease)
+        for key in view.removed:
+            self._images.pop(key, None)
+        if moved and not self._leaving:
+            self._take_soon.set()
+
     async def _take_loop(self) -> None:
+        """A take cycle every ``take_interval``, and sooner: when pick-up saw a lease move,
+        when an observed lease expires, when a handoff becomes overdue."""
+        next_cycle = self._clock.monotonic() + self._settings.take_every
         while True:
-            await self._clock.sleep(self._settings.take_every)
+            wake = next_cycle
+            early = self._taker.next_wake()
+            if early is not None:
+                wake = min(wake, early + 0.01)  # just after: the lease is expired by then
+            await self._sleep_unless(self._take_soon, max(wake - self._clock.monotonic(), 0.0))
+            self._take_soon.clear()
+            if self._leaving:
+                return
             await self._guarded("take cycle", self.take_cycle())
+            next_cycle = self._clock.monotonic() + self._settings.take_every
 
     async def _sync_loop(self, *, listed: bool) -> None:
         if not listed:
@@ -409,6 +597,7 @@ class LeaseCoordinator:
     # --- plumbing -----------------------------------------------------------------------------
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks = [task for task in self._tasks if not task.done()]
         self._tasks.append(asyncio.create_task(work, name=f"shardflow-lease-{name}"))
 
     async def _guarded(self, what: str, work: Coroutine[Any, Any, object]) -> None:

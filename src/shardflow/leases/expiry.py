@@ -80,5 +80,26 @@ class ExpiryTracker:
             return None
         return sighting.since + self._failover
 
+    def forget(self, lease_keys: Iterable[str]) -> None:
+        """Drop what was seen of leases whose items are gone."""
+        for key in lease_keys:
+            self._seen.pop(key, None)
+
+    def next_expiry(self, after: float, *, holder_not: str) -> float | None:
+        """The earliest moment later than ``after`` at which a lease observed as held by a
+        worker other than ``holder_not`` expires, if it does not change before; None: none.
+
+        Lets a worker check a lease exactly when it would expire instead of at its next
+        take cycle, which bounds takeover after a crash by failover time plus the read.
+        """
+        moments = [
+            sighting.since + self._failover
+            for sighting in self._seen.values()
+            if sighting.owner is not None
+            and (sighting.checkpoint_owner or sighting.owner) != holder_not
+            and sighting.since + self._failover > after
+        ]
+        return min(moments, default=None)
+
     def __len__(self) -> int:
         return len(self._seen)

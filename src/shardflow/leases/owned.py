@@ -245,6 +245,30 @@ class OwnedLease:
             self._end(why, released=True)
             return True
 
+    async def begin_handoff(self, to_worker: str) -> bool:
+        """Start a planned handoff of this lease to ``to_worker``; True if it began.
+
+        One conditional write makes ``to_worker`` the lease owner and this worker the
+        checkpoint owner (KCL 3.x ``checkpointOwner``): this worker keeps renewing and must
+        now stop, checkpoint and :meth:`release`, which completes the handoff; the next owner
+        starts only then. Sets ``giving_up``.
+        """
+        async with self._lock:
+            if self.ended or self.giving_up.is_set() or self._lease.handoff_pending:
+                return False
+            try:
+                lease = await self._store.handoff(self._lease, self._worker_id, to_worker)
+            except LeaseConditionFailed as exc:
+                self._after_conflict(exc)
+                return False
+            except AwsError as exc:
+                log.warning("handing lease %s to %s failed: %s", self.lease_key, to_worker, exc)
+                return False
+            self._lease = lease
+            self.giving_up.set()
+            log.info("handing lease %s over to %s", self.lease_key, to_worker)
+            return True
+
     async def record_children(self, child_shard_ids: Iterable[str]) -> None:
         """Record the child shards of this ended shard on its lease (KCL ``childShardIds``).
 

@@ -7,12 +7,18 @@ take cycle every 20.05 s, shard sync every 60 s, parent poll every 10 s).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from shardflow.leases.keys import StreamIdentifier
 from shardflow.positions import PositionKind, StartPosition
 
 KCL_TIMING_SLACK = 0.025
 """The 25 ms KCL subtracts from (renew) or adds to (take) its intervals."""
+
+PickupMode = Literal["auto", "stream", "poll", "off"]
+"""How a worker learns of lease changes between take cycles (see :class:`LeaseSettings`)."""
+
+_PICKUP_MODES = frozenset({"auto", "stream", "poll", "off"})
 
 _INITIAL_KINDS = frozenset(
     {PositionKind.TRIM_HORIZON, PositionKind.LATEST, PositionKind.AT_TIMESTAMP}
@@ -37,6 +43,23 @@ class LeaseSettings:
     ``renew_concurrency``: lease writes (renewals, takes, creations) in flight at once.
     ``cleanup_finished_leases``: delete a finished parent's lease once all its children started
     (as KCL does); the lease table then only holds shards with work left.
+
+    Deploys and scaling (see the README, "Deploys and scaling"):
+
+    ``handoff``: move leases by planned handoff (KCL 3.x ``checkpointOwner``): a leaving worker
+    hands its leases to live peers, a joining worker asks busy workers for leases instead of
+    stealing them, and the owner drains and checkpoints before the next owner starts. False:
+    KCL 2.x behaviour (release at shutdown, steal to balance).
+    ``handoff_timeout``: a handoff its old owner has not completed after this long (as the next
+    owner observes it) is taken over by the next owner; a handoff request not honoured after
+    this long falls back to a steal (e.g. the owner is a KCL worker, which ignores requests).
+    ``pickup``: how lease changes are noticed between take cycles, so that a released or
+    handed-over lease is picked up, a handoff request is seen and an expired lease is taken
+    when it expires: ``"stream"`` reads the lease table's DynamoDB stream (enabled at start if
+    missing), ``"poll"`` scans the table every ``pickup_poll_interval``, ``"auto"`` uses the
+    stream when the table has one and polls otherwise, ``"off"`` waits for take cycles (KCL).
+    ``pickup_poll_interval``: seconds between scans (``"poll"``) or stream reads
+    (``"stream"``).
     """
 
     failover_time: float = 10.0
@@ -49,8 +72,17 @@ class LeaseSettings:
     safety_margin: float | None = None
     renew_concurrency: int = 32
     cleanup_finished_leases: bool = True
+    handoff: bool = True
+    handoff_timeout: float = 30.0
+    pickup: PickupMode = "auto"
+    pickup_poll_interval: float = 0.25
 
     def __post_init__(self) -> None:
+        if self.pickup not in _PICKUP_MODES:
+            raise ValueError(f"pickup must be one of {sorted(_PICKUP_MODES)}, got {self.pickup!r}")
+        for name in ("handoff_timeout", "pickup_poll_interval"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not self.failover_time > 0:
             raise ValueError(f"failover_time must be positive, got {self.failover_time}")
         for name in ("renew_interval", "take_interval", "safety_margin"):

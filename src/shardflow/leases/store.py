@@ -104,6 +104,8 @@ class LeaseStore(Protocol):
 
     async def complete_handoff(self, lease: Lease, from_owner: str) -> Lease: ...
 
+    async def request_handoff(self, lease: Lease, requester: str) -> Lease: ...
+
 
 class LeaseStoreBase(abc.ABC):
     """The lease operations, built once on :mod:`~shardflow.leases.writes` for every backend.
@@ -214,3 +216,7 @@ class LeaseStoreBase(abc.ABC):
     async def complete_handoff(self, lease: Lease, from_owner: str) -> Lease:
         """End a handoff begun by :meth:`handoff`: ``from_owner`` lets the lease go."""
         return await self._lease(writes.complete_handoff(lease, from_owner))
+
+    async def request_handoff(self, lease: Lease, requester: str) -> Lease:
+        """Ask the owner of ``lease`` to hand it to ``requester`` (see writes.request_handoff)."""
+        return await self._lease(writes.request_handoff(lease, requester))

@@ -1,5 +1,10 @@
 """One take cycle: scan the lease table, judge expiry, decide by the balance rules, take.
 
+With planned handoffs (``LeaseSettings.handoff``) a cycle also claims leases handed to this
+worker, asks a busy worker for a lease (a handoff request) where KCL would steal one, steals
+only when such a request was not answered in ``handoff_timeout``, and takes over a handoff to
+this worker that its old owner did not complete in that time.
+
 Also what a scan shows besides balance: other workers appearing and leaving, finished shards
 (checkpoint SHARD_END: never taken) whose children lack leases (a shard sync is asked for)
 or have all started (the finished lease is deleted, as KCL does).
@@ -7,6 +12,7 @@ or have all started (the finished lease is deleted, as KCL does).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -14,11 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from shardflow.clock import Clock
-from shardflow.consumer.events import DiagnosticEvent, WorkerJoined, WorkerLeft
+from shardflow.consumer.events import AcquiredHow, DiagnosticEvent, WorkerJoined, WorkerLeft
 from shardflow.errors import LeaseConditionFailed, ShardflowError
 from shardflow.leases.balance import PlannedTake, plan_takes
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.expiry import ExpiryTracker
+from shardflow.leases.handoffs import HandoffBook
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
@@ -65,33 +72,82 @@ class LeaseTaker:
         self._peers: frozenset[str] = frozenset()
         self._sync_asked: set[str] = set()  # finished leases that already asked for a sync
         self._resume_own = True  # the first cycle picks up leases that already name us
+        self._book = HandoffBook(worker_id, settings.handoff_timeout)
+        self._lock = asyncio.Lock()
+        self._last_cycle: float | None = None
+        self._free_left = False
         self.enabled = True
         """False stops taking (at shutdown), even in a cycle under way."""
 
-    async def take_cycle(self) -> list[OwnedLease]:
-        """Scan once and take what the balance rules allow; the leases taken."""
-        leases = await self._store.list_leases()
+    @property
+    def tracker(self) -> ExpiryTracker:
+        return self._tracker
+
+    def observe(self, leases: list[Lease], removed: list[str]) -> None:
+        """Leases that changed (a stream), as seen now: expiry clocks restart on changes."""
+        self._tracker.observe(leases, self._clock.monotonic(), complete=False)
+        self._tracker.forget(removed)
+
+    def next_wake(self) -> float | None:
+        """When a cycle should run before the next periodic one: when an observed lease
+        expires, a handoff becomes overdue, or soon after free leases were left untaken."""
+        after = self._last_cycle
+        if after is None or self._settings.pickup == "off":
+            return None  # KCL's rhythm: one cycle per take interval
+        moments = [self._tracker.next_expiry(after, holder_not=self._worker_id)]
+        if self._settings.handoff:
+            deadline = self._book.next_deadline()
+            if deadline is not None:
+                # Overdue but not settled last cycle (the take raced a renewal): retry soon.
+                moments.append(deadline if deadline > after else after + 1.0)
+        if self._free_left:
+            moments.append(after + max(1.0, self._settings.pickup_poll_interval))
+        return min((m for m in moments if m is not None), default=None)
+
+    async def take_cycle(self, leases: list[Lease] | None = None) -> list[OwnedLease]:
+        """Scan once (or use ``leases``, a complete scan just made) and take what the balance
+        rules allow; the leases taken."""
+        async with self._lock:
+            return await self._cycle(leases)
+
+    async def _cycle(self, scanned: list[Lease] | None) -> list[OwnedLease]:
+        leases = await self._store.list_leases() if scanned is None else scanned
         now = self._clock.monotonic()  # after the scan: no item was read later than this
+        self._last_cycle = now
         self._tracker.observe(leases, now)
         ours = self._streams.ours(leases)
         children = self._children_of(ours)
         active, finished = self._split_finished(ours, children)
         taken: list[OwnedLease] = []
-        if self._resume_own:
+        resumed = self._resume_own
+        if resumed or self._settings.handoff:
             self._resume_own = False
-            taken += await self._resume(active)
+            taken += await self._resume(active, how="resumed" if resumed else "handoff")
+        handoff = self._settings.handoff
+        max_steal = self._settings.max_leases_to_steal_at_once
+        if handoff:
+            self._book.update({lease.lease_key: lease for lease in active}, now)
+            taken += await self._take_overdue(active, now)
+            max_steal = max(max_steal - self._book.open_requests, 0)
         plan = plan_takes(
             active,
             worker_id=self._worker_id,
             held=self._owned.keys(),
             is_expired=lambda lease: self._tracker.is_expired(lease, now),
             max_leases_per_worker=self._settings.max_leases_per_worker,
-            max_steal=self._settings.max_leases_to_steal_at_once,
+            max_steal=max_steal,
             rng=self._rng,
         )
         self._note_peers(plan.live_workers)
+        planned_keys = {planned.lease.lease_key for planned in plan.takes}
+        self._free_left = any(
+            lease.is_free and lease.lease_key not in planned_keys for lease in active
+        )
 
         async def take(planned: PlannedTake) -> None:
+            if handoff and planned.how == "stolen":
+                await self._request(planned.lease)
+                return
             owned = await self._take(planned)
             if owned is not None:
                 taken.append(owned)
@@ -99,6 +155,39 @@ class LeaseTaker:
         await run_bounded(plan.takes, take, concurrency=self._settings.renew_concurrency)
         if finished and self._settings.cleanup_finished_leases:
             await self._clean_up(finished, ours, children)
+        return taken
+
+    async def _request(self, lease: Lease) -> None:
+        """Ask the owner for ``lease`` instead of stealing it (see handoff_request)."""
+        if not self.enabled or self._book.is_requested(lease.lease_key):
+            return
+        try:
+            await self._store.request_handoff(lease, self._worker_id)
+        except ShardflowError as exc:
+            log.info("asking for lease %s failed: %s", lease.lease_key, exc)
+            return
+        log.info("asked %s to hand over lease %s", lease.lease_owner, lease.lease_key)
+        self._book.requested(lease, self._clock.monotonic())
+
+    async def _take_overdue(self, leases: list[Lease], now: float) -> list[OwnedLease]:
+        """Fall back to taking: handoffs to us not completed, requests not answered in time."""
+        by_key = {lease.lease_key: lease for lease in leases}
+        overdue = [PlannedTake(by_key[key], "expired") for key in self._book.overdue_inbound(now)]
+        overdue += [
+            PlannedTake(by_key[key], "stolen")
+            for key in self._book.overdue_requests(now)
+            if key in by_key and not by_key[key].handoff_pending
+        ]
+        taken: list[OwnedLease] = []
+        for planned in overdue:
+            log.warning(
+                "lease %s: handoff not done within %.1fs; taking it",
+                planned.lease.lease_key,
+                self._settings.handoff_timeout,
+            )
+            owned = await self._take(planned)
+            if owned is not None:
+                taken.append(owned)
         return taken
 
     async def _take(self, planned: PlannedTake) -> OwnedLease | None:
@@ -114,11 +203,12 @@ class LeaseTaker:
             return None
         return self._adopt(planned, lease, sent)
 
-    async def _resume(self, leases: list[Lease]) -> list[OwnedLease]:
-        """Hold the leases that name this worker already (KCL's renewer does the same at
-        start): after a restart with the same worker id they need not expire first. Renewing
-        is the claim, conditional on the counter seen, so a live holder of the same id loses
-        them as it would to a steal."""
+    async def _resume(self, leases: list[Lease], *, how: AcquiredHow) -> list[OwnedLease]:
+        """Hold the leases that name this worker already and are not held here: at start
+        (KCL's renewer does the same: after a restart with the same worker id they need not
+        expire first), and with handoffs whenever a handoff to this worker completed.
+        Renewing is the claim, conditional on the counter seen, so a live holder of the same
+        id loses them as it would to a steal."""
         mine = [
             lease
             for lease in leases
@@ -137,7 +227,7 @@ class LeaseTaker:
             except ShardflowError as exc:
                 log.info("not resuming lease %s: %s", lease.lease_key, exc)
                 return
-            resumed.append(self._adopt(PlannedTake(lease, "resumed"), renewed, sent))
+            resumed.append(self._adopt(PlannedTake(lease, how), renewed, sent))
 
         await run_bounded(mine, resume, concurrency=self._settings.renew_concurrency)
         return resumed

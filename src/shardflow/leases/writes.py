@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from shardflow.leases.handoff_request import HANDOFF_REQUEST, HandoffRequest
 from shardflow.leases.model import AttributeValue, Item, Lease
 from shardflow.leases.serialization import (
     CHECKPOINT,
@@ -262,6 +263,7 @@ def take(lease: Lease, new_owner: str) -> LeaseWrite:
         _next_counter(lease),
         Put(LEASE_OWNER, s(new_owner)),
         Remove(CHECKPOINT_OWNER),
+        Remove(HANDOFF_REQUEST),  # a new owner: any request to the old one is answered
     ]
     old = lease.lease_owner
     if (old is not None and old != new_owner) or lease.checkpoint_owner == new_owner:
@@ -436,7 +438,11 @@ def handoff(lease: Lease, from_owner: str, to_owner: str) -> LeaseWrite:
         lease.lease_key,
         "update",
         (Equals(LEASE_OWNER, s(from_owner)), Absent(CHECKPOINT_OWNER), Exists(LEASE_KEY)),
-        (Put(LEASE_OWNER, s(to_owner)), Put(CHECKPOINT_OWNER, s(from_owner))),
+        (
+            Put(LEASE_OWNER, s(to_owner)),
+            Put(CHECKPOINT_OWNER, s(from_owner)),
+            Remove(HANDOFF_REQUEST),  # answered
+        ),
         already_applied=lambda current: (
             current is not None
             and current.lease_owner == to_owner
@@ -470,5 +476,31 @@ def complete_handoff(lease: Lease, from_owner: str) -> LeaseWrite:
             current is not None
             and current.lease_owner == to_owner
             and current.checkpoint_owner is None
+        ),
+    )
+
+
+def request_handoff(lease: Lease, requester: str) -> LeaseWrite:
+    """Ask the owner of ``lease`` to hand it to ``requester`` (a shardflow extension).
+
+    Puts ``shardflowHandoffRequest`` (see :mod:`~shardflow.leases.handoff_request`); the
+    owner sees it on its next renewal (UpdateItem returns the whole item) or on the lease
+    table's stream. Conditions: the owner is still the one seen and no handoff is under way.
+    Neither the counter nor anything else is touched, so the owner's renewals and checkpoints
+    go on undisturbed; a later request overwrites an earlier one.
+    """
+    _worker(requester, "requester")
+    owner = lease.lease_owner
+    if owner is None or owner == requester:
+        raise ValueError(f"lease {lease.lease_key}: a handoff can only be asked of another owner")
+    request = HandoffRequest(requester, lease.lease_counter).encode()
+    return LeaseWrite(
+        "request_handoff",
+        lease.lease_key,
+        "update",
+        (Equals(LEASE_OWNER, s(owner)), Absent(CHECKPOINT_OWNER)),
+        (Put(HANDOFF_REQUEST, s(request)),),
+        already_applied=lambda current: (
+            current is not None and current.extra.get(HANDOFF_REQUEST) == s(request)
         ),
     )

@@ -1,0 +1,48 @@
+"""A joining worker's request that a busy worker hand it a lease: one extra lease attribute.
+
+The request lives in ``shardflowHandoffRequest`` (S), ``"<lease counter>:<requester id>"``.
+KCL ignores attributes it does not know and its updates touch only its own, so the request
+survives KCL's writes and a KCL owner simply never honours it (the requester then falls back
+to a steal after ``handoff_timeout``). The counter it was made at dates it without clocks:
+an owner honours a request only while the counter has moved on by at most
+:data:`FRESH_RENEWALS` (about one failover time of renewals), so a request left behind by a
+worker that went away is ignored rather than handing a lease to nobody.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from shardflow.leases.model import Lease
+
+HANDOFF_REQUEST: Final = "shardflowHandoffRequest"
+
+FRESH_RENEWALS: Final = 3
+"""Renewals (KCL: failover / 3 apart) after which an unanswered request is stale."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffRequest:
+    """Who asked for a lease, and the lease counter they saw when asking."""
+
+    requester: str
+    counter: int
+
+    def encode(self) -> str:
+        return f"{self.counter}:{self.requester}"
+
+    def fresh_for(self, lease: Lease) -> bool:
+        """Whether the owner of ``lease`` (as it is now) should still honour this request."""
+        return 0 <= lease.lease_counter - self.counter <= FRESH_RENEWALS
+
+
+def handoff_request_of(lease: Lease) -> HandoffRequest | None:
+    """The request on ``lease``, if it carries a well-formed one (else None: ignored)."""
+    value = lease.extra.get(HANDOFF_REQUEST)
+    if value is None or not isinstance(value.get("S"), str):
+        return None
+    counter, _, requester = value["S"].partition(":")
+    if not counter.isdigit() or not requester:
+        return None
+    return HandoffRequest(requester, int(counter))

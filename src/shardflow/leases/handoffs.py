@@ -1,0 +1,122 @@
+"""Bookkeeping of planned handoffs as one worker sees them, and who should get a leaver's leases.
+
+Three kinds of handoff concern a worker besides its own leases:
+
+- requests it made (a joining worker asks a busy one for a lease): answered when the owner
+  begins the handoff; not answered within ``handoff_timeout`` (the owner is a KCL worker, or
+  stuck) the requester steals the lease as KCL would;
+- handoffs to it under way (``leaseOwner`` is this worker, ``checkpointOwner`` the old one):
+  the old owner completes them; one it has not completed within ``handoff_timeout`` is taken;
+- when it leaves: which live workers get its leases (:func:`successors`).
+
+Times are the observer's monotonic clock, as for expiry.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from shardflow.leases.handoff_request import handoff_request_of
+from shardflow.leases.model import Lease
+
+
+@dataclass(frozen=True, slots=True)
+class _Sighting:
+    worker: str
+    """The owner asked (requests) or the old owner (handoffs to this worker)."""
+    since: float
+
+
+class HandoffBook:
+    """What this worker asked for and what is being handed to it (see the module doc)."""
+
+    def __init__(self, worker_id: str, timeout: float) -> None:
+        self._me = worker_id
+        self._timeout = timeout
+        self._requested: dict[str, _Sighting] = {}
+        self._inbound: dict[str, _Sighting] = {}
+
+    def requested(self, lease: Lease, now: float) -> None:
+        """This worker asked the owner of ``lease`` for it at ``now``."""
+        assert lease.lease_owner is not None
+        self._requested[lease.lease_key] = _Sighting(lease.lease_owner, now)
+
+    def update(self, leases: Mapping[str, Lease], now: float) -> None:
+        """Bring the book up to date with a complete scan taken at ``now``."""
+        for key, request in list(self._requested.items()):
+            lease = leases.get(key)
+            if lease is None or lease.lease_owner != request.worker or lease.handoff_pending:
+                del self._requested[key]  # answered, taken, or gone
+        inbound: dict[str, _Sighting] = {}
+        for key, lease in leases.items():
+            if lease.lease_owner == self._me and lease.checkpoint_owner not in (None, self._me):
+                seen = self._inbound.get(key)
+                old = lease.checkpoint_owner
+                assert old is not None
+                inbound[key] = (
+                    seen if seen is not None and seen.worker == old else _Sighting(old, now)
+                )
+        self._inbound = inbound
+
+    @property
+    def open_requests(self) -> int:
+        return len(self._requested)
+
+    def is_requested(self, lease_key: str) -> bool:
+        return lease_key in self._requested
+
+    def overdue_requests(self, now: float) -> list[str]:
+        """Requests not answered within the timeout (forgotten here: the caller steals)."""
+        overdue = [k for k, r in self._requested.items() if now - r.since >= self._timeout]
+        for key in overdue:
+            del self._requested[key]
+        return overdue
+
+    def overdue_inbound(self, now: float) -> list[str]:
+        """Handoffs to this worker that their old owner has not completed within the timeout."""
+        return [k for k, h in self._inbound.items() if now - h.since >= self._timeout]
+
+    def next_deadline(self) -> float | None:
+        """When the next request or inbound handoff becomes overdue."""
+        moments = [
+            s.since + self._timeout for s in (*self._requested.values(), *self._inbound.values())
+        ]
+        return min(moments, default=None)
+
+
+def successors(
+    leases: Iterable[Lease],
+    count: int,
+    *,
+    worker_id: str,
+    is_expired: Callable[[Lease], bool],
+) -> list[str]:
+    """Who should get ``count`` leases of leaving worker ``worker_id``: least loaded first.
+
+    Candidates are the owners of live (unexpired) leases and the workers that asked for a
+    lease (a joining worker holds nothing yet), except this worker and workers that are
+    handing leases away themselves (leaving too). Each pick counts towards the picked
+    worker's load. Empty when there is nobody to hand to (the leases are then released).
+    """
+    leases = list(leases)
+    loads: Counter[str] = Counter()
+    leaving: set[str] = {worker_id}
+    for lease in leases:
+        if lease.checkpoint_owner is not None and lease.checkpoint_owner != lease.lease_owner:
+            leaving.add(lease.checkpoint_owner)
+        owner = lease.lease_owner
+        if owner is not None and not is_expired(lease):
+            loads[owner] += 1
+        request = handoff_request_of(lease)
+        if request is not None and request.fresh_for(lease):
+            loads[request.requester] += 0
+    for worker in leaving:
+        loads.pop(worker, None)
+    picks: list[str] = []
+    for _ in range(count if loads else 0):
+        chosen = min(loads, key=lambda worker: (loads[worker], worker))
+        loads[chosen] += 1
+        picks.append(chosen)
+    return picks

@@ -1,0 +1,183 @@
+"""Noticing lease changes between take cycles: the lease table's DynamoDB stream, or a poll.
+
+A worker must learn within a few hundred milliseconds that a lease was released, handed to
+it, or asked of it, and when an observed lease expires; a take cycle every 20 s is far too
+slow for that. Two sources of :class:`LeaseChanges`:
+
+- :class:`StreamChanges` reads the table's DynamoDB stream (NEW_AND_OLD_IMAGES): every write
+  of any worker arrives as the item after the write. Each view is partial (the leases that
+  changed); a GetRecords call per stream shard per ``interval`` whether or not anything
+  changed.
+- :class:`PollingChanges` scans the whole table every ``interval`` (consistent reads): each
+  view is complete.
+
+Both are async iterators of :class:`LeaseView`; they run until cancelled, and a failing call
+is logged and tried again next interval (the take cycle still runs meanwhile).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shardflow.aws.backoff import Backoff, retrying
+from shardflow.clock import Clock
+from shardflow.errors import AwsError, ExpiredIteratorError, MalformedLeaseError
+from shardflow.leases.model import Lease
+from shardflow.leases.serialization import is_lease_item, lease_from_item
+from shardflow.leases.store import LeaseStore
+
+log = logging.getLogger("shardflow.leases")
+
+_STREAM_BACKOFF = Backoff(base=0.05, cap=0.5, max_attempts=3)
+_REDESCRIBE_EVERY = 60.0
+"""Seconds between DescribeStream calls that look for new stream shards (DynamoDB rolls its
+stream shards over about every four hours; a closed shard also triggers one at once)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """Leases as one read saw them. ``complete``: the whole table (missing keys are gone);
+    otherwise only the leases that changed, and ``removed`` the keys of deleted items."""
+
+    leases: tuple[Lease, ...]
+    complete: bool
+    removed: tuple[str, ...] = ()
+
+
+class LeaseChanges(Protocol):
+    """A source of lease views (see the module doc)."""
+
+    def views(self) -> AsyncIterator[LeaseView]: ...
+
+
+class PollingChanges:
+    """Scans the lease table every ``interval`` seconds."""
+
+    def __init__(self, store: LeaseStore, *, interval: float, clock: Clock) -> None:
+        self._store = store
+        self._interval = interval
+        self._clock = clock
+
+    async def views(self) -> AsyncIterator[LeaseView]:
+        while True:
+            started = self._clock.monotonic()
+            try:
+                leases = await self._store.list_leases()
+            except AwsError as exc:
+                log.warning("polling the lease table failed, tried again: %s", exc)
+            else:
+                yield LeaseView(tuple(leases), complete=True)
+            pause = self._interval - (self._clock.monotonic() - started)
+            await self._clock.sleep(max(pause, 0.0))
+
+
+class StreamChanges:
+    """Reads the lease table's DynamoDB stream ``stream_arn`` with the ``dynamodbstreams``
+    client ``client``, from the moment it starts (LATEST), every ``interval`` seconds."""
+
+    def __init__(self, client: Any, stream_arn: str, *, interval: float, clock: Clock) -> None:
+        self._client = client
+        self._arn = stream_arn
+        self._interval = interval
+        self._clock = clock
+        self._iterators: dict[str, str] = {}
+        self._known: set[str] = set()
+        self._described_at: float | None = None
+
+    async def _call(self, operation: str, **params: Any) -> Any:
+        method = getattr(self._client, operation)
+        name = "".join(part.title() for part in operation.split("_"))
+        return await retrying(lambda: method(**params), operation=name, backoff=_STREAM_BACKOFF)
+
+    async def _describe(self, *, first: bool) -> None:
+        """Find open stream shards; iterators for new ones (LATEST at first, else from the
+        start of the shard: it was created after we last looked)."""
+        shards: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"StreamArn": self._arn}
+        while True:
+            answer = await self._call("describe_stream", **params)
+            description = answer["StreamDescription"]
+            shards += description.get("Shards", [])
+            last = description.get("LastEvaluatedShardId")
+            if not last:
+                break
+            params["ExclusiveStartShardId"] = last
+        self._described_at = self._clock.monotonic()
+        for shard in shards:
+            shard_id = shard["ShardId"]
+            is_open = "EndingSequenceNumber" not in shard.get("SequenceNumberRange", {})
+            if shard_id in self._known or not is_open:
+                self._known.add(shard_id)
+                continue
+            self._known.add(shard_id)
+            answer = await self._call(
+                "get_shard_iterator",
+                StreamArn=self._arn,
+                ShardId=shard_id,
+                ShardIteratorType="LATEST" if first else "TRIM_HORIZON",
+            )
+            self._iterators[shard_id] = answer["ShardIterator"]
+
+    async def views(self) -> AsyncIterator[LeaseView]:
+        await self._describe(first=True)
+        while True:
+            started = self._clock.monotonic()
+            try:
+                view = await self._read_all()
+            except AwsError as exc:
+                log.warning("reading the lease table's stream failed, tried again: %s", exc)
+                view = None
+            if view is not None and (view.leases or view.removed):
+                yield view
+            pause = self._interval - (self._clock.monotonic() - started)
+            await self._clock.sleep(max(pause, 0.0))
+
+    async def _read_all(self) -> LeaseView:
+        due = self._described_at is None or (
+            self._clock.monotonic() - self._described_at >= _REDESCRIBE_EVERY
+        )
+        if due or not self._iterators:
+            await self._describe(first=False)
+        leases: dict[str, Lease] = {}
+        removed: list[str] = []
+        for shard_id, iterator in list(self._iterators.items()):
+            try:
+                answer = await self._call("get_records", ShardIterator=iterator)
+            except ExpiredIteratorError:
+                # Iterators live 15 minutes; a long pause (a stopped laptop) outlives them.
+                del self._iterators[shard_id]
+                self._known.discard(shard_id)
+                await self._describe(first=True)
+                continue
+            following = answer.get("NextShardIterator")
+            if following:
+                self._iterators[shard_id] = following
+            else:
+                del self._iterators[shard_id]  # the shard closed: its children come next
+                self._described_at = None
+            for record in answer.get("Records", []):
+                change = record.get("dynamodb", {})
+                image = change.get("NewImage")
+                key = change.get("Keys", {}).get("leaseKey", {}).get("S")
+                if record.get("eventName") == "REMOVE" or image is None:
+                    if key:
+                        leases.pop(key, None)
+                        removed.append(key)
+                    continue
+                lease = _lease_of(image)
+                if lease is not None:
+                    leases[lease.lease_key] = lease  # the latest image of each lease wins
+        return LeaseView(tuple(leases.values()), complete=False, removed=tuple(removed))
+
+
+def _lease_of(image: dict[str, Any]) -> Lease | None:
+    if not is_lease_item(image):
+        return None
+    try:
+        return lease_from_item(image)
+    except MalformedLeaseError as exc:
+        log.warning("ignoring a malformed lease image of %s: %s", exc.lease_key, exc.reason)
+        return None
