@@ -21,6 +21,12 @@ from shardflow.errors import (
     ShardLeaseLost,
 )
 from shardflow.leases import Lease, LeaseStore
+from shardflow.leases.handoff_request import (
+    FRESH_RENEWALS,
+    HANDOFF_REQUEST,
+    HandoffRequest,
+    handoff_request_of,
+)
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange
 from support.lease_backends import Backend, DynamoBackend, MemoryBackend
@@ -345,6 +351,61 @@ async def test_taking_a_lease_in_handoff_ends_the_handoff(workers: Workers) -> N
     forced = await c.take(started, "c")
     assert (forced.lease_owner, forced.checkpoint_owner) == ("c", None)
     assert (await failure(a.renew(started, "a"))).current == forced
+
+
+async def test_a_handoff_request_is_seen_by_the_owners_next_renewal(workers: Workers) -> None:
+    a, joiner = await workers(), await workers()
+    lease = await held(a)
+    asked = await joiner.request_handoff(lease, "c")
+    assert asked.lease_counter == lease.lease_counter, "the owner's renewals must go on"
+    assert asked.lease_owner == "a"
+    renewed = await a.renew(lease, "a")  # the owner's view is stale: the request is no conflict
+    request = handoff_request_of(renewed)
+    assert request == HandoffRequest("c", lease.lease_counter)
+    assert request.fresh_for(renewed)
+    checkpointed = await a.checkpoint(renewed, "a", SEQ)
+    assert handoff_request_of(checkpointed) == request, "other writes keep the request"
+    started = await a.handoff(checkpointed, "a", "c")
+    assert (started.lease_owner, started.checkpoint_owner) == ("c", "a")
+    assert handoff_request_of(started) is None, "beginning the handoff answers the request"
+    done = await a.release(started, "a")
+    assert (done.lease_owner, done.checkpoint_owner, done.checkpoint) == ("c", None, SEQ)
+
+
+async def test_a_handoff_request_needs_the_owner_seen_and_no_handoff_under_way(
+    workers: Workers,
+) -> None:
+    a, joiner, leader = await workers(), await workers(), await workers()
+    lease = await held(a)
+    moved = await failure(joiner.request_handoff(replace(lease, lease_owner="z"), "c"))
+    assert moved.current == lease
+    started = await leader.handoff(lease, "a", "b")
+    under_way = await failure(joiner.request_handoff(lease, "c"))
+    assert under_way.current == started
+    with pytest.raises(ValueError, match="another owner"):
+        await joiner.request_handoff(replace(lease, lease_owner=None), "c")
+
+
+async def test_a_later_request_replaces_an_earlier_one_and_a_take_clears_it(
+    workers: Workers,
+) -> None:
+    a, c, d = await workers(), await workers(), await workers()
+    lease = await held(a)
+    await c.request_handoff(lease, "c")
+    second = await d.request_handoff(lease, "d")
+    assert handoff_request_of(second) == HandoffRequest("d", lease.lease_counter)
+    stolen = await c.take(second, "c")
+    assert stolen.lease_owner == "c"
+    assert handoff_request_of(stolen) is None
+
+
+def test_a_request_goes_stale_as_the_counter_moves_on() -> None:
+    request = HandoffRequest("c", 10)
+    assert request.fresh_for(Lease("k", lease_owner="a", lease_counter=10 + FRESH_RENEWALS))
+    assert not request.fresh_for(Lease("k", lease_owner="a", lease_counter=11 + FRESH_RENEWALS))
+    assert not request.fresh_for(Lease("k", lease_owner="a", lease_counter=9))
+    odd = Lease("k", lease_owner="a", extra={HANDOFF_REQUEST: {"S": "not-a-counter:c"}})
+    assert handoff_request_of(odd) is None
 
 
 # --- items other writers made --------------------------------------------------------------------

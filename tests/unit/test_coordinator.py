@@ -228,7 +228,9 @@ async def test_expiry_is_judged_on_the_observers_own_clock() -> None:
     async with world() as w:
         a = await w.start("a")
         far_ahead = ManualClock(start=987_654.0, wall_offset=-50_000.0)
-        b = w.worker("b", clock=far_ahead, settings=replace(SETTINGS, max_leases_to_steal_at_once=0))
+        b = w.worker(
+            "b", clock=far_ahead, settings=replace(SETTINGS, max_leases_to_steal_at_once=0)
+        )
         await b.start()
         assert not b.owned()
         await a.stop(release=False)

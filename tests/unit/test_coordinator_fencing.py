@@ -42,7 +42,9 @@ async def test_a_worker_that_cannot_renew_loses_its_leases_before_another_can_ta
         blocked = Switch("UpdateItem")
         a = await w.start("a", store=w.store(fault=blocked))
         # b scans often, so it takes each lease as soon as it has expired in its eyes.
-        eager = LeaseSettings(max_leases_to_steal_at_once=0, take_interval=0.2, handoff=False, pickup="off")
+        eager = LeaseSettings(
+            max_leases_to_steal_at_once=0, take_interval=0.2, handoff=False, pickup="off"
+        )
         await w.start("b", settings=eager)
         held = dict(a.owned())
         await run_for(4.0, w.clock)  # one successful renewal
