@@ -1,0 +1,512 @@
+"""Deploys, scale-out and crashes with real worker processes: gaps, repeats and losses per shard.
+
+Kinesis runs on kinesalite, the lease table on moto's DynamoDB (with its DynamoDB stream).
+One stream of 8 shards; a producer thread writes 50 records/s to every shard (explicit hash
+keys), each record carrying a unique id and its send time. Workers are separate OS processes
+running ``shardflow``'s Consumer (``Consumer.run``: SIGTERM stops it gracefully); each appends
+``worker, shard, record id, processing time`` to a file of its own for every record handled
+(one unbuffered write per record, so a kill -9 loses no line of what was handled).
+
+Scenarios, each on a fresh stream and application, starting from 2 workers holding 4 leases
+each after a warm-up:
+
+    a) rolling restart: start 2 new workers, then SIGTERM the 2 old ones (at the same moment);
+    b) scale out 2 -> 4: start 2 new workers;
+    c) crash: kill -9 one worker.
+
+Each scenario runs twice in the same run: with planned handoff and fast pick-up (the lease
+table's DynamoDB stream), and as the baseline with both off (KCL 2.x behaviour: release at
+shutdown, steal to balance, one take cycle every take interval). Per shard: the longest gap
+between two consecutive records handled (by processing time, in the window from the action
+to the end), records handled more than once, records never handled; per scenario: the p99 of
+all gaps between consecutive records in that window, and for (c) the takeover time (kill to
+the first record of each of the dead worker's shards handled elsewhere; the slowest shard).
+
+Lease timings are shorter than KCL's so that a run takes minutes: failover 6 s (renew every
+1.975 s, take cycle every 12.05 s: KCL's ratios), polling idle time 0.2 s (KCL 1 s would
+itself make 1 s gaps). Checkpoints as the consumer's defaults (every 1,000 records or 5 s).
+
+    .venv/bin/python bench/handoff.py                     # all scenarios, both modes (~5 min)
+    .venv/bin/python bench/handoff.py --scenarios c --modes handoff
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+REGION = "us-east-1"
+SHARDS = 8
+RATE_PER_SHARD = 50  # records per second
+TICK = 0.1  # the producer sends a batch per shard this often
+FAILOVER = 6.0
+IDLE_TIME = 0.2
+PICKUP_INTERVAL = 0.2
+TAKE_EVERY = (FAILOVER + 0.025) * 2
+WARMUP = 4.0  # seconds of steady processing by the 2 first workers before the action
+MODES = ("handoff", "baseline")
+SCENARIOS = {
+    "a": "rolling restart (2 new, SIGTERM 2 old)",
+    "b": "scale out 2 -> 4",
+    "c": "kill -9 one of 2",
+}
+
+
+# --- the worker process -------------------------------------------------------------------------
+
+
+def worker_child(args: argparse.Namespace) -> None:
+    from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
+    from shardflow.consumer.fetch import PollingSettings
+    from shardflow.leases.settings import LeaseSettings
+
+    handoff = args.mode == "handoff"
+    leases = LeaseSettings(
+        failover_time=FAILOVER,
+        handoff=handoff,
+        pickup="stream" if handoff else "off",
+        pickup_poll_interval=PICKUP_INTERVAL,
+        handoff_timeout=10.0,
+    )
+    settings = ConsumerSettings(
+        worker_id=args.worker_id,
+        leases=leases,
+        polling=PollingSettings(idle_time=IDLE_TIME),
+        drain_timeout=5.0,
+    )
+    fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    name = args.worker_id
+
+    def handle(record: ConsumedRecord[bytes]) -> None:
+        record_id = record.data.split(b"|", 1)[0].decode()
+        os.write(fd, f"{name}\t{record.shard_id}\t{record_id}\t{time.time():.6f}\n".encode())
+
+    consumer = Consumer(args.stream, args.application, settings=settings)
+    consumer.run(handle)  # SIGTERM: graceful stop (handoff or release), then return
+    os.close(fd)
+
+
+# --- the producer -------------------------------------------------------------------------------
+
+
+class Producer(threading.Thread):
+    """Writes RATE_PER_SHARD records/s to every shard until stopped; remembers every id."""
+
+    def __init__(self, endpoint: str, stream: str, hash_keys: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        import boto3
+
+        self.kinesis = boto3.client("kinesis", endpoint_url=endpoint, region_name=REGION)
+        self.stream = stream
+        self.hash_keys = hash_keys
+        self.written: dict[str, tuple[str, float]] = {}  # id -> (shard, send time)
+        self.failures = 0
+        self._halt = threading.Event()
+        self._next = 0
+
+    def run(self) -> None:
+        per_tick = max(1, round(RATE_PER_SHARD * TICK))
+        next_at = time.monotonic()
+        while not self._halt.is_set():
+            entries = []
+            sent = time.time()
+            for shard_id, hash_key in self.hash_keys.items():
+                for _ in range(per_tick):
+                    record_id = f"{self._next:09d}"
+                    self._next += 1
+                    entries.append((record_id, shard_id, hash_key))
+            self._put(entries, sent)
+            next_at += TICK
+            self._halt.wait(max(0.0, next_at - time.monotonic()))
+
+    def _put(self, entries: list[tuple[str, str, str]], sent: float) -> None:
+        pending = entries
+        for _ in range(10):
+            answer = self.kinesis.put_records(
+                StreamName=self.stream,
+                Records=[
+                    {
+                        "Data": f"{rid}|{sent:.6f}".encode(),
+                        "PartitionKey": rid,
+                        "ExplicitHashKey": key,
+                    }
+                    for rid, _, key in pending
+                ],
+            )
+            retry = []
+            for entry, result in zip(pending, answer["Records"], strict=True):
+                if "SequenceNumber" in result:
+                    self.written[entry[0]] = (result["ShardId"], sent)
+                else:
+                    retry.append(entry)
+            if not retry:
+                return
+            self.failures += len(retry)
+            pending = retry
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+
+
+# --- one scenario -------------------------------------------------------------------------------
+
+
+@dataclass
+class Worker:
+    name: str
+    out: Path
+    process: subprocess.Popen[bytes]
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    mode: str
+    per_shard: dict[str, dict[str, float | int]] = field(default_factory=dict)
+    gap_p99: float = 0.0
+    gap_max: float = 0.0
+    duplicates: int = 0
+    lost: int = 0
+    written: int = 0
+    takeover: float | None = None
+    took: float = 0.0
+
+
+class Scenario:
+    def __init__(
+        self, args: argparse.Namespace, key: str, mode: str, kinesis: str, dynamodb: str
+    ) -> None:
+        self.args = args
+        self.key = key
+        self.mode = mode
+        self.kinesis = kinesis
+        self.dynamodb = dynamodb
+        stamp = f"{int(time.time() * 1000) % 10**9}"
+        self.stream = f"bench-handoff-{key}-{mode}-{stamp}"
+        self.app = f"bench-handoff-{key}-{mode}-{stamp}"
+        self.dir = Path(tempfile.mkdtemp(prefix=f"handoff-{key}-{mode}-"))
+        self.workers: dict[str, Worker] = {}
+        self.env = dict(os.environ)
+        self.env.update(
+            {
+                "AWS_ENDPOINT_URL_KINESIS": kinesis,
+                "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
+                "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb,
+                "AWS_DEFAULT_REGION": REGION,
+            }
+        )
+        import boto3
+
+        self.ddb = boto3.client("dynamodb", endpoint_url=dynamodb, region_name=REGION)
+        self.kin = boto3.client("kinesis", endpoint_url=kinesis, region_name=REGION)
+
+    def start_worker(self, name: str) -> None:
+        out = self.dir / f"{name}.tsv"
+        command = [
+            sys.executable,
+            __file__,
+            "--child-worker",
+            "--mode",
+            self.mode,
+            "--stream",
+            self.stream,
+            "--application",
+            self.app,
+            "--worker-id",
+            name,
+            "--out",
+            str(out),
+        ]
+        log = (self.dir / f"{name}.log").open("wb")
+        process = subprocess.Popen(command, env=self.env, stdout=log, stderr=log)
+        self.workers[name] = Worker(name, out, process)
+
+    def owners(self) -> Counter[str]:
+        try:
+            items = self.ddb.scan(TableName=self.app, ConsistentRead=True)["Items"]
+        except self.ddb.exceptions.ResourceNotFoundException:
+            return Counter()
+        return Counter(item.get("leaseOwner", {}).get("S") for item in items)
+
+    def owned_by(self, name: str) -> list[str]:
+        items = self.ddb.scan(TableName=self.app, ConsistentRead=True)["Items"]
+        return [
+            item["leaseKey"]["S"] for item in items if item.get("leaseOwner", {}).get("S") == name
+        ]
+
+    def wait_for(self, condition: Any, within: float) -> bool:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def records(self) -> list[tuple[str, str, str, float]]:
+        rows = []
+        for worker in self.workers.values():
+            if not worker.out.exists():
+                continue
+            for line in worker.out.read_text().splitlines():
+                parts = line.split("\t")
+                if len(parts) == 4:
+                    rows.append((parts[0], parts[1], parts[2], float(parts[3])))
+        return rows
+
+    def run(self) -> Outcome:
+        began = time.monotonic()
+        self.kin.create_stream(StreamName=self.stream, ShardCount=SHARDS)
+        self.wait_for(
+            lambda: self.kin.describe_stream_summary(StreamName=self.stream)[
+                "StreamDescriptionSummary"
+            ]["StreamStatus"]
+            == "ACTIVE",
+            30,
+        )
+        shards = self.kin.list_shards(StreamName=self.stream)["Shards"]
+        producer = Producer(
+            self.kinesis,
+            self.stream,
+            {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"] for s in shards},
+        )
+        producer.start()
+        try:
+            self.start_worker("w1")
+            self.start_worker("w2")
+            if not self.wait_for(lambda: self.owners() == Counter({"w1": 4, "w2": 4}), 60):
+                print(f"  ({self.key}/{self.mode}: warm-up split is {dict(self.owners())})")
+            time.sleep(WARMUP)
+            action_at, takeover_from = self.act()
+            time.sleep(self.args.observe)
+        finally:
+            producer.stop()
+        # Everything written must be handled by someone: wait for the tail.
+        self.wait_for(lambda: len({r[2] for r in self.records()}) >= len(producer.written), 30)
+        self.stop_all()
+        outcome = self.analyse(producer, action_at, takeover_from)
+        outcome.took = time.monotonic() - began
+        with_ids = {"stream": self.stream, "files": str(self.dir)}
+        print(f"  {self.key}/{self.mode}: {with_ids}, producer retries {producer.failures}")
+        return outcome
+
+    def act(self) -> tuple[float, dict[str, float]]:
+        """The scenario's action; its wall time and, for a crash, the dead worker's shards."""
+        if self.key in ("a", "b"):
+            action_at = time.time()
+            self.start_worker("w3")
+            self.start_worker("w4")
+            if self.key == "a":
+                # A deploy starts the new version, waits until it is up, stops the old one.
+                self.wait_for(lambda: self.owners().get("w3", 0) + self.owners().get("w4", 0) > 0, 20)
+                for name in ("w1", "w2"):
+                    self.workers[name].process.send_signal(signal.SIGTERM)
+                for name in ("w1", "w2"):
+                    try:
+                        self.workers[name].process.wait(30)
+                    except subprocess.TimeoutExpired:
+                        self.workers[name].process.kill()
+            return action_at, {}
+        victim = self.owned_by("w1")
+        action_at = time.time()
+        self.workers["w1"].process.send_signal(signal.SIGKILL)
+        self.workers["w1"].process.wait(10)
+        return action_at, dict.fromkeys(victim, action_at)
+
+    def stop_all(self) -> None:
+        for worker in self.workers.values():
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGTERM)
+        for worker in self.workers.values():
+            try:
+                worker.process.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait(5)
+
+    def analyse(
+        self, producer: Producer, action_at: float, victims: dict[str, float]
+    ) -> Outcome:
+        rows = self.records()
+        outcome = Outcome(self.key, self.mode, written=len(producer.written))
+        handled = Counter(row[2] for row in rows)
+        outcome.duplicates = sum(1 for count in handled.values() if count > 1)
+        outcome.lost = sum(1 for rid in producer.written if rid not in handled)
+        by_shard: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        for worker, shard, _, at in rows:
+            by_shard[shard].append((at, worker))
+        all_gaps: list[float] = []
+        duplicates_by_shard = Counter(
+            producer.written[rid][0] for rid, count in handled.items() if count > 1 and rid in producer.written
+        )
+        lost_by_shard = Counter(
+            shard for rid, (shard, _) in producer.written.items() if rid not in handled
+        )
+        # The window: from the action until production stopped (later, nothing is expected).
+        window_end = max(sent for _, sent in producer.written.values())
+        for shard in sorted(by_shard):
+            times = sorted(at for at, _ in by_shard[shard] if action_at - 1.0 <= at <= window_end)
+            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+            all_gaps += gaps
+            outcome.per_shard[shard] = {
+                "longest_gap": round(max(gaps, default=0.0), 3),
+                "duplicates": duplicates_by_shard[shard],
+                "lost": lost_by_shard[shard],
+            }
+        if all_gaps:
+            ordered = sorted(all_gaps)
+            outcome.gap_p99 = round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 3)
+            outcome.gap_max = round(ordered[-1], 3)
+        if victims:
+            firsts = []
+            for shard in victims:
+                later = [at for at, worker in by_shard.get(shard, []) if at > action_at and worker != "w1"]
+                firsts.append(min(later) - action_at if later else float("inf"))
+            outcome.takeover = round(max(firsts), 3) if firsts else None
+        return outcome
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def table(outcomes: list[Outcome]) -> str:
+    by = {(o.scenario, o.mode): o for o in outcomes}
+    lines = [
+        "| scenario | mode | p99 gap | longest gap (worst shard) | processed twice | never processed | takeover |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, title in SCENARIOS.items():
+        for mode in MODES:
+            o = by.get((key, mode))
+            if o is None:
+                continue
+            takeover = f"{o.takeover:.2f} s" if o.takeover is not None else "-"
+            label = "handoff + stream pick-up" if mode == "handoff" else "baseline (KCL 2.x style)"
+            lines.append(
+                f"| ({key}) {title} | {label} | {o.gap_p99:.2f} s | {o.gap_max:.2f} s "
+                f"| {o.duplicates} | {o.lost} | {takeover} |"
+            )
+    return "\n".join(lines)
+
+
+def ratios(outcomes: list[Outcome]) -> str:
+    by = {(o.scenario, o.mode): o for o in outcomes}
+    out = []
+    for key in SCENARIOS:
+        h, b = by.get((key, "handoff")), by.get((key, "baseline"))
+        if h is None or b is None:
+            continue
+        part = f"({key}) longest gap: baseline / handoff = {b.gap_max / max(h.gap_max, 1e-3):.1f}x"
+        if h.takeover and b.takeover:
+            part += f"; takeover baseline / handoff = {b.takeover / h.takeover:.1f}x"
+        out.append(part)
+    return "\n".join(out)
+
+
+def per_shard_table(outcome: Outcome) -> str:
+    cells = ", ".join(
+        f"{shard[-3:]}: {v['longest_gap']:.2f}s/{v['duplicates']}/{v['lost']}"
+        for shard, v in sorted(outcome.per_shard.items())
+    )
+    return f"  ({outcome.scenario}) {outcome.mode}: per shard gap/twice/lost: {cells}"
+
+
+def targets(outcomes: list[Outcome]) -> list[str]:
+    verdicts = []
+    for o in outcomes:
+        if o.mode != "handoff":
+            continue
+        checks = [o.lost == 0]
+        if o.scenario in ("a", "b"):
+            checks += [o.gap_p99 <= 1.0, o.duplicates == 0]
+        else:
+            checks += [o.takeover is not None and o.takeover <= FAILOVER + 2.0]
+        verdicts.append(f"({o.scenario}) {'met' if all(checks) else 'MISSED'}")
+    return verdicts
+
+
+def parent(args: argparse.Namespace) -> None:
+    from shardflow.local import KinesaliteServer, MotoServer
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
+    outcomes: list[Outcome] = []
+    started = time.monotonic()
+    with KinesaliteServer() as kinesalite, MotoServer() as moto:
+        for key in args.scenarios.split(","):
+            for mode in args.modes.split(","):
+                print(f"scenario ({key}) {SCENARIOS[key]}, {mode} ...", flush=True)
+                outcome = Scenario(args, key, mode, kinesalite.endpoint_url, moto.endpoint_url).run()
+                print(per_shard_table(outcome), flush=True)
+                outcomes.append(outcome)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    settings = (
+        f"8 shards x {RATE_PER_SHARD} records/s, failover {FAILOVER:g} s, take cycle "
+        f"{TAKE_EVERY:.2f} s, polling idle {IDLE_TIME:g} s, pick-up every {PICKUP_INTERVAL:g} s "
+        f"(DynamoDB stream), observed {args.observe:g} s after each action"
+    )
+    text = "\n".join(
+        [
+            table(outcomes),
+            "",
+            ratios(outcomes),
+            f"targets (handoff): {', '.join(targets(outcomes))}",
+            f"({settings}; {machine}; {time.monotonic() - started:.0f} s in all)",
+        ]
+    )
+    print("\n" + text)
+    RESULTS.mkdir(exist_ok=True)
+    payload = {
+        "benchmark": "handoff",
+        "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+        "settings": settings,
+        "outcomes": [asdict(o) for o in outcomes],
+        "median_p99_gap_handoff": statistics.median(
+            [o.gap_p99 for o in outcomes if o.mode == "handoff"] or [0.0]
+        ),
+        "table": text,
+    }
+    (RESULTS / "handoff.json").write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenarios", default="a,b,c")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--observe", type=float, default=TAKE_EVERY + 4.0, help="seconds after the action"
+    )
+    parser.add_argument("--child-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--stream", help=argparse.SUPPRESS)
+    parser.add_argument("--application", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-id", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_worker:
+        worker_child(args)
+    else:
+        parent(args)
+
+
+if __name__ == "__main__":
+    main()

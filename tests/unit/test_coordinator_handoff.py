@@ -1,0 +1,198 @@
+"""Planned handoff, pick-up and expiry-timed takes in the coordinator (in-memory table,
+manual clock). The consumer's part (drain, checkpoint, release) is played by ``complete``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import replace
+
+from shardflow.consumer.events import LeaseAcquired, LeaseLost, LeaseReleased
+from shardflow.leases import Lease
+from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.expiry import ExpiryTracker
+from shardflow.leases.handoff_request import HandoffRequest, handoff_request_of
+from shardflow.leases.handoffs import HandoffBook, successors
+from shardflow.leases.settings import LeaseSettings
+from shardflow.records import ExtendedSequenceNumber
+from support.coordinator_fakes import run_for, settle, shard, sid, world
+
+HANDOFF = LeaseSettings(pickup="poll", pickup_poll_interval=0.25, handoff_timeout=5.0)
+
+
+def complete_handoffs(coordinator: LeaseCoordinator) -> asyncio.Task[None]:
+    """What the consumer does: a lease given up is checkpointed, then released."""
+
+    async def loop() -> None:
+        while True:
+            for owned in list(coordinator.owned().values()):
+                if owned.giving_up.is_set() and not owned.ended:
+                    await owned.writer.write(ExtendedSequenceNumber("7"))
+                    await owned.release("handoff")
+            await asyncio.sleep(0)
+
+    return asyncio.create_task(loop())
+
+
+async def test_a_joiner_gets_its_share_by_handoff_requests_not_steals() -> None:
+    async with world([shard(i) for i in range(4)]) as w:
+        a = await w.start("a", settings=HANDOFF)
+        helper = complete_handoffs(a)
+        b = await w.start("b", settings=HANDOFF)
+        assert not b.owned(), "nothing is stolen at start"
+        assert any(handoff_request_of(lease) for lease in (await w.leases()).values())
+        await run_for(3.0, w.clock, step=0.05)
+        helper.cancel()
+        assert (len(a.owned()), len(b.owned())) == (2, 2)
+        assert {e.how for e in w.recorders["b"].of(LeaseAcquired)} == {"handoff"}
+        assert not w.recorders["a"].of(LeaseLost)
+        assert {e.why for e in w.recorders["a"].of(LeaseReleased)} == {"handoff"}
+        for lease in (await w.leases()).values():
+            assert lease.checkpoint_owner is None
+            if lease.lease_owner == "b":
+                assert lease.checkpoint == ExtendedSequenceNumber("7"), "checkpoint first"
+
+
+async def test_a_request_nobody_answers_falls_back_to_a_steal() -> None:
+    async with world([shard(i) for i in range(4)]) as w:
+        kcl_like = replace(HANDOFF, handoff=False)  # ignores requests, as KCL does
+        a = await w.start("a", settings=kcl_like)
+        b = await w.start("b", settings=HANDOFF)
+        await run_for(HANDOFF.handoff_timeout - 1.0, w.clock, step=0.25)
+        assert not b.owned()
+        await run_for(2.0, w.clock, step=0.25)
+        assert len(b.owned()) == 1
+        assert [e.how for e in w.recorders["b"].of(LeaseAcquired)] == ["stolen"]
+        await run_for(HANDOFF.renew_every + 0.5, w.clock, step=0.25)
+        assert len(a.owned()) == 3
+        assert [e.why for e in w.recorders["a"].of(LeaseLost)] == ["taken"]
+
+
+async def test_a_handoff_the_old_owner_never_completes_is_taken_after_the_timeout() -> None:
+    async with world([shard(i) for i in range(2)]) as w:
+        a = await w.start("a", settings=HANDOFF)  # nobody completes a's handoffs
+        b = await w.start("b", settings=HANDOFF)
+        await run_for(1.0, w.clock, step=0.05)
+        pending = [lease for lease in (await w.leases()).values() if lease.handoff_pending]
+        assert len(pending) == 1 and pending[0].lease_owner == "b"
+        assert not b.owned()
+        await run_for(HANDOFF.handoff_timeout + 0.5, w.clock, step=0.1)
+        assert len(b.owned()) == 1
+        assert [e.how for e in w.recorders["b"].of(LeaseAcquired)] == ["expired"]
+        await run_for(HANDOFF.renew_every + 0.5, w.clock, step=0.1)
+        assert [e.why for e in w.recorders["a"].of(LeaseLost)] == ["handoff"]
+
+
+async def test_leave_hands_every_lease_to_the_least_loaded_live_workers() -> None:
+    async with world([shard(i) for i in range(6)]) as w:
+        fixed = replace(HANDOFF, max_leases_to_steal_at_once=0)
+        a = await w.start("a", settings=fixed)
+        helper_a = complete_handoffs(a)
+        b = await w.start("b", settings=fixed)
+        c = await w.start("c", settings=fixed)
+        for owned, to in zip(list(a.owned().values()), ("b", "b", "c"), strict=False):
+            await owned.begin_handoff(to)
+        await run_for(1.0, w.clock, step=0.05)
+        assert Counter({"a": 3, "b": 2, "c": 1}) == await w.owners()
+        assert await a.leave() == 3
+        await run_for(1.0, w.clock, step=0.05)
+        helper_a.cancel()
+        assert not a.owned()
+        assert (len(b.owned()), len(c.owned())) == (3, 3), "c had fewer: it gets more"
+        await a.stop()
+
+
+async def test_a_crashed_workers_leases_are_taken_when_they_expire_not_a_take_cycle_later() -> (
+    None
+):
+    async with world() as w:
+        a = await w.start("a", settings=HANDOFF)
+        b = await w.start("b", settings=HANDOFF)
+        await run_for(4.0, w.clock, step=0.05)
+        last_renewal = max(owned.deadline for owned in a.owned().values()) - HANDOFF.usable_time
+        await a.stop(release=False)  # renewals stop
+        await run_for(HANDOFF.failover_time + 1.0, w.clock, step=0.05)
+        assert len(b.owned()) == 4
+        takes = [at for at, e in w.recorders["b"].times(LeaseAcquired) if e.how == "expired"]
+        assert takes
+        # Seen at most one poll after the last renewal; taken when expired, plus one poll.
+        assert max(takes) <= last_renewal + HANDOFF.failover_time + 3 * HANDOFF.pickup_poll_interval
+        assert max(takes) < last_renewal + HANDOFF.take_every
+
+
+async def test_a_worker_that_leaves_passes_on_leases_handed_to_it_meanwhile() -> None:
+    async with world([shard(i) for i in range(2)]) as w:
+        a = await w.start("a", settings=HANDOFF)
+        owned = next(iter(a.owned().values()))
+        b = await w.start("b", settings=replace(HANDOFF, max_leases_to_steal_at_once=0))
+        await b.leave()
+        await owned.begin_handoff("b")  # a chose b just before b said it leaves
+        await owned.writer.write(ExtendedSequenceNumber("7"))
+        await owned.release("handoff")
+        await b.stop()
+        await settle()
+        assert (await w.leases())[owned.lease_key].lease_owner is None, "free for the others"
+
+
+# --- pure pieces ---------------------------------------------------------------------------------
+
+
+def test_successors_are_the_least_loaded_live_workers_and_skip_leavers() -> None:
+    leases = [
+        Lease("1", lease_owner="me"),
+        Lease("2", lease_owner="me"),
+        Lease("3", lease_owner="b"),
+        Lease("4", lease_owner="b"),
+        Lease("5", lease_owner="c"),
+        Lease("6", lease_owner="x", checkpoint_owner="d"),  # d is leaving too
+        Lease("7", lease_owner="dead"),
+        Lease(
+            "8",
+            lease_owner="c",
+            lease_counter=4,
+            extra={"shardflowHandoffRequest": {"S": "3:joiner"}},
+        ),
+    ]
+    picks = successors(
+        leases, 4, worker_id="me", is_expired=lambda lease: lease.lease_owner == "dead"
+    )
+    assert picks == ["joiner", "joiner", "x", "b"]  # ties go by name
+    assert successors([Lease("1", lease_owner="me")], 1, worker_id="me", is_expired=bool) == []
+
+
+def test_the_handoff_book_times_out_requests_and_inbound_handoffs() -> None:
+    book = HandoffBook("me", timeout=5.0)
+    asked = Lease("1", lease_owner="a")
+    book.requested(asked, now=10.0)
+    inbound = Lease("2", lease_owner="me", checkpoint_owner="a")
+    book.update({"1": asked, "2": inbound}, now=11.0)
+    assert book.open_requests == 1
+    assert book.next_deadline() == 15.0
+    assert book.overdue_requests(14.0) == []
+    assert book.overdue_requests(15.0) == ["1"]
+    assert book.overdue_inbound(15.0) == []
+    assert book.overdue_inbound(16.0) == ["2"]
+    book.update({"2": replace(inbound, checkpoint_owner=None)}, now=17.0)
+    assert book.next_deadline() is None
+
+
+def test_the_next_expiry_ignores_own_and_free_leases_and_the_past() -> None:
+    tracker = ExpiryTracker(10.0)
+    tracker.observe(
+        [
+            Lease("1", lease_owner="a", lease_counter=1),
+            Lease("2", lease_owner="me", lease_counter=1),
+            Lease("3"),
+        ],
+        now=100.0,
+    )
+    tracker.observe([Lease("4", lease_owner="b", lease_counter=1)], now=103.0, complete=False)
+    assert tracker.next_expiry(100.0, holder_not="me") == 110.0
+    assert tracker.next_expiry(110.0, holder_not="me") == 113.0
+    assert tracker.next_expiry(113.0, holder_not="me") is None
+
+
+def test_a_request_names_the_requester_and_the_counter_it_saw() -> None:
+    assert HandoffRequest("host:1:ab", 12).encode() == "12:host:1:ab"
+    lease = Lease("k", lease_owner="a", extra={"shardflowHandoffRequest": {"S": "12:host:1:ab"}})
+    assert handoff_request_of(lease) == HandoffRequest("host:1:ab", 12)
