@@ -33,6 +33,7 @@ itself make 1 s gaps). Checkpoints as the consumer's defaults (every 1,000 recor
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -274,10 +275,12 @@ class Scenario:
         began = time.monotonic()
         self.kin.create_stream(StreamName=self.stream, ShardCount=SHARDS)
         self.wait_for(
-            lambda: self.kin.describe_stream_summary(StreamName=self.stream)[
-                "StreamDescriptionSummary"
-            ]["StreamStatus"]
-            == "ACTIVE",
+            lambda: (
+                self.kin.describe_stream_summary(StreamName=self.stream)[
+                    "StreamDescriptionSummary"
+                ]["StreamStatus"]
+                == "ACTIVE"
+            ),
             30,
         )
         shards = self.kin.list_shards(StreamName=self.stream)["Shards"]
@@ -314,7 +317,9 @@ class Scenario:
             self.start_worker("w4")
             if self.key == "a":
                 # A deploy starts the new version, waits until it is up, stops the old one.
-                self.wait_for(lambda: self.owners().get("w3", 0) + self.owners().get("w4", 0) > 0, 20)
+                self.wait_for(
+                    lambda: self.owners().get("w3", 0) + self.owners().get("w4", 0) > 0, 20
+                )
                 for name in ("w1", "w2"):
                     self.workers[name].process.send_signal(signal.SIGTERM)
                 for name in ("w1", "w2"):
@@ -340,9 +345,7 @@ class Scenario:
                 worker.process.kill()
                 worker.process.wait(5)
 
-    def analyse(
-        self, producer: Producer, action_at: float, victims: dict[str, float]
-    ) -> Outcome:
+    def analyse(self, producer: Producer, action_at: float, victims: dict[str, float]) -> Outcome:
         rows = self.records()
         outcome = Outcome(self.key, self.mode, written=len(producer.written))
         handled = Counter(row[2] for row in rows)
@@ -353,7 +356,9 @@ class Scenario:
             by_shard[shard].append((at, worker))
         all_gaps: list[float] = []
         duplicates_by_shard = Counter(
-            producer.written[rid][0] for rid, count in handled.items() if count > 1 and rid in producer.written
+            producer.written[rid][0]
+            for rid, count in handled.items()
+            if count > 1 and rid in producer.written
         )
         lost_by_shard = Counter(
             shard for rid, (shard, _) in producer.written.items() if rid not in handled
@@ -362,7 +367,7 @@ class Scenario:
         window_end = max(sent for _, sent in producer.written.values())
         for shard in sorted(by_shard):
             times = sorted(at for at, _ in by_shard[shard] if action_at - 1.0 <= at <= window_end)
-            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+            gaps = [b - a for a, b in itertools.pairwise(times)]
             all_gaps += gaps
             outcome.per_shard[shard] = {
                 "longest_gap": round(max(gaps, default=0.0), 3),
@@ -376,7 +381,11 @@ class Scenario:
         if victims:
             firsts = []
             for shard in victims:
-                later = [at for at, worker in by_shard.get(shard, []) if at > action_at and worker != "w1"]
+                later = [
+                    at
+                    for at, worker in by_shard.get(shard, [])
+                    if at > action_at and worker != "w1"
+                ]
                 firsts.append(min(later) - action_at if later else float("inf"))
             outcome.takeover = round(max(firsts), 3) if firsts else None
         return outcome
@@ -453,7 +462,9 @@ def parent(args: argparse.Namespace) -> None:
         for key in args.scenarios.split(","):
             for mode in args.modes.split(","):
                 print(f"scenario ({key}) {SCENARIOS[key]}, {mode} ...", flush=True)
-                outcome = Scenario(args, key, mode, kinesalite.endpoint_url, moto.endpoint_url).run()
+                outcome = Scenario(
+                    args, key, mode, kinesalite.endpoint_url, moto.endpoint_url
+                ).run()
                 print(per_shard_table(outcome), flush=True)
                 outcomes.append(outcome)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"

@@ -15,7 +15,7 @@ from shardflow.leases.handoff_request import HandoffRequest, handoff_request_of
 from shardflow.leases.handoffs import HandoffBook, successors
 from shardflow.leases.settings import LeaseSettings
 from shardflow.records import ExtendedSequenceNumber
-from support.coordinator_fakes import run_for, settle, shard, sid, world
+from support.coordinator_fakes import run_for, settle, shard, world
 
 HANDOFF = LeaseSettings(pickup="poll", pickup_poll_interval=0.25, handoff_timeout=5.0)
 
@@ -70,11 +70,12 @@ async def test_a_request_nobody_answers_falls_back_to_a_steal() -> None:
 
 async def test_a_handoff_the_old_owner_never_completes_is_taken_after_the_timeout() -> None:
     async with world([shard(i) for i in range(2)]) as w:
-        a = await w.start("a", settings=HANDOFF)  # nobody completes a's handoffs
+        await w.start("a", settings=HANDOFF)  # nobody completes a's handoffs
         b = await w.start("b", settings=HANDOFF)
         await run_for(1.0, w.clock, step=0.05)
         pending = [lease for lease in (await w.leases()).values() if lease.handoff_pending]
-        assert len(pending) == 1 and pending[0].lease_owner == "b"
+        assert len(pending) == 1
+        assert pending[0].lease_owner == "b"
         assert not b.owned()
         await run_for(HANDOFF.handoff_timeout + 0.5, w.clock, step=0.1)
         assert len(b.owned()) == 1
@@ -102,9 +103,7 @@ async def test_leave_hands_every_lease_to_the_least_loaded_live_workers() -> Non
         await a.stop()
 
 
-async def test_a_crashed_workers_leases_are_taken_when_they_expire_not_a_take_cycle_later() -> (
-    None
-):
+async def test_a_crashed_workers_leases_are_taken_when_they_expire_not_a_take_cycle_later() -> None:
     async with world() as w:
         a = await w.start("a", settings=HANDOFF)
         b = await w.start("b", settings=HANDOFF)
