@@ -17,8 +17,8 @@ each after a warm-up:
 Each scenario runs twice in the same run: with planned handoff and fast pick-up (the lease
 table's DynamoDB stream), and as the baseline with both off (KCL 2.x behaviour: release at
 shutdown, steal to balance, one take cycle every take interval). Per shard: the longest gap
-between two consecutive records handled (by processing time, in the window from the action
-to the end), records handled more than once, records never handled; per scenario: the p99 of
+between two consecutive records handled (by processing time, from 1 s before the action to
+the last record handled), records handled more than once, records never handled; per scenario: the p99 of
 all gaps between consecutive records in that window, and for (c) the takeover time (kill to
 the first record of each of the dead worker's shards handled elsewhere; the slowest shard).
 
@@ -363,10 +363,10 @@ class Scenario:
         lost_by_shard = Counter(
             shard for rid, (shard, _) in producer.written.items() if rid not in handled
         )
-        # The window: from the action until production stopped (later, nothing is expected).
-        window_end = max(sent for _, sent in producer.written.values())
+        # The window: from just before the action to the last record handled (a shard taken
+        # over after production stopped shows its outage as the gap before its backlog).
         for shard in sorted(by_shard):
-            times = sorted(at for at, _ in by_shard[shard] if action_at - 1.0 <= at <= window_end)
+            times = sorted(at for at, _ in by_shard[shard] if at >= action_at - 1.0)
             gaps = [b - a for a, b in itertools.pairwise(times)]
             all_gaps += gaps
             outcome.per_shard[shard] = {
@@ -389,6 +389,66 @@ class Scenario:
                 firsts.append(min(later) - action_at if later else float("inf"))
             outcome.takeover = round(max(firsts), 3) if firsts else None
         return outcome
+
+
+# --- what pick-up costs on DynamoDB ----------------------------------------------------------------
+
+# Published on-demand prices, us-east-1, as of the 2024-11-01 price cut (assumptions; the free
+# tier and the 2.5 M free stream reads a month are ignored).
+PRICE_WRITE = 0.625 / 1e6  # per write request unit (one write of an item up to 1 KB)
+PRICE_READ = 0.125 / 1e6  # per read request unit (strongly consistent read, up to 4 KB)
+PRICE_STREAM_READ = 0.02 / 1e5  # per DynamoDB Streams read request unit (one GetRecords call)
+FLEETS = ((8, 2), (100, 4), (1000, 10))  # (shards, workers)
+
+
+def scan_units(leases: int, item_bytes: float) -> int:
+    """Read units of one consistent Scan of the lease table: sizes summed, per 4 KB."""
+    return max(1, -(-int(leases * item_bytes) // 4096))
+
+
+def costs(item_bytes: float) -> tuple[str, dict[str, Any]]:
+    """Dollars per shard-hour of each pick-up mode at KCL's default timings (see the README)."""
+    from shardflow.leases.settings import LeaseSettings
+
+    s = LeaseSettings()
+    renew = 3600 / s.renew_every * PRICE_WRITE
+    checkpoint = 3600 / 5.0 * PRICE_WRITE  # the default checkpoint interval, while records flow
+    rows = []
+    data: dict[str, Any] = {"item_bytes": item_bytes, "fleets": {}}
+    for shards, workers in FLEETS:
+        per_shard = workers / shards
+        scan = scan_units(shards, item_bytes)
+        take = per_shard * 3600 / s.take_every * scan * PRICE_READ
+        poll = per_shard * 3600 / s.pickup_poll_interval * scan * PRICE_READ
+        stream = per_shard * 3600 / s.pickup_poll_interval * 1 * PRICE_STREAM_READ
+        base = renew + checkpoint + take
+        modes = {"off": base, "poll": base + poll, "stream": base + stream}
+        data["fleets"][f"{shards}x{workers}"] = modes
+        rows.append(
+            f"| {shards} shards, {workers} workers | ${renew + checkpoint:.5f} "
+            f"| ${base:.5f} | ${modes['stream']:.5f} (+${stream:.6f}) "
+            f"| ${modes['poll']:.5f} (+${poll:.6f}) |"
+        )
+    head = [
+        f"DynamoDB $ per shard-hour at KCL timings (renew {s.renew_every:.3f} s, take cycle "
+        f"{s.take_every:.2f} s, checkpoint every 5 s, pick-up every {s.pickup_poll_interval:g} s; "
+        f"lease item {item_bytes:.0f} B as measured; writes $0.625/M, reads $0.125/M, "
+        "stream reads $0.02/100k):",
+        "",
+        "| fleet | renew + checkpoint writes | off (KCL 2.x) | stream | poll |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    return "\n".join(head + rows), data
+
+
+def mean_item_bytes(dynamodb: str, table: str) -> float:
+    import boto3
+
+    from shardflow.leases.memory import item_size
+
+    client = boto3.client("dynamodb", endpoint_url=dynamodb, region_name=REGION)
+    items = client.scan(TableName=table, ConsistentRead=True)["Items"]
+    return statistics.mean(item_size(item) for item in items) if items else 300.0
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -458,15 +518,17 @@ def parent(args: argparse.Namespace) -> None:
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     outcomes: list[Outcome] = []
     started = time.monotonic()
+    item_bytes = 300.0
     with KinesaliteServer() as kinesalite, MotoServer() as moto:
         for key in args.scenarios.split(","):
             for mode in args.modes.split(","):
                 print(f"scenario ({key}) {SCENARIOS[key]}, {mode} ...", flush=True)
-                outcome = Scenario(
-                    args, key, mode, kinesalite.endpoint_url, moto.endpoint_url
-                ).run()
+                scenario = Scenario(args, key, mode, kinesalite.endpoint_url, moto.endpoint_url)
+                outcome = scenario.run()
                 print(per_shard_table(outcome), flush=True)
                 outcomes.append(outcome)
+                item_bytes = mean_item_bytes(moto.endpoint_url, scenario.app)
+    cost_text, cost_data = costs(item_bytes)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     settings = (
         f"8 shards x {RATE_PER_SHARD} records/s, failover {FAILOVER:g} s, take cycle "
@@ -480,6 +542,8 @@ def parent(args: argparse.Namespace) -> None:
             ratios(outcomes),
             f"targets (handoff): {', '.join(targets(outcomes))}",
             f"({settings}; {machine}; {time.monotonic() - started:.0f} s in all)",
+            "",
+            cost_text,
         ]
     )
     print("\n" + text)
@@ -492,6 +556,7 @@ def parent(args: argparse.Namespace) -> None:
         "median_p99_gap_handoff": statistics.median(
             [o.gap_p99 for o in outcomes if o.mode == "handoff"] or [0.0]
         ),
+        "costs": cost_data,
         "table": text,
     }
     (RESULTS / "handoff.json").write_text(json.dumps(payload, indent=2) + "\n")
