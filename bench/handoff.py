@@ -72,6 +72,11 @@ SCENARIOS = {
 
 
 def worker_child(args: argparse.Namespace) -> None:
+    import logging
+
+    # Lease moves with timestamps, in the worker's log file, for reading a run afterwards.
+    logging.basicConfig(level=logging.WARNING, format="%(created).3f %(name)s %(message)s")
+    logging.getLogger("shardflow.leases").setLevel(logging.INFO)
     from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
     from shardflow.consumer.fetch import PollingSettings
     from shardflow.leases.settings import LeaseSettings

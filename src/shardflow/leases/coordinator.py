@@ -541,11 +541,18 @@ class LeaseCoordinator:
             )
             if previous != image or lease.is_free or mine_unheld:
                 moved = True
+            if mine_unheld and lease.checkpoint_owner is None and self._settings.handoff:
+                # Handed to us: claim it from this image at once, without a scan first.
+                self._spawn(self._claim(lease), f"claim-{lease.shard_id}")
             self._consider(lease)
         for key in view.removed:
             self._images.pop(key, None)
         if moved and not self._leaving:
             self._take_soon.set()
+
+    async def _claim(self, lease: Lease) -> None:
+        if not self._leaving:
+            await self._guarded("claiming a lease", self._taker.claim(lease, "handoff"))
 
     async def _take_loop(self) -> None:
         """A take cycle every ``take_interval``, and sooner: when pick-up saw a lease move,

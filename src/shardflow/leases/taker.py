@@ -74,6 +74,7 @@ class LeaseTaker:
         self._resume_own = True  # the first cycle picks up leases that already name us
         self._book = HandoffBook(worker_id, settings.handoff_timeout)
         self._lock = asyncio.Lock()
+        self._claiming: set[str] = set()
         self._last_cycle: float | None = None
         self._free_left = False
         self.enabled = True
@@ -219,18 +220,36 @@ class LeaseTaker:
         resumed: list[OwnedLease] = []
 
         async def resume(lease: Lease) -> None:
-            if not self.enabled:
-                return
+            owned = await self.claim(lease, how)
+            if owned is not None:
+                resumed.append(owned)
+
+        await run_bounded(mine, resume, concurrency=self._settings.renew_concurrency)
+        return resumed
+
+    async def claim(self, lease: Lease, how: AcquiredHow) -> OwnedLease | None:
+        """Hold ``lease``, which names this worker as its owner with no handoff pending (as
+        seen), by renewing it conditionally on the counter seen; None if that failed."""
+        key = lease.lease_key
+        if (
+            not self.enabled
+            or key in self._owned
+            or key in self._claiming  # one claim at a time: a second would renew ours away
+            or lease.lease_owner != self._worker_id
+            or lease.checkpoint_owner is not None
+        ):
+            return None
+        self._claiming.add(key)
+        try:
             sent = self._clock.monotonic()
             try:
                 renewed = await self._store.renew(lease, self._worker_id)
             except ShardflowError as exc:
-                log.info("not resuming lease %s: %s", lease.lease_key, exc)
-                return
-            resumed.append(self._adopt(PlannedTake(lease, how), renewed, sent))
-
-        await run_bounded(mine, resume, concurrency=self._settings.renew_concurrency)
-        return resumed
+                log.info("not claiming lease %s: %s", key, exc)
+                return None
+            return self._adopt(PlannedTake(lease, how), renewed, sent)
+        finally:
+            self._claiming.discard(key)
 
     def _children_of(self, leases: list[Lease]) -> dict[str, set[str]]:
         """Lease key -> the lease keys of its children: recorded on it (``childShardIds``) or
