@@ -76,7 +76,7 @@ def worker_child(args: argparse.Namespace) -> None:
 
     # Lease moves with timestamps, in the worker's log file, for reading a run afterwards.
     logging.basicConfig(level=logging.WARNING, format="%(created).3f %(name)s %(message)s")
-    logging.getLogger("shardflow.leases").setLevel(logging.INFO)
+    logging.getLogger("shardflow").setLevel(logging.INFO)
     from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
     from shardflow.consumer.fetch import PollingSettings
     from shardflow.leases.settings import LeaseSettings

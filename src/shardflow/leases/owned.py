@@ -242,6 +242,8 @@ class OwnedLease:
                 self._end(why, released=True)
                 return False
             self._lease = released
+            if why == "handoff":
+                log.info("lease %s handed over to %s", self.lease_key, released.lease_owner)
             self._end(why, released=True)
             return True
 

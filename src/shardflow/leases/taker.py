@@ -247,6 +247,7 @@ class LeaseTaker:
             except ShardflowError as exc:
                 log.info("not claiming lease %s: %s", key, exc)
                 return None
+            log.info("claimed lease %s (%s)", key, how)
             return self._adopt(PlannedTake(lease, how), renewed, sent)
         finally:
             self._claiming.discard(key)
