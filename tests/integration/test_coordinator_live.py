@@ -29,7 +29,12 @@ from support.boto import make_stream
 from support.lease_backends import FAST, DynamoBackend
 
 FAST_LEASES = LeaseSettings(
-    failover_time=2.0, renew_interval=0.4, take_interval=1.0, safety_margin=0.3
+    failover_time=2.0,
+    renew_interval=0.4,
+    take_interval=1.0,
+    safety_margin=0.3,
+    handoff=False,  # the coordinator alone, KCL 2.x style: nobody here completes handoffs
+    pickup="off",
 )
 LIMIT = 20.0
 
@@ -192,6 +197,8 @@ async def test_a_worker_that_cannot_renew_stops_before_its_leases_move_and_never
             take_interval=0.2,
             safety_margin=0.3,
             max_leases_to_steal_at_once=0,
+            handoff=False,
+            pickup="off",
         )
         survivor = await cluster.worker("survivor", settings=eager)
         held = dict(zombie.owned())
