@@ -277,6 +277,15 @@ class Scenario:
         return rows
 
     def run(self) -> Outcome:
+        try:
+            return self._run()
+        finally:
+            for worker in self.workers.values():  # interrupted: leave no worker behind
+                if worker.process.poll() is None:
+                    worker.process.kill()
+                    worker.process.wait(5)
+
+    def _run(self) -> Outcome:
         began = time.monotonic()
         self.kin.create_stream(StreamName=self.stream, ShardCount=SHARDS)
         self.wait_for(

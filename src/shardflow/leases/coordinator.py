@@ -67,7 +67,6 @@ Behaviour
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
@@ -90,11 +89,10 @@ from shardflow.consumer.fetch.batch import ChildShard
 from shardflow.errors import ShardflowError
 from shardflow.leases.balance import PlannedTake
 from shardflow.leases.concurrency import run_bounded
-from shardflow.leases.handoff_request import handoff_request_of
-from shardflow.leases.handoffs import successors
 from shardflow.leases.model import Lease
+from shardflow.leases.moves import LeaseMoves
 from shardflow.leases.owned import OwnedLease
-from shardflow.leases.pickup import LeaseChanges, LeaseView, PollingChanges, StreamChanges
+from shardflow.leases.pickup import LeaseChanges
 from shardflow.leases.renewer import LeaseRenewer
 from shardflow.leases.settings import LeaseSettings, StreamSpec, check_initial_position
 from shardflow.leases.shard_sync import LeasePlan, child_leases, create_in_order, sync_stream
@@ -154,13 +152,20 @@ class LeaseCoordinator:
             want_sync=self._want_sync,
             rng=rng,
         )
-        self._lease_streams = lease_streams
         self._take_soon = asyncio.Event()
-        self._images: dict[str, tuple[str | None, str | None]] = {}
-        self._handing: set[str] = set()
-        self._leaving = False
-        self.pickup_source: str = "off"
-        """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`start`)."""
+        self._moves = LeaseMoves(
+            store,
+            worker_id=worker_id,
+            settings=self._settings,
+            clock=clock,
+            streams=self._streams,
+            owned=self._owned,
+            taker=self._taker,
+            spawn=self._spawn,
+            take_cycle=self.take_cycle,
+            wake_taker=self._take_soon.set,
+            lease_streams=lease_streams,
+        )
         self._sync_wanted = asyncio.Event()
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -182,6 +187,11 @@ class LeaseCoordinator:
         return self._streams.specs
 
     @property
+    def pickup_source(self) -> str:
+        """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`start`)."""
+        return self._moves.pickup_source
+
+    @property
     def running(self) -> bool:
         return self._started and not self._stopped.is_set()
 
@@ -200,7 +210,7 @@ class LeaseCoordinator:
         self._started = True
         try:
             table = await self._store.ensure_table(stream_view=self._settings.pickup == "stream")
-            changes = self._changes(table.stream_arn)
+            changes = self._moves.changes(table.stream_arn)
             await self._streams.resolve(self._kinesis)
             leases = await self._store.list_leases()
             specs = self._streams.specs
@@ -284,38 +294,7 @@ class LeaseCoordinator:
         the least loaded live workers (each lease's ``giving_up`` is set: the consumer drains,
         checkpoints and releases it, which completes the handoff). Leases nobody can get are
         left to :meth:`stop`, which releases them. Returns how many handoffs began."""
-        self._leaving = True
-        self._taker.enabled = False
-        held = [owned for owned in self._owned.values() if not owned.giving_up.is_set()]
-        if not self._settings.handoff or not held:
-            return 0
-        try:
-            leases = await self._store.list_leases()
-        except ShardflowError as exc:
-            log.warning("reading the lease table before leaving failed: %s", exc)
-            return 0
-        tracker = self._taker.tracker
-        now = self._clock.monotonic()
-        tracker.observe(leases, now)
-        picks = successors(
-            self._streams.ours(leases),
-            len(held),
-            worker_id=self._worker_id,
-            is_expired=lambda lease: tracker.is_expired(lease, now),
-        )
-        started = 0
-
-        async def hand(pair: tuple[OwnedLease, str]) -> None:
-            nonlocal started
-            if await pair[0].begin_handoff(pair[1]):
-                started += 1
-
-        await run_bounded(
-            list(zip(held, picks, strict=False)),
-            hand,
-            concurrency=self._settings.renew_concurrency,
-        )
-        return started
+        return await self._moves.leave()
 
     async def stop(self, *, release: bool = True) -> None:
         """Stop renewing and taking. With ``release`` free every lease still held (others take
@@ -324,7 +303,7 @@ class LeaseCoordinator:
         worker meanwhile are passed on (released) rather than left to expire."""
         if self._stopped.is_set():
             return
-        self._leaving = True
+        self._moves.leaving = True
         self._stopped.set()
         self._taker.enabled = False
         tasks, self._tasks = self._tasks, []
@@ -339,31 +318,7 @@ class LeaseCoordinator:
                 held, self._release_quietly, concurrency=self._settings.renew_concurrency
             )
             if self._settings.handoff and self._started:
-                await self._pass_on_inbound()
-
-    async def _pass_on_inbound(self) -> None:
-        """Release the leases handed to this worker while it was leaving (a peer leaving at
-        the same moment chose it), waiting a little for handoffs still under way, so that
-        the others pick them up at once instead of after a failover time."""
-        give_up_at = self._clock.monotonic() + min(
-            self._settings.handoff_timeout, self._settings.failover_time
-        )
-        while True:
-            try:
-                leases = self._streams.ours(await self._store.list_leases())
-            except ShardflowError as exc:
-                log.warning("looking for leases handed to %s failed: %s", self._worker_id, exc)
-                return
-            inbound = [lease for lease in leases if lease.lease_owner == self._worker_id]
-            for lease in inbound:
-                if lease.checkpoint_owner is None:
-                    with contextlib.suppress(ShardflowError):
-                        await self._store.release(lease, self._worker_id)
-                        log.info("passed on lease %s, handed over while leaving", lease.lease_key)
-            pending = [lease for lease in inbound if lease.checkpoint_owner is not None]
-            if not pending or self._clock.monotonic() >= give_up_at:
-                return
-            await self._clock.sleep(min(self._settings.pickup_poll_interval, 0.25))
+                await self._moves.pass_on_inbound()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -425,7 +380,7 @@ class LeaseCoordinator:
         return owned
 
     def _renewed(self, owned: OwnedLease, duration: float) -> None:
-        self._consider(owned.lease)
+        self._moves.consider(owned.lease)
         self._emit(
             LeaseRenewed(
                 worker_id=self._worker_id,
@@ -465,94 +420,9 @@ class LeaseCoordinator:
 
     # --- loops --------------------------------------------------------------------------------
 
-    def _consider(self, lease: Lease) -> None:
-        """A fresh view of ``lease``: honour a handoff request on a lease held here."""
-        owned = self._owned.get(lease.lease_key)
-        if owned is None or not self._settings.handoff or self._leaving:
-            return
-        request = handoff_request_of(lease)
-        if (
-            request is None
-            or request.requester == self._worker_id
-            or not request.fresh_for(lease)
-            or lease.lease_owner != self._worker_id
-            or lease.handoff_pending
-            or owned.giving_up.is_set()
-            or lease.lease_key in self._handing
-        ):
-            return
-        self._handing.add(lease.lease_key)
-        requester = request.requester
-
-        async def hand() -> None:
-            try:
-                await owned.begin_handoff(requester)
-            finally:
-                self._handing.discard(lease.lease_key)
-
-        self._spawn(hand(), f"handoff-{lease.shard_id}")
-
-    def _changes(self, stream_arn: str | None) -> LeaseChanges | None:
-        """The pick-up source the settings and the table allow."""
-        mode = self._settings.pickup
-        interval = self._settings.pickup_poll_interval
-        if mode == "off":
-            return None
-        readable = (
-            stream_arn is not None
-            and stream_arn.startswith("arn:")
-            and self._lease_streams is not None
-        )
-        if mode in ("stream", "auto") and readable:
-            assert stream_arn is not None
-            self.pickup_source = "stream"
-            return StreamChanges(
-                self._lease_streams, stream_arn, interval=interval, clock=self._clock
-            )
-        if mode == "stream":
-            log.warning(
-                "lease table %s: its stream cannot be read here; polling it instead",
-                self._store.table_name,
-            )
-        self.pickup_source = "poll"
-        return PollingChanges(self._store, interval=interval, clock=self._clock)
-
     async def _pickup_loop(self, changes: LeaseChanges) -> None:
         async for view in changes.views():
-            await self._guarded("lease pick-up", self._picked_up(view))
-
-    async def _picked_up(self, view: LeaseView) -> None:
-        """React to lease changes: a complete scan is a take cycle of its own; changes from
-        the stream start one when a lease became free, was handed here, or moved."""
-        if view.complete:
-            if not self._leaving:
-                await self.take_cycle(list(view.leases))
-            for lease in view.leases:
-                self._consider(lease)
-            return
-        self._taker.observe(list(view.leases), list(view.removed))
-        moved = False
-        for lease in view.leases:
-            image = (lease.lease_owner, lease.checkpoint_owner)
-            previous = self._images.get(lease.lease_key)
-            self._images[lease.lease_key] = image
-            mine_unheld = (
-                lease.lease_owner == self._worker_id and lease.lease_key not in self._owned
-            )
-            if previous != image or lease.is_free or mine_unheld:
-                moved = True
-            if mine_unheld and lease.checkpoint_owner is None and self._settings.handoff:
-                # Handed to us: claim it from this image at once, without a scan first.
-                self._spawn(self._claim(lease), f"claim-{lease.shard_id}")
-            self._consider(lease)
-        for key in view.removed:
-            self._images.pop(key, None)
-        if moved and not self._leaving:
-            self._take_soon.set()
-
-    async def _claim(self, lease: Lease) -> None:
-        if not self._leaving:
-            await self._guarded("claiming a lease", self._taker.claim(lease, "handoff"))
+            await self._guarded("lease pick-up", self._moves.picked_up(view))
 
     async def _take_loop(self) -> None:
         """A take cycle every ``take_interval``, and sooner: when pick-up saw a lease move,
@@ -565,7 +435,7 @@ class LeaseCoordinator:
                 wake = min(wake, early + 0.01)  # just after: the lease is expired by then
             await self._sleep_unless(self._take_soon, max(wake - self._clock.monotonic(), 0.0))
             self._take_soon.clear()
-            if self._leaving:
+            if self._moves.leaving:
                 return
             await self._guarded("take cycle", self.take_cycle())
             next_cycle = self._clock.monotonic() + self._settings.take_every

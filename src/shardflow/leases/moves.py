@@ -1,0 +1,215 @@
+"""How one worker moves leases by plan: handoff requests honoured, leaving, and pick-up.
+
+The coordinator's renewals, take cycles and pick-up feed every fresh view of a lease through
+:meth:`LeaseMoves.consider` (a held lease asked for is handed over) and every change read from
+the lease table's stream through :meth:`LeaseMoves.picked_up` (a lease handed here is claimed
+at once; a lease that moved wakes the take cycle). :meth:`LeaseMoves.leave` hands every held
+lease to the least loaded live workers before a graceful stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any
+
+from shardflow.clock import Clock
+from shardflow.errors import ShardflowError
+from shardflow.leases.concurrency import run_bounded
+from shardflow.leases.handoff_request import handoff_request_of
+from shardflow.leases.handoffs import successors
+from shardflow.leases.model import Lease
+from shardflow.leases.owned import OwnedLease
+from shardflow.leases.pickup import LeaseChanges, LeaseView, PollingChanges, StreamChanges
+from shardflow.leases.settings import LeaseSettings
+from shardflow.leases.store import LeaseStore
+from shardflow.leases.streams import StreamSet
+from shardflow.leases.taker import LeaseTaker
+
+log = logging.getLogger("shardflow.leases")
+
+
+class LeaseMoves:
+    """Planned handoffs and pick-up for one worker (see the module doc)."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        *,
+        worker_id: str,
+        settings: LeaseSettings,
+        clock: Clock,
+        streams: StreamSet,
+        owned: Mapping[str, OwnedLease],
+        taker: LeaseTaker,
+        spawn: Callable[[Coroutine[Any, Any, None], str], None],
+        take_cycle: Callable[[list[Lease]], Awaitable[object]],
+        wake_taker: Callable[[], None],
+        lease_streams: Any | None,
+    ) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._settings = settings
+        self._clock = clock
+        self._streams = streams
+        self._owned = owned
+        self._taker = taker
+        self._spawn = spawn
+        self._take_cycle = take_cycle
+        self._wake_taker = wake_taker
+        self._lease_streams = lease_streams
+        self._images: dict[str, tuple[str | None, str | None]] = {}
+        self._handing: set[str] = set()
+        self.leaving = False
+        """Set once the worker leaves: nothing is claimed, taken or handed over any more."""
+        self.pickup_source = "off"
+        """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`changes`)."""
+
+    async def leave(self) -> int:
+        """See :meth:`LeaseCoordinator.leave`."""
+        self.leaving = True
+        self._taker.enabled = False
+        held = [owned for owned in self._owned.values() if not owned.giving_up.is_set()]
+        if not self._settings.handoff or not held:
+            return 0
+        try:
+            leases = await self._store.list_leases()
+        except ShardflowError as exc:
+            log.warning("reading the lease table before leaving failed: %s", exc)
+            return 0
+        tracker = self._taker.tracker
+        now = self._clock.monotonic()
+        tracker.observe(leases, now)
+        picks = successors(
+            self._streams.ours(leases),
+            len(held),
+            worker_id=self._worker_id,
+            is_expired=lambda lease: tracker.is_expired(lease, now),
+        )
+        started = 0
+
+        async def hand(pair: tuple[OwnedLease, str]) -> None:
+            nonlocal started
+            if await pair[0].begin_handoff(pair[1]):
+                started += 1
+
+        await run_bounded(
+            list(zip(held, picks, strict=False)),
+            hand,
+            concurrency=self._settings.renew_concurrency,
+        )
+        return started
+
+    async def pass_on_inbound(self) -> None:
+        """Release the leases handed to this worker while it was leaving (a peer leaving at
+        the same moment chose it), waiting a little for handoffs still under way, so that
+        the others pick them up at once instead of after a failover time."""
+        give_up_at = self._clock.monotonic() + min(
+            self._settings.handoff_timeout, self._settings.failover_time
+        )
+        while True:
+            try:
+                leases = self._streams.ours(await self._store.list_leases())
+            except ShardflowError as exc:
+                log.warning("looking for leases handed to %s failed: %s", self._worker_id, exc)
+                return
+            inbound = [lease for lease in leases if lease.lease_owner == self._worker_id]
+            for lease in inbound:
+                if lease.checkpoint_owner is None:
+                    with contextlib.suppress(ShardflowError):
+                        await self._store.release(lease, self._worker_id)
+                        log.info("passed on lease %s, handed over while leaving", lease.lease_key)
+            pending = [lease for lease in inbound if lease.checkpoint_owner is not None]
+            if not pending or self._clock.monotonic() >= give_up_at:
+                return
+            await self._clock.sleep(min(self._settings.pickup_poll_interval, 0.25))
+
+    def consider(self, lease: Lease) -> None:
+        """A fresh view of ``lease``: honour a handoff request on a lease held here."""
+        owned = self._owned.get(lease.lease_key)
+        if owned is None or not self._settings.handoff or self.leaving:
+            return
+        request = handoff_request_of(lease)
+        if (
+            request is None
+            or request.requester == self._worker_id
+            or not request.fresh_for(lease)
+            or lease.lease_owner != self._worker_id
+            or lease.handoff_pending
+            or owned.giving_up.is_set()
+            or lease.lease_key in self._handing
+        ):
+            return
+        self._handing.add(lease.lease_key)
+        requester = request.requester
+
+        async def hand() -> None:
+            try:
+                await owned.begin_handoff(requester)
+            finally:
+                self._handing.discard(lease.lease_key)
+
+        self._spawn(hand(), f"handoff-{lease.shard_id}")
+
+    def changes(self, stream_arn: str | None) -> LeaseChanges | None:
+        """The pick-up source the settings and the table allow."""
+        mode = self._settings.pickup
+        interval = self._settings.pickup_poll_interval
+        if mode == "off":
+            return None
+        readable = (
+            stream_arn is not None
+            and stream_arn.startswith("arn:")
+            and self._lease_streams is not None
+        )
+        if mode in ("stream", "auto") and readable:
+            assert stream_arn is not None
+            self.pickup_source = "stream"
+            return StreamChanges(
+                self._lease_streams, stream_arn, interval=interval, clock=self._clock
+            )
+        if mode == "stream":
+            log.warning(
+                "lease table %s: its stream cannot be read here; polling it instead",
+                self._store.table_name,
+            )
+        self.pickup_source = "poll"
+        return PollingChanges(self._store, interval=interval, clock=self._clock)
+
+    async def picked_up(self, view: LeaseView) -> None:
+        """React to lease changes: a complete scan is a take cycle of its own; changes from
+        the stream start one when a lease became free, was handed here, or moved."""
+        if view.complete:
+            if not self.leaving:
+                await self._take_cycle(list(view.leases))
+            for lease in view.leases:
+                self.consider(lease)
+            return
+        self._taker.observe(list(view.leases), list(view.removed))
+        moved = False
+        for lease in view.leases:
+            image = (lease.lease_owner, lease.checkpoint_owner)
+            previous = self._images.get(lease.lease_key)
+            self._images[lease.lease_key] = image
+            mine_unheld = (
+                lease.lease_owner == self._worker_id and lease.lease_key not in self._owned
+            )
+            if previous != image or lease.is_free or mine_unheld:
+                moved = True
+            if mine_unheld and lease.checkpoint_owner is None and self._settings.handoff:
+                # Handed to us: claim it from this image at once, without a scan first.
+                self._spawn(self._claim(lease), f"claim-{lease.shard_id}")
+            self.consider(lease)
+        for key in view.removed:
+            self._images.pop(key, None)
+        if moved and not self.leaving:
+            self._wake_taker()
+
+    async def _claim(self, lease: Lease) -> None:
+        if self.leaving:
+            return
+        try:
+            await self._taker.claim(lease, "handoff")
+        except Exception:
+            log.exception("claiming lease %s failed; the take cycle tries again", lease.lease_key)
