@@ -20,7 +20,9 @@ Interface (what the consumer builds on)
     await coordinator.wait_parents_done(owned)   # True once every parent lease is SHARD_END
     await coordinator.parents_done(owned)        # one check (a missing parent does not block)
     await coordinator.shard_ended(owned, children)  # after the SHARD_END checkpoint
-    await coordinator.release(owned)             # after the final checkpoint (shutdown/done)
+    await coordinator.release(owned)             # after the final checkpoint (shutdown/done);
+                                                 # completes a handoff begun on the lease
+    await coordinator.leave()                    # before a graceful stop: hand leases over
     await coordinator.stop(release=True)         # stop loops; release what is still held
 
 ``OwnedLease`` (shardflow.leases.owned): ``lease_key``, ``stream`` (name given), ``shard_id``,
