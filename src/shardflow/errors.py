@@ -448,3 +448,19 @@ class SparkOptionError(ShardflowError, ValueError):
         self.option = option
         self.problem = problem
         super().__init__(f"option {option}: {problem}")
+
+
+class SparkSinkSchemaError(ShardflowError, ValueError):
+    """The DataFrame written to the ``shardflow`` sink lacks a column, has one of the wrong type,
+    or has one the sink does not know; raised when Spark plans the write."""
+
+
+class SparkSinkWriteError(ShardflowError):
+    """A Spark task could not write its rows to Kinesis (a bad row, or records the producer
+    gave up on); the task fails with it, so Spark retries or fails the job."""
+
+    def __init__(self, stream: str, problem: str, *, failed: int = 0, written: int = 0) -> None:
+        self.stream = stream
+        self.failed = failed
+        self.written = written
+        super().__init__(f"writing to stream {stream}: {problem}")
