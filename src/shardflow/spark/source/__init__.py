@@ -1,4 +1,11 @@
-"""Reading Kinesis from Spark: batch reads and Structured Streaming micro-batches."""
+"""Reading Kinesis from Spark: batch reads and Structured Streaming micro-batches.
+
+``stream_reader`` and ``batch_reader`` check the options (raising
+:class:`~shardflow.errors.SparkOptionError` naming a bad one) and build the readers;
+the modules here hold one idea each: positions and offsets (what a batch reads), the
+metadata store (where it ended), admission control, lineage, probing, the per-shard read
+and its Arrow output.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +19,13 @@ if TYPE_CHECKING:
 
 def batch_reader(options: Mapping[str, str], schema: StructType) -> DataSourceReader:
     """The reader behind ``spark.read.format("shardflow")``."""
-    raise NotImplementedError("the shardflow Spark source is being built (issue 6)")
+    from shardflow.spark.source.batch import batch_reader_for
+
+    return batch_reader_for(options)
 
 
 def stream_reader(options: Mapping[str, str], schema: StructType) -> DataSourceStreamReader:
     """The reader behind ``spark.readStream.format("shardflow")``."""
-    raise NotImplementedError("the shardflow Spark source is being built (issue 6)")
+    from shardflow.spark.source.stream import stream_reader_for
+
+    return stream_reader_for(options)
