@@ -33,7 +33,7 @@ class PipelineView:
         table.add_row(
             "Spark revenue job -> Parquet",
             f"{self.revenue.data_batches} batches, {self.revenue.input_rows:,} rows in, "
-            f"{self.revenue.output_rows:,} window rows out, watermark "
+            f"{self.revenue.state_rows:,} window rows open, watermark "
             + (watermark.strftime("%H:%M:%S") if watermark else "-"),
         )
         table.add_row(

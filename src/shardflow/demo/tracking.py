@@ -33,6 +33,15 @@ class QueryTracker:
         return sum(n for n in rows if n > 0)
 
     @property
+    def state_rows(self) -> int:
+        """Rows held in the query's state after its latest batch (open windows, for the
+        revenue job)."""
+        if not self.batches:
+            return 0
+        latest = self.batches[max(self.batches)]
+        return sum(int(op.get("numRowsTotal") or 0) for op in latest.get("stateOperators") or [])
+
+    @property
     def data_batches(self) -> int:
         """Micro-batches that had input rows (Spark also runs empty ones, e.g. after the
         watermark moved)."""
