@@ -465,9 +465,7 @@ class DataLossError(SparkSourceError):
     record still available (None if the shard holds none).
     """
 
-    def __init__(
-        self, *, stream: str, shard_id: str, after: str, resumed_at: str | None
-    ) -> None:
+    def __init__(self, *, stream: str, shard_id: str, after: str, resumed_at: str | None) -> None:
         self.stream = stream
         self.shard_id = shard_id
         self.after = after
