@@ -31,6 +31,8 @@ class SourceOffset:
     read: Mapping[str, int] = field(default_factory=dict)
     until_ms: int | None = None
     data_loss_events: int = 0
+    # The losses the previous batch found, per shard ("after X, resumed at Y"): shown once.
+    data_lost: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         raw: dict[str, Any] = {
@@ -40,10 +42,12 @@ class SourceOffset:
             "run": self.run,
             "shards": {shard: self.shards[shard].to_text() for shard in sorted(self.shards)},
         }
+        if self.data_lost:
+            raw["lastDataLoss"] = {shard: self.data_lost[shard] for shard in sorted(self.data_lost)}
         if self.until_ms is not None:
             raw["until"] = self.until_ms
         raw["v"] = VERSION
-        return raw
+        return dict(sorted(raw.items()))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SourceOffset:
@@ -61,6 +65,7 @@ class SourceOffset:
                 read={str(shard): int(limit) for shard, limit in dict(raw["read"]).items()},
                 until_ms=None if until is None else int(until),
                 data_loss_events=int(raw.get("dataLossEvents", 0)),
+                data_lost={str(k): str(v) for k, v in dict(raw.get("lastDataLoss", {})).items()},
             )
         except (KeyError, TypeError, ValueError) as error:
             raise SourceMetadataError(

@@ -117,18 +117,20 @@ def _consumer_type(options: Mapping[str, str]) -> ConsumerType:
 
 def _starting(options: Mapping[str, str]) -> StartingPosition:
     text = (lookup(options, "startingPosition") or "TRIM_HORIZON").strip()
-    timestamp = lookup(options, "startingTimestamp")
+    if text.upper() == "AT_TIMESTAMP":
+        timestamp = lookup(options, "startingTimestamp")
+        if not timestamp:
+            raise SparkOptionError(
+                "startingTimestamp", "required with startingPosition=AT_TIMESTAMP"
+            )
+        try:
+            moment = parse_timestamp_ms(timestamp)
+        except ValueError as error:
+            raise SparkOptionError("startingTimestamp", str(error)) from None
+        return StartingPosition(ShardPosition.at_timestamp_ms(moment), {})
     try:
         if text.startswith("{"):
             return StartingPosition(ShardPosition.trim_horizon(), parse_per_shard(text))
-        if text.upper() == "AT_TIMESTAMP":
-            if not timestamp:
-                raise SparkOptionError(
-                    "startingTimestamp", "required with startingPosition=AT_TIMESTAMP"
-                )
-            return StartingPosition(
-                ShardPosition.at_timestamp_ms(parse_timestamp_ms(timestamp)), {}
-            )
         position = parse_user_position(text)
     except ValueError as error:
         raise SparkOptionError("startingPosition", str(error)) from None

@@ -124,6 +124,8 @@ class ShardRead:
                     checked = True
                     continue
                 raw = batch.records
+                if raw and self._lost is not None and self._lost.resumed_at is None:
+                    self._lost = DataLoss(self._lost.after, raw[0].sequence_number)
                 if not checked and (raw or batch.shard_ended or batch.caught_up):
                     checked = True
                     if not raw or raw[0].sequence_number != plan.start.sequence_number:

@@ -116,7 +116,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             )
         )
         to_read = sorted({*known, *probed})
-        if not to_read:
+        if not to_read and not lost:
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         budgets = shard_budgets(
@@ -131,18 +131,20 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             shards=positions,
             read=budgets,
             until_ms=cutoff,
-            data_loss_events=previous.data_loss_events + lost,
+            data_loss_events=previous.data_loss_events + len(lost),
+            # Shown in the query's progress (endOffset): an empty batch is planned for it if need be.
+            data_lost=lost,
         )
         return offset.to_dict()
 
     def _after(
         self, previous: SourceOffset
-    ) -> tuple[dict[str, ShardPosition], set[str], int, bool]:
+    ) -> tuple[dict[str, ShardPosition], set[str], dict[str, str], bool]:
         """Where each shard stands after ``previous``'s batch: positions, the shards known to
-        have more records, how many shards lost data, and whether any shard reached its end."""
+        have more records, the shards that lost data (and what), and whether any shard ended."""
         positions = dict(previous.shards)
         more: set[str] = set()
-        lost = 0
+        lost: dict[str, str] = {}
         ended = False
         if previous.batch < 0:
             return positions, more, lost, ended
@@ -155,7 +157,9 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if end.shard_ended:
                 ended = True
             if end.lost is not None:
-                lost += 1
+                lost[shard_id] = (
+                    f"after {end.lost.after}, resumed at {end.lost.resumed_at or 'the oldest record'}"
+                )
                 log.warning(
                     "batch %d lost records of shard %s of %s: after %s, resumed at %s",
                     previous.batch,
