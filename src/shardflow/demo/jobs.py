@@ -53,6 +53,10 @@ def start_spark(work_dir: Path) -> SparkSession:
 
     import shardflow.spark
 
+    # Everything Spark writes on the side (shuffle files, its JVM's temporary files) goes
+    # under the demo's working directory, which is removed at the end.
+    jvm_tmp = work_dir / "jvm-tmp"
+    jvm_tmp.mkdir(parents=True, exist_ok=True)
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("shardflow-demo")
@@ -63,6 +67,7 @@ def start_spark(work_dir: Path) -> SparkSession:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(work_dir / "warehouse"))
         .config("spark.local.dir", str(work_dir / "spark-local"))
+        .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={jvm_tmp}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
