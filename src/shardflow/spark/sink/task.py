@@ -116,7 +116,11 @@ def write_rows(
                 written=outcomes.written,
             ) from None
     except BaseException:
-        producer.close(ABORT_GRACE)
+        # The task fails with the first error; a second one while closing would only hide it.
+        try:
+            producer.close(ABORT_GRACE)
+        except Exception:
+            log.exception("closing the producer of %s after a failed write failed", stream)
         raise
     producer.close()
     outcomes.raise_if_failed(stream)
