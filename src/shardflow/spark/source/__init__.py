@@ -17,10 +17,25 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
+def _check_schema(schema: StructType) -> None:
+    from shardflow.errors import SparkOptionError
+    from shardflow.spark.schema import RECORD_SCHEMA
+
+    def columns(of: StructType) -> list[tuple[str, str]]:
+        return [(field.name, field.dataType.simpleString()) for field in of.fields]
+
+    if columns(schema) != columns(RECORD_SCHEMA):
+        raise SparkOptionError(
+            "schema",
+            "the source's columns are fixed (leave .schema() out): " + RECORD_SCHEMA.simpleString(),
+        )
+
+
 def batch_reader(options: Mapping[str, str], schema: StructType) -> DataSourceReader:
     """The reader behind ``spark.read.format("shardflow")``."""
     from shardflow.spark.source.batch import batch_reader_for
 
+    _check_schema(schema)
     return batch_reader_for(options)
 
 
@@ -28,4 +43,5 @@ def stream_reader(options: Mapping[str, str], schema: StructType) -> DataSourceS
     """The reader behind ``spark.readStream.format("shardflow")``."""
     from shardflow.spark.source.stream import stream_reader_for
 
+    _check_schema(schema)
     return stream_reader_for(options)
