@@ -448,3 +448,70 @@ class SparkOptionError(ShardflowError, ValueError):
         self.option = option
         self.problem = problem
         super().__init__(f"option {option}: {problem}")
+
+
+# --- Spark source ----------------------------------------------------------------------------
+
+
+class SparkSourceError(ShardflowError):
+    """The ``shardflow`` Spark source cannot go on reading; the message says why and what to do."""
+
+
+class DataLossError(SparkSourceError):
+    """Records the query should have read are gone (past retention, or the stream was recreated).
+
+    Raised with ``failOnDataLoss=true``; with ``false`` the source skips ahead and reports the
+    loss instead. ``after`` is the position the query had reached, ``resumed_at`` the first
+    record still available (None if the shard holds none).
+    """
+
+    def __init__(self, *, stream: str, shard_id: str, after: str, resumed_at: str | None) -> None:
+        self.stream = stream
+        self.shard_id = shard_id
+        self.after = after
+        self.resumed_at = resumed_at
+        first = f"the oldest record left is {resumed_at}" if resumed_at else "no record is left"
+        super().__init__(
+            f"data loss on shard {shard_id} of stream {stream}: the query had read up to "
+            f"{after}, which is no longer in the shard ({first}); records in between expired "
+            "or were deleted. Set failOnDataLoss=false to skip ahead and report the loss."
+        )
+
+
+class BatchEndConflictError(SparkSourceError):
+    """Two attempts of one micro-batch task disagreed on where the batch ends for a shard.
+
+    The end recorded first is binding; this attempt had already handed out a different set of
+    records, so it fails and Spark's retry reads exactly the recorded ones.
+    """
+
+    def __init__(self, *, shard_id: str, batch: int, recorded: str, read: str) -> None:
+        self.shard_id = shard_id
+        self.batch = batch
+        super().__init__(
+            f"batch {batch}, shard {shard_id}: another attempt recorded the end {recorded}, "
+            f"this one read to {read}; failing so that the retry reads the recorded records"
+        )
+
+
+class SourceMetadataError(SparkSourceError):
+    """The source's metadata at ``metadataPath`` is missing or unreadable for a batch it needs."""
+
+
+# --- Spark sink ------------------------------------------------------------------------------
+
+
+class SparkSinkSchemaError(ShardflowError, ValueError):
+    """The DataFrame written to the ``shardflow`` sink lacks a column, has one of the wrong type,
+    or has one the sink does not know; raised when Spark plans the write."""
+
+
+class SparkSinkWriteError(ShardflowError):
+    """A Spark task could not write its rows to Kinesis (a bad row, or records the producer
+    gave up on); the task fails with it, so Spark retries or fails the job."""
+
+    def __init__(self, stream: str, problem: str, *, failed: int = 0, written: int = 0) -> None:
+        self.stream = stream
+        self.failed = failed
+        self.written = written
+        super().__init__(f"writing to stream {stream}: {problem}")

@@ -1,0 +1,47 @@
+"""The executor side: one task reads one shard into Arrow record batches.
+
+Streaming tasks first look for the end their batch recorded for the shard: if an earlier
+attempt recorded one, this attempt reads exactly up to it; otherwise it reads fresh and
+records where it stopped, unless another attempt was first, in which case it fails if it
+handed out different records (Spark retries it, and the retry reads the recorded ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from shardflow.errors import BatchEndConflictError
+from shardflow.spark.source.arrow import to_record_batch
+from shardflow.spark.source.metadata import BatchEndStore
+from shardflow.spark.source.partition import ShardPartition
+from shardflow.spark.source.runtime import runner
+from shardflow.spark.source.shard_read import ShardRead, fetcher_factory
+
+
+def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of one task, as record batches with the exact schema Spark expects."""
+    plan = partition.plan
+    slot = partition.slot
+    store = None if slot is None else BatchEndStore(slot.metadata_path, slot.run_id)
+    recorded = None
+    if store is not None and slot is not None:
+        recorded = store.load(slot.batch, plan.shard_id)
+        if recorded is not None:
+            plan = dataclasses.replace(plan, until=recorded.position, budget=None, cutoff_ms=None)
+    loop = runner()
+    kinesis = loop.kinesis(partition.aws, fanout=plan.consumer_arn is not None)
+    read = ShardRead(plan, fetcher_factory(plan, kinesis))
+    for chunk in loop.iterate(read.chunks()):
+        yield to_record_batch(chunk, plan.stream_label)
+    if store is None or slot is None or recorded is not None:
+        return
+    mine = read.outcome
+    assert mine is not None
+    held = store.record_first(slot.batch, plan.shard_id, mine)
+    if (held.end, held.rows) != (mine.end, mine.rows):
+        raise BatchEndConflictError(
+            shard_id=plan.shard_id, batch=slot.batch, recorded=held.end, read=mine.end
+        )

@@ -1,0 +1,208 @@
+"""The source's options, checked once on the driver and carried to executors in partitions.
+
+Every problem raises :class:`~shardflow.errors.SparkOptionError` naming the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shardflow.errors import SparkOptionError
+from shardflow.spark.connection import StreamConnection, lookup, stream_connection
+from shardflow.spark.source.positions import (
+    LATEST,
+    ShardPosition,
+    parse_per_shard,
+    parse_timestamp_ms,
+    parse_user_position,
+)
+
+
+class ConsumerType(StrEnum):
+    POLLING = "polling"
+    EFO = "efo"
+
+
+@dataclass(frozen=True, slots=True)
+class StartingPosition:
+    """``startingPosition``: one position for every shard, or a JSON object per shard.
+
+    ``default`` is a :class:`ShardPosition` or ``"LATEST"``; ``per_shard`` overrides it for
+    the shards it names (the others take ``default``, which is TRIM_HORIZON for a JSON object).
+    """
+
+    default: ShardPosition | str
+    per_shard: Mapping[str, ShardPosition | str]
+
+    def for_shard(self, shard_id: str) -> ShardPosition | str:
+        return self.per_shard.get(shard_id, self.default)
+
+
+@dataclass(frozen=True, slots=True)
+class EndingPosition:
+    """``endingPosition`` of a batch read: the tip (LATEST), a moment, or a sequence number per
+    shard (inclusive; shards not named are read to the tip)."""
+
+    timestamp_ms: int | None = None
+    per_shard: Mapping[str, str] | None = None
+
+    def sequence_for(self, shard_id: str) -> str | None:
+        return None if self.per_shard is None else self.per_shard.get(shard_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Everything the source was told, validated."""
+
+    connection: StreamConnection
+    starting: StartingPosition
+    ending: EndingPosition
+    consumer_type: ConsumerType
+    consumer_name: str | None
+    max_records_per_trigger: int | None
+    max_records_per_shard_per_trigger: int | None
+    deaggregate: bool
+    fail_on_data_loss: bool
+    metadata_path: str | None
+    shard_sync_interval_s: float
+
+    @property
+    def stream(self) -> str:
+        """How API calls name the stream: its ARN if given, else its name."""
+        connection = self.connection
+        return connection.stream_arn or connection.stream_name or ""
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate the options of a streaming (``readStream``) or batch (``read``) source."""
+    connection = stream_connection(options)
+    consumer_type = _consumer_type(options)
+    consumer_name = lookup(options, "consumerName") or None
+    if consumer_type is ConsumerType.EFO and not consumer_name:
+        raise SparkOptionError("consumerName", "required with consumerType=efo")
+    metadata_path = lookup(options, "metadataPath") or None
+    if streaming and not metadata_path:
+        raise SparkOptionError(
+            "metadataPath",
+            "required for streaming: a directory where the source records where each "
+            "micro-batch ends (keep it with the query's checkpoint)",
+        )
+    starting = _starting(options)
+    if not streaming and starting.default == LATEST:
+        raise SparkOptionError("startingPosition", "LATEST reads nothing in a batch query")
+    return SourceOptions(
+        connection=connection,
+        starting=starting,
+        ending=_ending(options, streaming=streaming),
+        consumer_type=consumer_type,
+        consumer_name=consumer_name,
+        max_records_per_trigger=_positive_int(options, "maxRecordsPerTrigger"),
+        max_records_per_shard_per_trigger=_positive_int(options, "maxRecordsPerShardPerTrigger"),
+        deaggregate=_boolean(options, "deaggregate", default=True),
+        fail_on_data_loss=_boolean(options, "failOnDataLoss", default=True),
+        metadata_path=metadata_path,
+        shard_sync_interval_s=_positive_float(options, "shardSyncIntervalSeconds", default=10.0),
+    )
+
+
+def _consumer_type(options: Mapping[str, str]) -> ConsumerType:
+    text = (lookup(options, "consumerType") or "polling").strip().lower()
+    try:
+        return ConsumerType(text)
+    except ValueError:
+        raise SparkOptionError("consumerType", f"{text!r} is not polling or efo") from None
+
+
+def _starting(options: Mapping[str, str]) -> StartingPosition:
+    text = (lookup(options, "startingPosition") or "TRIM_HORIZON").strip()
+    if text.upper() == "AT_TIMESTAMP":
+        timestamp = lookup(options, "startingTimestamp")
+        if not timestamp:
+            raise SparkOptionError(
+                "startingTimestamp", "required with startingPosition=AT_TIMESTAMP"
+            )
+        try:
+            moment = parse_timestamp_ms(timestamp)
+        except ValueError as error:
+            raise SparkOptionError("startingTimestamp", str(error)) from None
+        return StartingPosition(ShardPosition.at_timestamp_ms(moment), {})
+    try:
+        if text.startswith("{"):
+            return StartingPosition(ShardPosition.trim_horizon(), parse_per_shard(text))
+        position = parse_user_position(text)
+    except ValueError as error:
+        raise SparkOptionError("startingPosition", str(error)) from None
+    if isinstance(position, ShardPosition) and position.names_record:
+        raise SparkOptionError(
+            "startingPosition",
+            "a sequence number names a record of one shard: give a JSON object of shard id "
+            'to position, e.g. {"shardId-000000000000": "AFTER_SEQUENCE_NUMBER:…"}',
+        )
+    return StartingPosition(position, {})
+
+
+def _ending(options: Mapping[str, str], *, streaming: bool) -> EndingPosition:
+    text = (lookup(options, "endingPosition") or "").strip()
+    if not text:
+        return EndingPosition()
+    if streaming:
+        raise SparkOptionError("endingPosition", "only batch reads (spark.read) take an end")
+    if text.upper() == LATEST:
+        return EndingPosition()
+    try:
+        if text.startswith("{"):
+            per_shard: dict[str, str] = {}
+            for shard, position in parse_per_shard(text).items():
+                if not isinstance(position, ShardPosition) or position.sequence_number is None:
+                    raise ValueError(f"{shard}: an end is a sequence number (inclusive)")
+                per_shard[shard] = position.sequence_number
+            return EndingPosition(per_shard=per_shard)
+        head, sep, rest = text.partition(":")
+        moment = rest if sep and head.upper() == "AT_TIMESTAMP" else text
+        return EndingPosition(timestamp_ms=parse_timestamp_ms(moment))
+    except ValueError as error:
+        raise SparkOptionError(
+            "endingPosition",
+            f"{error} (expected LATEST, an ISO 8601 timestamp, AT_TIMESTAMP:<…> or a JSON "
+            "object of shard id to sequence number)",
+        ) from None
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    text = lookup(options, name)
+    if text is None or not text.strip():
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise SparkOptionError(name, f"{text!r} is not an integer") from None
+    if value < 1:
+        raise SparkOptionError(name, f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(options: Mapping[str, str], name: str, *, default: float) -> float:
+    text = lookup(options, name)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise SparkOptionError(name, f"{text!r} is not a number") from None
+    if not value > 0:
+        raise SparkOptionError(name, f"must be positive, got {value}")
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, *, default: bool) -> bool:
+    text = lookup(options, name)
+    if text is None or not text.strip():
+        return default
+    cleaned = text.strip().lower()
+    if cleaned in ("true", "1", "yes"):
+        return True
+    if cleaned in ("false", "0", "no"):
+        return False
+    raise SparkOptionError(name, f"{text!r} is not true or false")

@@ -1,0 +1,276 @@
+"""Reading one shard for one Spark task: from a start position to a bound, in order.
+
+A read either runs *fresh* (stops at the tip, at a row budget, at an arrival-time cutoff or at
+the shard's end, and says where it stopped) or *up to* a known end (a recorded micro-batch
+end, or the end of a batch read), stopping exactly there. Both detect records that vanished
+(past retention): a position naming a record is read AT that record, which must still be the
+first one returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shardflow.aggregation import deaggregate as deaggregate_record
+from shardflow.consumer.fetch.batch import FetchedBatch
+from shardflow.consumer.fetch.fanout import FanOutFetcher
+from shardflow.consumer.fetch.polling import GET_RECORDS_LIMIT, PollingFetcher, PollingSettings
+from shardflow.errors import DataLossError, InvalidArgumentError, SourceMetadataError
+from shardflow.positions import StartPosition
+from shardflow.records import Record
+from shardflow.spark.source.metadata import DataLoss, ShardBatchEnd, StopReason
+from shardflow.spark.source.positions import Kind, ShardPosition
+
+log = logging.getLogger("shardflow.spark.source")
+
+# A read up to a recorded end that finds the shard caught up before reaching it polls again
+# this many times (the records were there when the end was recorded) before giving up.
+_MISSING_END_POLLS = 20
+_MISSING_END_PAUSE = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class ShardReadPlan:
+    """What one task reads of one shard. Picklable: it travels inside an InputPartition.
+
+    ``until`` makes the read stop exactly at a known end: ``AFTER:S`` includes every
+    sub-record of record S, ``AFTER:S/k`` sub-records up to k, ``SHARD_END`` everything, and a
+    position equal to ``start`` nothing. Without it the read is fresh and stops at the tip,
+    after ``budget`` rows, before the first record that arrived after ``cutoff_ms``, or at the
+    shard's end.
+    """
+
+    stream: str
+    stream_label: str
+    shard_id: str
+    start: ShardPosition
+    until: ShardPosition | None = None
+    budget: int | None = None
+    cutoff_ms: int | None = None
+    deaggregate: bool = True
+    fail_on_data_loss: bool = True
+    consumer_arn: str | None = None
+
+
+class _Fetcher(Protocol):
+    def __aiter__(self) -> AsyncIterator[FetchedBatch]: ...
+
+
+FetcherFactory = Callable[[StartPosition, int], Any]
+"""Makes the fetcher of a plan's shard at a position, asking for at most n records a call."""
+
+
+def fetcher_factory(plan: ShardReadPlan, kinesis: Any) -> FetcherFactory:
+    """Polling (GetRecords) or, with a consumer ARN, enhanced fan-out (SubscribeToShard)."""
+    if plan.consumer_arn is not None:
+        arn = plan.consumer_arn
+        return lambda start, _limit: FanOutFetcher(
+            kinesis, plan.stream, plan.shard_id, start, consumer_arn=arn
+        )
+    return lambda start, limit: PollingFetcher(
+        kinesis,
+        plan.stream,
+        plan.shard_id,
+        start,
+        # No idle wait: a task stops at the tip instead of waiting there.
+        PollingSettings(max_records=limit, idle_time=0.0),
+    )
+
+
+class ShardRead:
+    """One read of a plan. Iterate :meth:`chunks`; afterwards :attr:`outcome` says how it ended."""
+
+    def __init__(self, plan: ShardReadPlan, make_fetcher: FetcherFactory) -> None:
+        self.plan = plan
+        self._make_fetcher = make_fetcher
+        self.outcome: ShardBatchEnd | None = None
+        self._rows = 0
+        self._last: Record | None = None
+        self._lost: DataLoss | None = None
+
+    # --- the read --------------------------------------------------------------------------
+
+    async def chunks(self) -> AsyncIterator[list[Record]]:
+        """Records in shard order, a chunk per fetched batch; empty chunks are not yielded."""
+        plan = self.plan
+        nothing_to_read = plan.until is not None and (
+            plan.until == plan.start or plan.until.kind not in (Kind.AFTER, Kind.SHARD_END)
+        )
+        if plan.start.kind is Kind.SHARD_END or nothing_to_read:
+            self.outcome = self._finish("until")
+            return
+        limit = min(GET_RECORDS_LIMIT, plan.budget or GET_RECORDS_LIMIT)
+        fetcher = self._make_fetcher(plan.start.iterator_start(), limit)
+        checked = not plan.start.names_record
+        empty_tip_polls = 0
+        try:
+            while True:
+                try:
+                    batch = await anext(aiter(fetcher))
+                except StopAsyncIteration:
+                    self.outcome = self._finish("end", ended=True)
+                    return
+                except InvalidArgumentError:
+                    if checked:
+                        raise
+                    # The emulator or service refuses a sequence number it no longer knows.
+                    await _close(fetcher)
+                    fetcher = self._make_fetcher(StartPosition.trim_horizon(), limit)
+                    self._data_lost(None, refused=True)
+                    checked = True
+                    continue
+                raw = batch.records
+                if raw and self._lost is not None and self._lost.resumed_at is None:
+                    self._lost = DataLoss(self._lost.after, raw[0].sequence_number)
+                if not checked and (raw or batch.shard_ended or batch.caught_up):
+                    checked = True
+                    if not raw or raw[0].sequence_number != plan.start.sequence_number:
+                        self._data_lost(raw[0] if raw else None)
+                chunk, stop = self._take(raw)
+                if chunk:
+                    yield chunk
+                if stop is not None:
+                    self.outcome = self._finish(stop)
+                    return
+                if batch.shard_ended:
+                    self.outcome = self._finish("end", ended=True)
+                    return
+                if plan.until is not None:
+                    if _at_tip(batch, limit, polling=plan.consumer_arn is None):
+                        empty_tip_polls += 1
+                        if empty_tip_polls > _MISSING_END_POLLS:
+                            raise SourceMetadataError(
+                                f"shard {plan.shard_id}: the recorded end {plan.until} was not "
+                                f"found after {self._last_text()}"
+                            )
+                        await asyncio.sleep(_MISSING_END_PAUSE)
+                    continue
+                if _at_tip(batch, limit, polling=plan.consumer_arn is None):
+                    self.outcome = self._finish("tip")
+                    return
+        finally:
+            await _close(fetcher)
+
+    def _take(self, raw: list[Record]) -> tuple[list[Record], StopReason | None]:
+        """The records of one fetched batch to hand out, and why to stop after them if so."""
+        plan = self.plan
+        records = (
+            [sub for record in raw for sub in deaggregate_record(record)]
+            if plan.deaggregate
+            else raw
+        )
+        taken: list[Record] = []
+        for record in records:
+            if plan.start.skips(record.sequence_number, record.sub_sequence_number):
+                continue
+            if plan.until is not None:
+                if _beyond(record, plan.until):
+                    return taken, "until"
+                taken.append(record)
+                self._note(record)
+                if _reaches(record, plan.until):
+                    return taken, "until"
+                continue
+            if plan.cutoff_ms is not None and _arrived_after(record, plan.cutoff_ms):
+                return taken, "cutoff"
+            taken.append(record)
+            self._note(record)
+            if plan.budget is not None and self._rows >= plan.budget:
+                return taken, "budget"
+        return taken, None
+
+    def _note(self, record: Record) -> None:
+        self._rows += 1
+        self._last = record
+
+    # --- endings ---------------------------------------------------------------------------
+
+    def _finish(self, stopped: StopReason, *, ended: bool = False) -> ShardBatchEnd:
+        plan = self.plan
+        if ended:
+            end = ShardPosition.shard_end()
+        elif self._last is not None:
+            last = self._last
+            whole = (
+                last.sub_sequence_number >= last.last_sub_sequence_number or not plan.deaggregate
+            )
+            end = ShardPosition.after(
+                last.sequence_number, None if whole else last.sub_sequence_number
+            )
+        elif self._lost is not None and self._lost.resumed_at is None:
+            # Everything after the start is gone and nothing newer came: start over at the oldest.
+            end = ShardPosition.trim_horizon()
+        else:
+            end = plan.start
+        return ShardBatchEnd(end=end.to_text(), rows=self._rows, stopped=stopped, lost=self._lost)
+
+    def _data_lost(self, first: Record | None, *, refused: bool = False) -> None:
+        plan = self.plan
+        resumed_at = None if first is None else first.sequence_number
+        if plan.fail_on_data_loss:
+            raise DataLossError(
+                stream=plan.stream_label,
+                shard_id=plan.shard_id,
+                after=str(plan.start),
+                resumed_at=resumed_at,
+            )
+        log.warning(
+            "data loss on shard %s of %s: %s is gone%s; skipping ahead to %s (failOnDataLoss=false)",
+            plan.shard_id,
+            plan.stream_label,
+            plan.start,
+            " (sequence number refused)" if refused else "",
+            resumed_at or "the oldest record left",
+        )
+        self._lost = DataLoss(after=str(plan.start), resumed_at=resumed_at)
+
+    def _last_text(self) -> str:
+        last = self._last
+        if last is None:
+            return str(self.plan.start)
+        return f"{last.sequence_number}/{last.sub_sequence_number}"
+
+
+def _at_tip(batch: FetchedBatch, limit: int, *, polling: bool) -> bool:
+    """Whether this batch shows the shard caught up: an empty batch at the tip, or (GetRecords)
+    fewer records than asked for with nothing behind them."""
+    if batch.caught_up:
+        return True
+    if batch.millis_behind_latest != 0:
+        return False
+    return not polling or len(batch.records) < limit
+
+
+def _beyond(record: Record, until: ShardPosition) -> bool:
+    if until.kind is Kind.SHARD_END or until.sequence_number is None:
+        return False
+    seq, bound = int(record.sequence_number), int(until.sequence_number)
+    if seq != bound:
+        return seq > bound
+    return (
+        until.sub_sequence_number is not None
+        and record.sub_sequence_number > until.sub_sequence_number
+    )
+
+
+def _reaches(record: Record, until: ShardPosition) -> bool:
+    if until.kind is Kind.SHARD_END or record.sequence_number != until.sequence_number:
+        return False
+    if until.sub_sequence_number is not None:
+        return record.sub_sequence_number >= until.sub_sequence_number
+    return record.sub_sequence_number >= record.last_sub_sequence_number
+
+
+def _arrived_after(record: Record, cutoff_ms: int) -> bool:
+    arrived = record.approximate_arrival_timestamp
+    return arrived is not None and arrived.timestamp() * 1000 > cutoff_ms
+
+
+async def _close(fetcher: Any) -> None:
+    close = getattr(fetcher, "aclose", None)
+    if close is not None:
+        await close()

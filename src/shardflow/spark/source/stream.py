@@ -1,0 +1,249 @@
+"""The driver side of ``spark.readStream.format("shardflow")``: offsets and partitions.
+
+Per micro-batch Spark calls :meth:`latestOffset` (what the next batch reads), then
+:meth:`partitions` (one task per shard), then ``read`` on executors. The batch's start
+positions come from the ends the previous batch recorded in the metadata store; a shard
+joins once its parents are fully read (resharding keeps per-key order); shards are probed
+so that no batch is planned when nothing is new.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from shardflow.aws.kinesis import list_shards
+from shardflow.consumer.fetch.registration import register_consumer
+from shardflow.shards import ShardInfo
+from shardflow.spark.source.admission import shard_budgets
+from shardflow.spark.source.execute import read_partition
+from shardflow.spark.source.lineage import parents_of, readable_shards
+from shardflow.spark.source.metadata import BatchEndStore
+from shardflow.spark.source.offsets import UNLIMITED, SourceOffset
+from shardflow.spark.source.options import ConsumerType, SourceOptions
+from shardflow.spark.source.partition import BatchSlot, ShardPartition
+from shardflow.spark.source.positions import LATEST, Kind, ShardPosition
+from shardflow.spark.source.probe import shards_with_records
+from shardflow.spark.source.runtime import runner
+from shardflow.spark.source.shard_read import ShardReadPlan
+
+log = logging.getLogger("shardflow.spark.source")
+
+# Batch ends kept behind the last committed batch (only the latest one or two are ever needed).
+_KEPT_BATCHES = 10
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Kinesis as a Structured Streaming source with deterministic, replayable micro-batches."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        # Plain data only: Spark pickles this reader to run read() on executors.
+        self.options = options
+        self._cutoff_ms: int | None = None
+        self._listing: list[ShardInfo] | None = None
+        self._listed_at = 0.0
+        self._consumer_arn: str | None = None
+
+    # --- offsets ---------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        listing = self._list(force=True)
+        starting = self.options.starting
+        moment = now_ms()
+        shards: dict[str, ShardPosition] = {}
+        for shard in listing:
+            wanted = starting.for_shard(shard.shard_id)
+            if wanted == LATEST:
+                # LATEST pinned to the query's start, so a replayed first batch reads the same.
+                wanted = (
+                    ShardPosition.at_timestamp_ms(moment)
+                    if shard.is_open
+                    else ShardPosition.shard_end()
+                )
+            assert isinstance(wanted, ShardPosition)
+            shards[shard.shard_id] = wanted
+        offset = SourceOffset(run=uuid.uuid4().hex, batch=-1, shards=shards)
+        log.info("shardflow source for %s starts with %d shards", self._label, len(shards))
+        return offset.to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_records_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Records that arrive after this moment belong to the next run.
+        self._cutoff_ms = now_ms()
+        log.info("AvailableNow: reading records that arrived by %d ms", self._cutoff_ms)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        previous = SourceOffset.from_dict(start)
+        positions, more, lost, ended = self._after(previous)
+        listing = self._list(force=ended)
+        listed = {shard.shard_id for shard in listing}
+        for shard_id in sorted(listed - positions.keys()):
+            positions[shard_id] = ShardPosition.trim_horizon()  # new since: read from its start
+        for shard_id in sorted(positions.keys() - listed):
+            if positions[shard_id].kind is not Kind.SHARD_END:
+                log.warning(
+                    "shard %s is gone from %s before it was read to its end", shard_id, self._label
+                )
+            del positions[shard_id]
+        readable = readable_shards(positions, parents_of(listing))
+        cutoff = self._cutoff_ms
+        known = [s for s in readable if s in more]
+        probed = runner().run(
+            shards_with_records(
+                self._kinesis(),
+                self.options.stream,
+                {s: positions[s] for s in readable if s not in more},
+                cutoff,
+            )
+        )
+        to_read = sorted({*known, *probed})
+        if not to_read and not lost:
+            return start
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        budgets = shard_budgets(
+            to_read,
+            max_rows,
+            self.options.max_records_per_shard_per_trigger,
+            previous.batch + 1,
+        )
+        offset = SourceOffset(
+            run=previous.run,
+            batch=previous.batch + 1,
+            shards=positions,
+            read=budgets,
+            until_ms=cutoff,
+            data_loss_events=previous.data_loss_events + len(lost),
+            # Shown in the query's progress (endOffset): an empty batch is planned for it if need be.
+            data_lost=lost,
+        )
+        return offset.to_dict()
+
+    def _after(
+        self, previous: SourceOffset
+    ) -> tuple[dict[str, ShardPosition], set[str], dict[str, str], bool]:
+        """Where each shard stands after ``previous``'s batch: positions, the shards known to
+        have more records, the shards that lost data (and what), and whether any shard ended."""
+        positions = dict(previous.shards)
+        more: set[str] = set()
+        lost: dict[str, str] = {}
+        ended = False
+        if previous.batch < 0:
+            return positions, more, lost, ended
+        store = self._store(previous.run)
+        for shard_id in sorted(previous.read):
+            end = store.require(previous.batch, shard_id)
+            positions[shard_id] = end.position
+            if end.stopped == "budget":
+                more.add(shard_id)
+            if end.shard_ended:
+                ended = True
+            if end.lost is not None:
+                lost[shard_id] = (
+                    f"after {end.lost.after}, resumed at {end.lost.resumed_at or 'the oldest record'}"
+                )
+                log.warning(
+                    "batch %d lost records of shard %s of %s: after %s, resumed at %s",
+                    previous.batch,
+                    shard_id,
+                    self._label,
+                    end.lost.after,
+                    end.lost.resumed_at or "the oldest record",
+                )
+        return positions, more, lost, ended
+
+    # --- planning --------------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        offset = SourceOffset.from_dict(end)
+        metadata_path = self.options.metadata_path
+        assert metadata_path is not None
+        slot = BatchSlot(metadata_path, offset.run, offset.batch)
+        consumer_arn = self._efo_consumer_arn()
+        return [
+            ShardPartition(
+                ShardReadPlan(
+                    stream=self.options.stream,
+                    stream_label=self._label,
+                    shard_id=shard_id,
+                    start=offset.shards[shard_id],
+                    budget=None if budget == UNLIMITED else budget,
+                    cutoff_ms=offset.until_ms,
+                    deaggregate=self.options.deaggregate,
+                    fail_on_data_loss=self.options.fail_on_data_loss,
+                    consumer_arn=consumer_arn,
+                ),
+                self.options.connection.aws_settings(),
+                slot,
+            )
+            for shard_id, budget in sorted(offset.read.items())
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ShardPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        offset = SourceOffset.from_dict(end)
+        if offset.batch > _KEPT_BATCHES:
+            self._store(offset.run).forget_before(offset.batch - _KEPT_BATCHES)
+
+    def stop(self) -> None:
+        """Nothing to release: clients belong to the thread's runner (Spark may not call this)."""
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    @property
+    def _label(self) -> str:
+        return self.options.connection.stream_label
+
+    def _store(self, run_id: str) -> BatchEndStore:
+        metadata_path = self.options.metadata_path
+        assert metadata_path is not None
+        return BatchEndStore(metadata_path, run_id)
+
+    def _kinesis(self) -> Any:
+        return runner().kinesis(self.options.connection.aws_settings())
+
+    def _list(self, *, force: bool) -> list[ShardInfo]:
+        due = time.monotonic() - self._listed_at >= self.options.shard_sync_interval_s
+        if self._listing is None or force or due:
+            self._listing = runner().run(list_shards(self._kinesis(), self.options.stream))
+            self._listed_at = time.monotonic()
+        return self._listing
+
+    def _efo_consumer_arn(self) -> str | None:
+        options = self.options
+        if options.consumer_type is not ConsumerType.EFO:
+            return None
+        if self._consumer_arn is None:
+            assert options.consumer_name is not None
+            consumer = runner().run(
+                register_consumer(self._kinesis(), options.stream, options.consumer_name)
+            )
+            self._consumer_arn = consumer.arn
+        return self._consumer_arn
+
+
+def stream_reader_for(options: Mapping[str, str]) -> ShardflowStreamReader:
+    from shardflow.spark.source.options import parse_options
+
+    return ShardflowStreamReader(parse_options(options, streaming=True))
