@@ -39,7 +39,7 @@ from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer import checkpoint as checkpoints
 from shardflow.consumer.connections import Connections
-from shardflow.consumer.dispatch.contracts import DeadLetterSink
+from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
 from shardflow.consumer.dispatch.drive import dispatched_driver
 from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.events import (
@@ -52,7 +52,6 @@ from shardflow.consumer.fetch.observer import FetchObserver
 from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.session import ShardSession
 from shardflow.consumer.settings import ConsumerSettings, default_worker_id
 from shardflow.consumer.shard_worker import (
@@ -140,7 +139,7 @@ class Consumer:
         *,
         batch: bool = False,
         auto_ack: bool = True,
-        dead_letters: DeadLetterSink[ConsumedRecord[Any]] | None = None,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         """Hand every record of every owned shard to ``handler`` until :meth:`stop`.
 
@@ -155,6 +154,11 @@ class Consumer:
         records are dispatched per its ordering mode, retried, and finally failed ones go to
         ``dead_letters`` or stop the shard; the handler then takes single records and the
         consumer acknowledges them (``batch`` and ``auto_ack=False`` are refused).
+        ``dead_letters`` is a :class:`~shardflow.deadletter.DeadLetterDestination` (e.g.
+        :class:`~shardflow.deadletter.JsonLinesDestination`,
+        :class:`~shardflow.deadletter.KinesisDestination`; the caller closes it) or a
+        :class:`~shardflow.consumer.dispatch.DeadLetterSink` of one's own. A record is
+        acknowledged only after its letter was written; a failed write stops the shard.
         """
         dispatch = self.settings.dispatch
         if dispatch is not None:
@@ -173,7 +177,7 @@ class Consumer:
                 drive = dispatched_driver(
                     handler,  # type: ignore[arg-type]  # a record handler, as refused above
                     dispatch,
-                    sink=dead_letters,
+                    sink=as_sink(dead_letters, dispatch),
                     executor=self._executor,
                     clock=self._clock,
                 )

@@ -8,6 +8,7 @@ acknowledged in the shard's ack tracker only after it succeeded or was dead-lett
 """
 
 from shardflow.consumer.dispatch.contracts import DeadLetterSink, WorkerLimit
+from shardflow.consumer.dispatch.dead_letters import DeadLetters, DestinationSink
 from shardflow.consumer.dispatch.invoke import RecordHandler
 from shardflow.consumer.dispatch.scheduler import DispatchCounts, ShardDispatcher
 from shardflow.consumer.dispatch.settings import (
@@ -24,6 +25,8 @@ from shardflow.consumer.dispatch.settings import (
 __all__ = [
     "NO_BACKOFF",
     "DeadLetterSink",
+    "DeadLetters",
+    "DestinationSink",
     "DispatchCounts",
     "DispatchSettings",
     "FailurePolicy",
