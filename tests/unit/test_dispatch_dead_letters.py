@@ -46,6 +46,10 @@ class RefusingDestination:
         pass
 
 
+def letters_in(path: Path) -> list[DeadLetter]:
+    return list(read_json_lines(path)) if path.exists() else []
+
+
 async def run_until(consumer: Consumer, handle: Any, done: Any, **options: Any) -> None:
     run = asyncio.create_task(consumer.consume(handle, **options))
     await eventually(done)
@@ -116,7 +120,7 @@ async def test_block_key_letters_name_the_blocked_key_and_the_blocking_record(
     await run_until(
         consumer,
         handle,
-        lambda: handled == [b"1", b"3"] and len(list(read_json_lines(destination.path))) == 3,
+        lambda: handled == [b"1", b"3"] and len(letters_in(destination.path)) == 3,
         dead_letters=destination,
     )
     await destination.close()
@@ -176,3 +180,39 @@ async def test_destination_sink_takes_the_key_from_a_blocked_record_error(tmp_pa
 def test_destination_sink_refuses_what_is_not_a_destination() -> None:
     with pytest.raises(TypeError, match="not a dead-letter destination"):
         DestinationSink(object())  # type: ignore[arg-type]
+
+
+async def test_release_key_lets_later_records_of_a_blocked_key_be_handled_again(
+    tmp_path: Path,
+) -> None:
+    kinesis = stream_of([("a", b"0"), ("b", b"1"), ("a", b"2")])
+    destination = JsonLinesDestination(tmp_path / "letters.jsonl")
+    handled: list[bytes] = []
+
+    async def handle(record: ConsumedRecord[bytes]) -> None:
+        if record.data == b"0":
+            raise RuntimeError("downstream refused")
+        handled.append(record.data)
+
+    consumer = Consumer(
+        "s",
+        "app",
+        settings=fast_settings(dispatch=dispatching(ordering="key", on_failure="block-key")),
+        kinesis=kinesis,
+        lease_store=InMemoryLeaseStore("app"),
+    )
+    assert consumer.release_key("a") == 0  # not running: nothing is blocked
+    run = asyncio.create_task(consumer.consume(handle, dead_letters=destination))
+    await eventually(lambda: len(letters_in(destination.path)) == 2)
+    (shard,) = kinesis.shard_ids("s")
+    assert consumer.blocked_keys() == {("s", shard): frozenset({"a"})}
+    # From another thread (an admin endpoint, say), as from the loop.
+    assert await asyncio.to_thread(consumer.release_key, "a", stream="s") == 1
+    assert consumer.blocked_keys() == {}
+    assert consumer.release_key("a") == 0
+    kinesis.put_many("s", [("a", b"3")])
+    await eventually(lambda: handled == [b"1", b"3"])
+    await consumer.stop()
+    await asyncio.wait_for(run, 5)
+    await destination.close()
+    assert [letter.data for letter in read_json_lines(destination.path)] == [b"0", b"2"]

@@ -33,14 +33,14 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer import checkpoint as checkpoints
 from shardflow.consumer.connections import Connections
 from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
-from shardflow.consumer.dispatch.drive import dispatched_driver
+from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
 from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.events import (
     CheckpointWritten,
@@ -73,6 +73,8 @@ ErrorCallback = Callable[[str, str, BaseException], None]
 """Called with (stream, shard id, error) when a shard stops because of an error."""
 
 ShardDriver = Callable[[ShardWorker], Awaitable[ShardResult]]
+
+T = TypeVar("T")
 
 
 class Consumer:
@@ -130,6 +132,7 @@ class Consumer:
         self._fatal: BaseException | None = None
         self._connections: Connections | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._dispatched: DispatchedShards | None = None
 
     # --- public API --------------------------------------------------------------------------
 
@@ -174,14 +177,17 @@ class Consumer:
                 )
                 drive = lambda worker: worker.run(adapter)  # noqa: E731
             else:
-                drive = dispatched_driver(
+                drive = self._dispatched = dispatched_driver(
                     handler,  # type: ignore[arg-type]  # a record handler, as refused above
                     dispatch,
                     sink=as_sink(dead_letters, dispatch),
                     executor=self._executor,
                     clock=self._clock,
                 )
-            await self._dispatch(coordinator, drive)
+            try:
+                await self._dispatch(coordinator, drive)
+            finally:
+                self._dispatched = None
         if self._fatal is not None:
             raise self._fatal
 
@@ -241,6 +247,43 @@ class Consumer:
         from shardflow.consumer.sync import run_blocking
 
         run_blocking(self, handler, batch=batch, auto_ack=auto_ack)
+
+    def release_key(
+        self, key: str, *, stream: str | None = None, shard_id: str | None = None
+    ) -> int:
+        """Unblock ``key`` (blocked by the ``block-key`` failure policy): its records read after
+        this are handled again. Returns on how many shards the key was blocked (0: nowhere).
+
+        ``stream`` / ``shard_id`` limit the release to those shards. Safe from any thread.
+        Blocked keys live in this process, per shard: a key blocked on a shard that moved to
+        another worker (or before a restart) is not blocked there.
+        """
+        return self._on_loop(
+            lambda: self._dispatched_call(
+                lambda shards: shards.release(key, stream=stream, shard_id=shard_id), 0
+            )
+        )
+
+    def blocked_keys(self) -> dict[tuple[str, str], frozenset[str]]:
+        """Keys blocked now by the ``block-key`` policy, per (stream, shard id). Any thread."""
+        return self._on_loop(
+            lambda: self._dispatched_call(lambda shards: shards.blocked_keys(), {})
+        )
+
+    def _dispatched_call(self, call: Callable[[DispatchedShards], T], empty: T) -> T:
+        shards = self._dispatched
+        return empty if shards is None else call(shards)
+
+    def _on_loop(self, call: Callable[[], T]) -> T:
+        """``call()`` on the consumer's event loop, waiting for it when called from elsewhere."""
+        loop = self._loop
+        if loop is None or not self._active or threading.get_ident() == self._loop_thread:
+            return call()
+
+        async def on_loop() -> T:
+            return call()
+
+        return asyncio.run_coroutine_threadsafe(on_loop(), loop).result()
 
     @property
     def running(self) -> bool:
