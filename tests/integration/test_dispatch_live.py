@@ -37,6 +37,7 @@ from shardflow.consumer.completed import decode_completed
 from shardflow.consumer.dispatch import (
     DispatchSettings,
     FailurePolicy,
+    Idempotency,
     OrderingMode,
     RetryBackoff,
     RetryPolicy,
@@ -370,3 +371,59 @@ def test_a_killed_workers_successor_handles_exactly_the_incomplete_window(
     moto_url: str, kill: Kill
 ) -> None:
     asyncio.run(run_kill(moto_url, kill))
+
+
+# --- dead letters on a Kinesis stream, an idempotency guard in DynamoDB ------------------------
+
+
+async def test_kinesis_dead_letters_and_a_dynamodb_guard_across_a_failover(moto_url: str) -> None:
+    from shardflow.deadletter import KinesisDestination
+    from shardflow.idempotency import DynamoDBIdempotencyGuard
+
+    keys = [f"k{i % 3}" for i in range(10)]
+    stream, records = write_stream(moto_url, keys, 0)
+    dlq = f"{stream}-dlq"
+    make_stream(moto_url, dlq, 1)
+    aws = AwsSettings(endpoint_url=moto_url)
+    calls: Counter[int] = Counter()
+    handled: list[int] = []
+
+    async def handle(record: ConsumedRecord[bytes]) -> None:
+        index = int(record.data)
+        calls[index] += 1
+        if index == 4:
+            raise ValueError("poison")
+        handled.append(index)
+
+    def letters() -> list[DeadLetter]:
+        return [DeadLetter.from_json(r.data) for r in user_records(moto_url, dlq)]
+
+    async def run_once(app: str, guard: DynamoDBIdempotencyGuard, expected_letters: int) -> None:
+        dispatch = DispatchSettings(
+            ordering="key",
+            retry=RetryPolicy(2, QUICK_RETRY),
+            on_failure="skip",
+            idempotency=Idempotency(guard),
+        )
+        destination = KinesisDestination(dlq, aws=aws)
+        consumer = Consumer(stream, app, settings=replace(BASE, dispatch=dispatch), aws=aws)
+        run = asyncio.create_task(consumer.consume(handle, dead_letters=destination))
+        try:
+            await until(lambda: len(letters()) == expected_letters or run.done(), 30, every=0.2)
+        finally:
+            await consumer.stop()
+            await run
+            await destination.close()
+
+    async with DynamoDBIdempotencyGuard.connect(ClientFactory(aws), f"{stream}-once") as guard:
+        await run_once(f"{stream}-app", guard, 1)
+        assert sorted(handled) == [i for i in range(10) if i != 4]
+        # A fresh application reads the stream again, as after a lost checkpoint: the guard
+        # skips every handled record; the failed one was released, so it is tried again.
+        await run_once(f"{stream}-again", guard, 2)
+    assert sorted(handled) == [i for i in range(10) if i != 4]
+    assert calls == Counter({i: 1 for i in range(10) if i != 4} | {4: 4})
+    first, second = letters()
+    assert (first.data, first.stream, first.shard_id) == (b"4", stream, records[4].shard_id)
+    assert first.sequence_number == second.sequence_number == records[4].sequence_number
+    assert (first.error_type, first.attempts) == ("ValueError", 2)

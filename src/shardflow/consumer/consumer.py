@@ -242,11 +242,18 @@ class Consumer:
         if self._active and asyncio.current_task() not in self._shard_tasks:
             await self._stopped.wait()
 
-    def run(self, handler: Handler, *, batch: bool = False, auto_ack: bool = True) -> None:
+    def run(
+        self,
+        handler: Handler,
+        *,
+        batch: bool = False,
+        auto_ack: bool = True,
+        dead_letters: DeadLetters | None = None,
+    ) -> None:
         """Blocking :meth:`consume`: SIGTERM or SIGINT stop it gracefully (twice: at once)."""
         from shardflow.consumer.sync import run_blocking
 
-        run_blocking(self, handler, batch=batch, auto_ack=auto_ack)
+        run_blocking(self, handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters)
 
     def release_key(
         self, key: str, *, stream: str | None = None, shard_id: str | None = None
