@@ -6,6 +6,7 @@ for the test that appends every record to that worker's own file.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -39,6 +40,13 @@ def stuck(record):
     with open(OUT, "a", encoding="utf-8") as out:
         out.write("started\\n")
     time.sleep(3600)
+
+
+async def picky(record):
+    if record.value["n"] == 7:
+        raise ValueError("seven is refused")
+    with open(OUT, "a", encoding="utf-8") as out:
+        out.write(f"{record.partition_key} {record.value['n']}\\n")
 
 
 async def handle_batch(records):
@@ -225,6 +233,56 @@ def test_batch_handler_with_json_values(moto_url: str, stream_name: str, tmp_pat
     # The final checkpoint at SIGTERM covers everything: a restart would handle nothing again.
     table = lease_items(moto_url, app_name)
     assert all(item["checkpoint"]["S"].isdigit() for item in table.values())
+
+
+def test_key_ordered_dispatch_with_dead_letters_to_a_file(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    (tmp_path / "handler.py").write_text(HANDLER)
+    app_name = f"app-{stream_name}"
+    kinesis = make_stream(moto_url, stream_name, 1)
+    put_records(kinesis, stream_name, [(f"k{i % 3}", f'{{"n": {i}}}'.encode()) for i in range(12)])
+    letters = tmp_path / "letters.jsonl"
+    args = (
+        *("--deserializer", "json", "--ordering", "key", "--attempts", "2"),
+        *("--on-failure", "block-key", "--dead-letters", f"file:{letters}", "--store-completed"),
+    )
+    with worker(tmp_path, "w1", moto_url, stream_name, app_name, *args, target="handler:picky") as (
+        process,
+        out,
+    ):
+        # 7 is key k1: k1's later records 10 follows it into the dead letters.
+        wait_for(lambda: len(lines(out)) >= 9 and len(lines(letters)) >= 2, what="all records")
+        stop(process, tmp_path / "w1.log")
+    handled = [line.split(" ") for line in lines(out)]
+    assert sorted(int(n) for _, n in handled) == [i for i in range(12) if i not in (7, 10)]
+    for key in ("k0", "k1", "k2"):
+        numbers = [int(n) for k, n in handled if k == key]
+        assert numbers == sorted(numbers)
+    written = [json.loads(line) for line in lines(letters)]
+    assert [json.loads(base64.b64decode(w["data"]))["n"] for w in written] == [7, 10]
+    assert [w["blocked_key"] for w in written] == ["k1", "k1"]
+    assert [w["error"]["type"] for w in written] == ["ValueError", "KeyBlockedError"]
+    (item,) = lease_items(moto_url, app_name).values()
+    assert item["checkpoint"]["S"].isdigit()
+
+
+def test_dispatch_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    (tmp_path / "h.py").write_text("def handle(record):\n    pass\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        base = ["consume", "h:handle", "-s", "s", "-a", "a"]
+        result = CliRunner().invoke(app, [*base, "--on-failure", "skip"])
+        assert result.exit_code == 2
+        assert "needs --dead-letters" in result.output
+        result = CliRunner().invoke(app, [*base, "--dead-letters", "bucket:x"])
+        assert result.exit_code == 2
+        assert "file:PATH or stream:NAME" in result.output
+        result = CliRunner().invoke(app, [*base, "--ordering", "key", "--batch"])
+        assert result.exit_code == 2
+        assert "--batch cannot be combined" in result.output
+    finally:
+        sys.path.remove(str(tmp_path))
 
 
 def test_a_handler_that_cannot_be_imported_is_a_usage_error(tmp_path: Path) -> None:

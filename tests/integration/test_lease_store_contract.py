@@ -244,6 +244,45 @@ async def test_prepared_checkpoints_and_their_state(store: LeaseStore) -> None:
     assert await store.get(KEY) == cleared
 
 
+async def test_completed_state_lives_in_its_own_attribute_with_the_checkpoint(
+    workers: Workers,
+) -> None:
+    a, b = await workers(), await workers()
+    lease = await a.prepare_checkpoint(
+        await held(a), "a", ExtendedSequenceNumber("5000"), pending_state=b"kcl-app"
+    )
+    state = b"\x01\x00" + bytes(range(256)) * 4
+    written = await a.checkpoint(lease, "a", SEQ, completed_state=state)
+    assert (written.checkpoint, written.completed_state) == (SEQ, state)
+    # Not a prepared checkpoint: a KCL worker reading the item sees none.
+    assert (written.pending_checkpoint, written.pending_checkpoint_state) == (None, None)
+    assert written.completed_state_or_legacy == state
+    # Renewals, releases and takes leave it alone: the next owner finds it.
+    renewed = await a.renew(written, "a")
+    released = await a.release(renewed, "a")
+    taken = await b.take(released, "b")
+    assert taken.completed_state == state
+    assert (await b.get(KEY)) == taken
+    # A checkpoint without state removes it: state of an older checkpoint means nothing.
+    moved = await b.checkpoint(taken, "b", ExtendedSequenceNumber(SEQ.sequence_number, 3))
+    assert moved.completed_state is None
+    assert (await a.get(KEY)) == moved
+
+
+async def test_completed_state_of_earlier_versions_is_still_read(store: LeaseStore) -> None:
+    lease = await held(store)
+    # Earlier shardflow versions: a prepared checkpoint equal to the checkpoint, state as its bytes.
+    old = await store.checkpoint(lease, "a", SEQ, pending=SEQ, pending_state=b"\x01old")
+    assert old.completed_state is None
+    assert old.completed_state_or_legacy == b"\x01old"
+    # A prepared checkpoint elsewhere is KCL's two-phase checkpoint, not completed state.
+    kcl = await store.checkpoint(old, "a", SEQ, pending=ExtendedSequenceNumber("9" * 20))
+    assert kcl.completed_state_or_legacy is None
+    # shardflow's next checkpoint writes the new attribute and clears the old form.
+    new = await store.checkpoint(kcl, "a", SEQ, completed_state=b"\x01new")
+    assert (new.pending_checkpoint, new.completed_state_or_legacy) == (None, b"\x01new")
+
+
 async def test_items_over_the_dynamodb_limit_are_refused(
     backend: Backend, store: LeaseStore
 ) -> None:

@@ -146,13 +146,12 @@ async def test_completed_state_is_stored_with_the_checkpoint_and_cleared_by_none
         await owned.writer.write(esn(7), completed_state=b"\x01state")
         stored = (await w.leases())[sid(0)]
         assert stored.checkpoint == esn(7)
-        assert stored.pending_checkpoint == esn(7)
-        assert stored.pending_checkpoint_state == b"\x01state"
+        assert stored.completed_state == b"\x01state"
+        assert stored.pending_checkpoint is None  # not a prepared checkpoint (KCL would use it)
         assert owned.completed_state == b"\x01state"
         await owned.writer.write(esn(8))
         stored = (await w.leases())[sid(0)]
-        assert stored.pending_checkpoint is None
-        assert stored.pending_checkpoint_state is None
+        assert stored.completed_state is None
         assert owned.completed_state is None
 
 

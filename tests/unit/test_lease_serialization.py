@@ -71,6 +71,7 @@ def leases(draw: st.DrawFn) -> Lease:
         checkpoint=lease.checkpoint,
         pending_checkpoint=draw(st.none() | positions),
         pending_checkpoint_state=draw(st.none() | st.binary(max_size=20)),
+        completed_state=draw(st.none() | st.binary(max_size=20)),
         parent_shard_ids=lease.parent_shard_ids,
         child_shard_ids=draw(st.frozensets(shard_ids, max_size=2)),
         hash_range=lease.hash_range,

@@ -98,8 +98,15 @@ def test_checkpoint_sets_position_resets_switches_and_clears_the_prepared_one() 
             Remove("pendingCheckpoint"),
             Remove("pendingCheckpointSubSequenceNumber"),
             Remove("pendingCheckpointState"),
+            Remove("shardflowCompleted"),
         ]
     )
+
+
+def test_checkpoint_stores_the_completed_state_in_shardflows_own_attribute() -> None:
+    write = w.checkpoint(HELD, "a", POSITION, completed_state=b"\x01s")
+    assert Put("shardflowCompleted", {"B": b"\x01s"}) in write.actions
+    assert Remove("pendingCheckpoint") in write.actions  # never disguised as a KCL one
 
 
 def test_checkpoint_can_keep_or_replace_the_prepared_one() -> None:

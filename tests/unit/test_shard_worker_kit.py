@@ -69,8 +69,7 @@ class StubLease:
             lease_counter=1,
             checkpoint=position,
             hash_range=hash_range,
-            pending_checkpoint=position if completed_state else None,
-            pending_checkpoint_state=completed_state,
+            completed_state=completed_state,
         )
         self.lost = asyncio.Event()
         self.giving_up = asyncio.Event()
@@ -86,7 +85,7 @@ class StubLease:
 
     @property
     def completed_state(self) -> bytes | None:
-        return self.lease.pending_checkpoint_state
+        return self.lease.completed_state
 
     @property
     def hash_range(self) -> HashKeyRange | None:

@@ -18,6 +18,17 @@ import typer
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.settings import AwsSettings
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, fail, run
+from shardflow.cli.dispatch_options import (
+    Attempts,
+    DeadLettersOption,
+    MaxInFlight,
+    OnFailure,
+    OnFailureOption,
+    OrderingOption,
+    dead_letter_target,
+    dispatch_settings,
+    open_dead_letters,
+)
 from shardflow.cli.positions import parse_start_position
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
@@ -191,6 +202,19 @@ def consume(
             show_default=False,
         ),
     ] = None,
+    ordering: OrderingOption = None,
+    max_in_flight: MaxInFlight = 256,
+    attempts: Attempts = 3,
+    on_failure: OnFailureOption = OnFailure.STOP_SHARD,
+    dead_letters: DeadLettersOption = None,
+    store_completed: Annotated[
+        bool,
+        typer.Option(
+            "--store-completed",
+            help="Store records handled beyond the checkpoint with the lease (a restart skips "
+            "them).",
+        ),
+    ] = False,
     log_level: Annotated[
         str, typer.Option("--log-level", help="debug, info, warning or error.")
     ] = "info",
@@ -207,6 +231,10 @@ def consume(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    letters_target = dead_letter_target(dead_letters)
+    dispatch = dispatch_settings(ordering, max_in_flight, attempts, on_failure, dead_letters)
+    if dispatch is not None and batch:
+        fail("--batch cannot be combined with dispatch options (--ordering, ...)", code=2)
     try:
         leases = LeaseSettings(failover_time=failover_time, take_interval=take_interval)
         settings = ConsumerSettings(
@@ -216,11 +244,16 @@ def consume(
             efo_consumer_name=efo_consumer_name,
             polling=PollingSettings(idle_time=idle_time),
             leases=leases,
-            checkpoint=CheckpointSettings(every_n=checkpoint_every, interval=checkpoint_interval),
+            checkpoint=CheckpointSettings(
+                every_n=checkpoint_every,
+                interval=checkpoint_interval,
+                store_completed=store_completed,
+            ),
             deserializer=_DESERIALIZERS[deserializer],
             prefetch_records=prefetch_records,
             on_error="stop_shard" if on_error is OnError.STOP_SHARD else "stop_consumer",
             drain_timeout=drain_timeout,
+            dispatch=dispatch,
         )
     except ValueError as exc:
         fail(str(exc), code=2)
@@ -228,14 +261,15 @@ def consume(
     lease_aws = aws_settings(lease_endpoint_url or endpoint_url, region, profile)
 
     async def work() -> None:
-        async with _lease_store(
-            application, lease_aws, separate=lease_endpoint_url is not None
-        ) as store:
+        async with (
+            _lease_store(application, lease_aws, separate=lease_endpoint_url is not None) as store,
+            open_dead_letters(letters_target, aws) as letters,
+        ):
             consumer = Consumer(streams, application, settings=settings, aws=aws, lease_store=store)
             with _metrics_server(consumer, metrics_port):
                 uninstall = install_stop_signals(consumer.request_stop)
                 try:
-                    await consumer.consume(handler, batch=batch)
+                    await consumer.consume(handler, batch=batch, dead_letters=letters)
                 finally:
                     uninstall()
 

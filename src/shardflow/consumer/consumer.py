@@ -33,14 +33,14 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer import checkpoint as checkpoints
 from shardflow.consumer.connections import Connections
-from shardflow.consumer.dispatch.contracts import DeadLetterSink
-from shardflow.consumer.dispatch.drive import dispatched_driver
+from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
+from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
 from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.events import (
     CheckpointWritten,
@@ -52,7 +52,6 @@ from shardflow.consumer.fetch.observer import FetchObserver
 from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.session import ShardSession
 from shardflow.consumer.settings import ConsumerSettings, default_worker_id
 from shardflow.consumer.shard_worker import (
@@ -74,6 +73,8 @@ ErrorCallback = Callable[[str, str, BaseException], None]
 """Called with (stream, shard id, error) when a shard stops because of an error."""
 
 ShardDriver = Callable[[ShardWorker], Awaitable[ShardResult]]
+
+T = TypeVar("T")
 
 
 class Consumer:
@@ -131,6 +132,7 @@ class Consumer:
         self._fatal: BaseException | None = None
         self._connections: Connections | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._dispatched: DispatchedShards | None = None
 
     # --- public API --------------------------------------------------------------------------
 
@@ -140,7 +142,7 @@ class Consumer:
         *,
         batch: bool = False,
         auto_ack: bool = True,
-        dead_letters: DeadLetterSink[ConsumedRecord[Any]] | None = None,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         """Hand every record of every owned shard to ``handler`` until :meth:`stop`.
 
@@ -155,6 +157,11 @@ class Consumer:
         records are dispatched per its ordering mode, retried, and finally failed ones go to
         ``dead_letters`` or stop the shard; the handler then takes single records and the
         consumer acknowledges them (``batch`` and ``auto_ack=False`` are refused).
+        ``dead_letters`` is a :class:`~shardflow.deadletter.DeadLetterDestination` (e.g.
+        :class:`~shardflow.deadletter.JsonLinesDestination`,
+        :class:`~shardflow.deadletter.KinesisDestination`; the caller closes it) or a
+        :class:`~shardflow.consumer.dispatch.DeadLetterSink` of one's own. A record is
+        acknowledged only after its letter was written; a failed write stops the shard.
         """
         dispatch = self.settings.dispatch
         if dispatch is not None:
@@ -170,14 +177,17 @@ class Consumer:
                 )
                 drive = lambda worker: worker.run(adapter)  # noqa: E731
             else:
-                drive = dispatched_driver(
+                drive = self._dispatched = dispatched_driver(
                     handler,  # type: ignore[arg-type]  # a record handler, as refused above
                     dispatch,
-                    sink=dead_letters,
+                    sink=as_sink(dead_letters, dispatch),
                     executor=self._executor,
                     clock=self._clock,
                 )
-            await self._dispatch(coordinator, drive)
+            try:
+                await self._dispatch(coordinator, drive)
+            finally:
+                self._dispatched = None
         if self._fatal is not None:
             raise self._fatal
 
@@ -232,11 +242,55 @@ class Consumer:
         if self._active and asyncio.current_task() not in self._shard_tasks:
             await self._stopped.wait()
 
-    def run(self, handler: Handler, *, batch: bool = False, auto_ack: bool = True) -> None:
+    def run(
+        self,
+        handler: Handler,
+        *,
+        batch: bool = False,
+        auto_ack: bool = True,
+        dead_letters: DeadLetters | None = None,
+    ) -> None:
         """Blocking :meth:`consume`: SIGTERM or SIGINT stop it gracefully (twice: at once)."""
         from shardflow.consumer.sync import run_blocking
 
-        run_blocking(self, handler, batch=batch, auto_ack=auto_ack)
+        run_blocking(self, handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters)
+
+    def release_key(
+        self, key: str, *, stream: str | None = None, shard_id: str | None = None
+    ) -> int:
+        """Unblock ``key`` (blocked by the ``block-key`` failure policy): its records read after
+        this are handled again. Returns on how many shards the key was blocked (0: nowhere).
+
+        ``stream`` / ``shard_id`` limit the release to those shards. Safe from any thread.
+        Blocked keys live in this process, per shard: a key blocked on a shard that moved to
+        another worker (or before a restart) is not blocked there.
+        """
+        return self._on_loop(
+            lambda: self._dispatched_call(
+                lambda shards: shards.release(key, stream=stream, shard_id=shard_id), 0
+            )
+        )
+
+    def blocked_keys(self) -> dict[tuple[str, str], frozenset[str]]:
+        """Keys blocked now by the ``block-key`` policy, per (stream, shard id). Any thread."""
+        return self._on_loop(
+            lambda: self._dispatched_call(lambda shards: shards.blocked_keys(), {})
+        )
+
+    def _dispatched_call(self, call: Callable[[DispatchedShards], T], empty: T) -> T:
+        shards = self._dispatched
+        return empty if shards is None else call(shards)
+
+    def _on_loop(self, call: Callable[[], T]) -> T:
+        """``call()`` on the consumer's event loop, waiting for it when called from elsewhere."""
+        loop = self._loop
+        if loop is None or not self._active or threading.get_ident() == self._loop_thread:
+            return call()
+
+        async def on_loop() -> T:
+            return call()
+
+        return asyncio.run_coroutine_threadsafe(on_loop(), loop).result()
 
     @property
     def running(self) -> bool:

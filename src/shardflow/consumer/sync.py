@@ -21,6 +21,7 @@ from shardflow.consumer.signals import install_stop_signals
 
 if TYPE_CHECKING:
     from shardflow.consumer.consumer import Consumer
+    from shardflow.consumer.dispatch.dead_letters import DeadLetters
 
 
 def run_blocking(
@@ -30,6 +31,7 @@ def run_blocking(
     batch: bool = False,
     auto_ack: bool = True,
     handle_signals: bool = True,
+    dead_letters: DeadLetters | None = None,
 ) -> None:
     """Run ``consumer.consume(handler)`` on a new event loop until it stops.
 
@@ -40,7 +42,9 @@ def run_blocking(
     async def main() -> None:
         uninstall = install_stop_signals(consumer.request_stop) if handle_signals else None
         try:
-            await consumer.consume(handler, batch=batch, auto_ack=auto_ack)
+            await consumer.consume(
+                handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters
+            )
         finally:
             if uninstall is not None:
                 uninstall()
@@ -55,6 +59,7 @@ def run_consumer(
     *,
     batch: bool = False,
     auto_ack: bool = True,
+    dead_letters: DeadLetters | None = None,
     **options: Any,
 ) -> None:
     """Build a :class:`~shardflow.consumer.Consumer` (``options`` as its keyword arguments) and
@@ -62,4 +67,4 @@ def run_consumer(
     from shardflow.consumer.consumer import Consumer
 
     consumer = Consumer(stream, application_name, **options)
-    run_blocking(consumer, handler, batch=batch, auto_ack=auto_ack)
+    run_blocking(consumer, handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters)

@@ -35,7 +35,7 @@ conditional on the counter, serialized with renewals), ``record_children(ids)``.
 A shard may be processed only while ``owned.valid()``; when ``lost`` is set stop at once and
 never checkpoint again (the writer refuses anyway). When ``giving_up`` is set (shutdown, or a
 KCL 3.x handoff away from this worker) checkpoint what was handled, then ``release``.
-``completed_state`` is stored as pendingCheckpoint (= the checkpoint) + pendingCheckpointState.
+``completed_state`` is stored in shardflow's own attribute ``shardflowCompleted`` (see serialization).
 
 The coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
 WorkerJoined and WorkerLeft (shardflow.consumer.events); the consumer emits the others.

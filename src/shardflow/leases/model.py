@@ -34,6 +34,10 @@ class Lease:
     identifier ``account:stream:epoch`` in the attribute ``streamName``. ``shard_id`` is always
     the shard's id (for single-stream leases, the lease key).
 
+    ``completed_state`` (attribute ``shardflowCompleted``, shardflow's own) lists records
+    handled beyond the checkpoint, for a restart or the next owner to skip; it counts only while
+    its encoded base equals :attr:`checkpoint` (see :mod:`shardflow.consumer.completed`).
+
     ``extra`` holds the item's other attributes, as DynamoDB values, untouched: stores write
     only the attributes an operation owns, so what newer KCL versions add survives.
     """
@@ -45,6 +49,7 @@ class Lease:
     checkpoint: ExtendedSequenceNumber = _START
     pending_checkpoint: ExtendedSequenceNumber | None = None
     pending_checkpoint_state: bytes | None = None
+    completed_state: bytes | None = None
     parent_shard_ids: frozenset[str] = frozenset()
     child_shard_ids: frozenset[str] = frozenset()
     hash_range: HashKeyRange | None = None
@@ -104,6 +109,16 @@ class Lease:
             stream_name=stream,
             shard_id=shard_id,
         )
+
+    @property
+    def completed_state_or_legacy(self) -> bytes | None:
+        """The completed-record state: ``shardflowCompleted``, else the form earlier shardflow
+        versions wrote (a prepared checkpoint equal to the checkpoint, the state as its bytes)."""
+        if self.completed_state is not None:
+            return self.completed_state
+        if self.pending_checkpoint is not None and self.pending_checkpoint == self.checkpoint:
+            return self.pending_checkpoint_state
+        return None
 
     @property
     def actual_owner(self) -> str | None:

@@ -107,12 +107,10 @@ class OwnedLease:
     def completed_state(self) -> bytes | None:
         """Records handled beyond the checkpoint, as the writer stored them (None: none).
 
-        Stored as a prepared checkpoint equal to the checkpoint, with the state as its bytes.
+        Stored in ``shardflowCompleted``; the prepared-checkpoint form of earlier versions is
+        still read (see :attr:`Lease.completed_state_or_legacy`).
         """
-        lease = self._lease
-        if lease.pending_checkpoint != lease.checkpoint:
-            return None
-        return lease.pending_checkpoint_state
+        return self._lease.completed_state_or_legacy
 
     @property
     def parent_shard_ids(self) -> frozenset[str]:
@@ -199,11 +197,11 @@ class OwnedLease:
         during the write.
         """
         self.ensure_valid()
-        pending = position if completed_state is not None else None
 
         def write(lease: Lease) -> Awaitable[Lease]:
+            # The prepared checkpoint (of earlier versions' completed state) is cleared.
             return self._store.checkpoint(
-                lease, self._worker_id, position, pending=pending, pending_state=completed_state
+                lease, self._worker_id, position, completed_state=completed_state
             )
 
         try:
@@ -373,8 +371,8 @@ class LeaseCheckpointWriter:
 
     Refuses (:class:`ShardLeaseLost`) once the lease is lost or past its deadline; otherwise
     writes through the store, conditional on the lease's current counter, serialized with
-    renewals. ``completed_state`` is kept as a prepared checkpoint equal to the checkpoint
-    (``pendingCheckpoint`` + ``pendingCheckpointState``); None clears it.
+    renewals. ``completed_state`` is stored in the lease's ``shardflowCompleted`` attribute;
+    None clears it.
     """
 
     def __init__(self, owned: OwnedLease) -> None:

@@ -23,7 +23,16 @@ startingHashKey, endingHashKey S    the shard's hash-key range (decimal), option
 throughputKBps                 N    (3.x) measured throughput of the lease, optional
 checkpointOwner                S    (3.x) graceful handoff: worker that must checkpoint first
 streamName, shardId            S    multi-stream only: stream identifier and shard id
+shardflowCompleted             B    shardflow only: records handled beyond the checkpoint
 ============================== ==== ==========================================================
+
+``shardflowCompleted`` holds :func:`~shardflow.consumer.completed.encode_completed` bytes whose
+base is the checkpoint they were written with. KCL workers ignore it and keep it (their updates
+name the attributes they change); a checkpoint by any worker that does not write it leaves a
+state whose base no longer matches, which readers ignore. Earlier shardflow versions stored the
+same bytes as a prepared checkpoint equal to the checkpoint (``pendingCheckpoint`` +
+``pendingCheckpointState``), which a KCL worker would take for a real prepared checkpoint;
+that form is still read (:attr:`Lease.completed_state_or_legacy`), no longer written.
 
 KCL 2.5.8 refuses to start on an item without ``leaseCounter`` or
 ``ownerSwitchesSinceCheckpoint`` (or with them not N), and never processes a shard whose item
@@ -63,6 +72,7 @@ THROUGHPUT_KBPS: Final = "throughputKBps"
 CHECKPOINT_OWNER: Final = "checkpointOwner"
 STREAM_NAME: Final = "streamName"
 SHARD_ID: Final = "shardId"
+SHARDFLOW_COMPLETED: Final = "shardflowCompleted"
 ENTITY_TYPE: Final = "entityType"
 LEASE_ENTITY: Final = "LEASE"
 
@@ -85,6 +95,7 @@ KNOWN_ATTRIBUTES: Final = frozenset(
         CHECKPOINT_OWNER,
         STREAM_NAME,
         SHARD_ID,
+        SHARDFLOW_COMPLETED,
     }
 )
 """Attributes :class:`Lease` models; every other one lands in :attr:`Lease.extra`."""
@@ -107,6 +118,7 @@ ATTRIBUTE_TYPES: Final[Mapping[str, str]] = {
     CHECKPOINT_OWNER: "S",
     STREAM_NAME: "S",
     SHARD_ID: "S",
+    SHARDFLOW_COMPLETED: "B",
 }
 """The DynamoDB type of every attribute in the schema above."""
 
@@ -200,6 +212,10 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
     if PENDING_CHECKPOINT_STATE in item and state is None:
         # KCL's own item builder once stored a number here; keep it as an unknown attribute.
         extra[PENDING_CHECKPOINT_STATE] = item[PENDING_CHECKPOINT_STATE]
+    completed = item.get(SHARDFLOW_COMPLETED, {}).get("B")
+    if SHARDFLOW_COMPLETED in item and completed is None:
+        # Not ours to judge: kept untouched, and no records are skipped because of it.
+        extra[SHARDFLOW_COMPLETED] = item[SHARDFLOW_COMPLETED]
     try:
         hash_range = HashKeyRange(int(start), int(end)) if start and end else None
         return Lease(
@@ -214,6 +230,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
                 else None
             ),
             pending_checkpoint_state=bytes(state) if state is not None else None,
+            completed_state=bytes(completed) if completed is not None else None,
             parent_shard_ids=frozenset(_get(item, PARENT_SHARD_IDS, "SS") or ()),
             child_shard_ids=frozenset(_get(item, CHILD_SHARD_IDS, "SS") or ()),
             hash_range=hash_range,
@@ -246,6 +263,8 @@ def lease_to_item(lease: Lease) -> Item:
         item[PENDING_CHECKPOINT_SUB] = n(lease.pending_checkpoint.sub_sequence_number)
     if lease.pending_checkpoint_state is not None:
         item[PENDING_CHECKPOINT_STATE] = b(lease.pending_checkpoint_state)
+    if lease.completed_state is not None:
+        item[SHARDFLOW_COMPLETED] = b(lease.completed_state)
     if lease.parent_shard_ids:
         item[PARENT_SHARD_IDS] = ss(lease.parent_shard_ids)
     if lease.child_shard_ids:

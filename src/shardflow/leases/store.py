@@ -83,6 +83,7 @@ class LeaseStore(Protocol):
         pending: ExtendedSequenceNumber | None = None,
         pending_state: bytes | None = None,
         clear_pending: bool = True,
+        completed_state: bytes | None = None,
     ) -> Lease: ...
 
     async def prepare_checkpoint(
@@ -171,8 +172,10 @@ class LeaseStoreBase(abc.ABC):
         pending: ExtendedSequenceNumber | None = None,
         pending_state: bytes | None = None,
         clear_pending: bool = True,
+        completed_state: bytes | None = None,
     ) -> Lease:
-        """Record ``position`` (SHARD_END allowed) as processed by ``owner``."""
+        """Record ``position`` (SHARD_END allowed) as processed by ``owner``, with the records
+        handled beyond it (``shardflowCompleted``; None removes it)."""
         return await self._lease(
             writes.checkpoint(
                 lease,
@@ -181,6 +184,7 @@ class LeaseStoreBase(abc.ABC):
                 pending=pending,
                 pending_state=pending_state,
                 clear_pending=clear_pending,
+                completed_state=completed_state,
             )
         )
 

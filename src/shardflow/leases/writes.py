@@ -29,6 +29,7 @@ from shardflow.leases.serialization import (
     PENDING_CHECKPOINT,
     PENDING_CHECKPOINT_STATE,
     PENDING_CHECKPOINT_SUB,
+    SHARDFLOW_COMPLETED,
     STARTING_HASH_KEY,
     THROUGHPUT_KBPS,
     b,
@@ -326,12 +327,15 @@ def checkpoint(
     pending: ExtendedSequenceNumber | None = None,
     pending_state: bytes | None = None,
     clear_pending: bool = True,
+    completed_state: bytes | None = None,
 ) -> LeaseWrite:
     """Record ``position`` as processed (KCL setCheckpoint via updateLease).
 
     Sets checkpoint and checkpointSubSequenceNumber, resets ownerSwitchesSinceCheckpoint to 0,
     bumps the counter. The prepared checkpoint is replaced by ``pending`` if given, else
-    removed (with its state) unless ``clear_pending`` is False. Conditions: counter and holder.
+    removed (with its state) unless ``clear_pending`` is False. ``shardflowCompleted`` is set to
+    ``completed_state``, or removed when None (state of an older checkpoint means nothing).
+    Conditions: counter and holder.
     """
     _worker(owner, "owner")
     _position(position, "position")
@@ -345,6 +349,11 @@ def checkpoint(
         Put(CHECKPOINT_SUB, n(position.sub_sequence_number)),
         Put(OWNER_SWITCHES, n(0)),
         *_pending_actions(pending, pending_state, clear=clear_pending),
+        (
+            Put(SHARDFLOW_COMPLETED, b(completed_state))
+            if completed_state is not None
+            else Remove(SHARDFLOW_COMPLETED)
+        ),
     ]
     held = _bumped_and_held(lease, owner)
     return LeaseWrite(

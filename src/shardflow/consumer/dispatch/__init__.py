@@ -8,12 +8,14 @@ acknowledged in the shard's ack tracker only after it succeeded or was dead-lett
 """
 
 from shardflow.consumer.dispatch.contracts import DeadLetterSink, WorkerLimit
+from shardflow.consumer.dispatch.dead_letters import DeadLetters, DestinationSink
 from shardflow.consumer.dispatch.invoke import RecordHandler
 from shardflow.consumer.dispatch.scheduler import DispatchCounts, ShardDispatcher
 from shardflow.consumer.dispatch.settings import (
     NO_BACKOFF,
     DispatchSettings,
     FailurePolicy,
+    Idempotency,
     KeyFunction,
     OrderingMode,
     RetryBackoff,
@@ -24,9 +26,12 @@ from shardflow.consumer.dispatch.settings import (
 __all__ = [
     "NO_BACKOFF",
     "DeadLetterSink",
+    "DeadLetters",
+    "DestinationSink",
     "DispatchCounts",
     "DispatchSettings",
     "FailurePolicy",
+    "Idempotency",
     "KeyFunction",
     "OrderingMode",
     "RecordHandler",

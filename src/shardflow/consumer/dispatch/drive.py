@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +87,71 @@ async def _feed_and_drain(
         await dispatcher.drain()
 
 
+class DispatchedShards:
+    """What the consumer runs per owned shard (call it with the shard's worker): a dispatcher
+    of its own per shard, one worker-wide limit; and the running dispatchers, for releasing
+    keys blocked by the ``block-key`` policy."""
+
+    def __init__(
+        self,
+        handler: RecordHandler[ConsumedRecord[Any]],
+        settings: DispatchSettings,
+        *,
+        sink: DeadLetterSink[ConsumedRecord[Any]] | None,
+        executor: Executor | None,
+        clock: Clock,
+    ) -> None:
+        if settings.needs_dead_letters and sink is None:
+            raise ValueError(f"on_failure={settings.on_failure!r} needs a dead-letter destination")
+        self._handler = handler
+        self._settings = settings
+        self._sink = sink
+        self._executor = executor
+        self._clock = clock
+        per_worker = settings.max_in_flight_per_worker
+        self._limit = asyncio.Semaphore(per_worker) if per_worker is not None else None
+        # (stream, shard id) -> the dispatcher of a shard being processed now.
+        self._running: dict[tuple[str, str], ShardDispatcher[ConsumedRecord[Any]]] = {}
+
+    async def __call__(self, worker: ShardWorker) -> ShardResult:
+        dispatcher: ShardDispatcher[ConsumedRecord[Any]] = ShardDispatcher(
+            self._handler,
+            worker.checkpointer.tracker,
+            self._settings,
+            sink=self._sink,
+            worker_limit=self._limit,
+            executor=self._executor,
+            clock=self._clock,
+            on_stop=worker.fail,
+        )
+        where = (worker.stream, worker.shard_id)
+        self._running[where] = dispatcher
+        try:
+            return await run_dispatched(worker, dispatcher)
+        finally:
+            if self._running.get(where) is dispatcher:
+                del self._running[where]
+
+    def blocked_keys(self) -> dict[tuple[str, str], frozenset[str]]:
+        """Keys blocked now, per (stream, shard id) of the shards processed here."""
+        return {
+            where: dispatcher.blocked_keys
+            for where, dispatcher in self._running.items()
+            if dispatcher.blocked_keys
+        }
+
+    def release(self, key: str, *, stream: str | None = None, shard_id: str | None = None) -> int:
+        """Unblock ``key`` on every matching shard processed here; how many shards had it."""
+        released = 0
+        for (shard_stream, shard), dispatcher in list(self._running.items()):
+            if stream is not None and shard_stream != stream:
+                continue
+            if shard_id is not None and shard != shard_id:
+                continue
+            released += dispatcher.release(key)
+        return released
+
+
 def dispatched_driver(
     handler: RecordHandler[ConsumedRecord[Any]],
     settings: DispatchSettings,
@@ -95,24 +159,6 @@ def dispatched_driver(
     sink: DeadLetterSink[ConsumedRecord[Any]] | None,
     executor: Executor | None,
     clock: Clock,
-) -> Callable[[ShardWorker], Awaitable[ShardResult]]:
-    """What the consumer runs per owned shard: a dispatcher of its own, one worker-wide limit."""
-    if settings.needs_dead_letters and sink is None:
-        raise ValueError(f"on_failure={settings.on_failure!r} needs a dead-letter destination")
-    per_worker = settings.max_in_flight_per_worker
-    limit = asyncio.Semaphore(per_worker) if per_worker is not None else None
-
-    async def drive(worker: ShardWorker) -> ShardResult:
-        dispatcher: ShardDispatcher[ConsumedRecord[Any]] = ShardDispatcher(
-            handler,
-            worker.checkpointer.tracker,
-            settings,
-            sink=sink,
-            worker_limit=limit,
-            executor=executor,
-            clock=clock,
-            on_stop=worker.fail,
-        )
-        return await run_dispatched(worker, dispatcher)
-
-    return drive
+) -> DispatchedShards:
+    """What the consumer runs per owned shard (see :class:`DispatchedShards`)."""
+    return DispatchedShards(handler, settings, sink=sink, executor=executor, clock=clock)

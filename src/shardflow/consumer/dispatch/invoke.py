@@ -2,6 +2,9 @@
 
 A handler call holds a slot of the worker-wide limit while it runs; the pause before a retry
 does not. Every failure is wrapped in :class:`~shardflow.errors.HandlerError` naming the record.
+
+With an idempotency guard each call is claim -> handler -> complete, and a failed handler
+releases its claim (see :class:`~shardflow.consumer.dispatch.settings.Idempotency`).
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from typing import Generic, TypeVar
 
 from shardflow.clock import Clock
 from shardflow.consumer.dispatch.contracts import WorkerLimit
-from shardflow.consumer.dispatch.settings import RetryPolicy
+from shardflow.consumer.dispatch.settings import Idempotency, RetryPolicy
 from shardflow.consumer.handlers import is_async_handler
-from shardflow.errors import HandlerError
+from shardflow.errors import ClaimInProgressError, HandlerError
+from shardflow.idempotency.guard import ClaimOutcome
 from shardflow.records import Record
 
 R = TypeVar("R", bound=Record)
@@ -43,6 +47,8 @@ class Attempts:
     """The last failure; None when the last call succeeded."""
     abandoned: bool = False
     """Retries were given up because the dispatcher stopped: the record is not finished."""
+    skipped: bool = False
+    """The idempotency guard knew the record as handled before: no handler call was made."""
 
     @property
     def succeeded(self) -> bool:
@@ -74,6 +80,7 @@ class RetryingCall(Generic[R]):
         executor: Executor | None = None,
         worker_limit: WorkerLimit | None = None,
         rng: random.Random | None = None,
+        idempotency: Idempotency | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
@@ -84,6 +91,7 @@ class RetryingCall(Generic[R]):
         self._executor = executor
         self._limit = worker_limit
         self._rng = rng
+        self._idempotency = idempotency
 
     async def run(self, record: R, go_on: GoOn) -> Attempts:
         """Handle ``record``; between attempts, pause per the policy and ask ``go_on()``."""
@@ -97,13 +105,42 @@ class RetryingCall(Generic[R]):
                     return Attempts(calls, last, abandoned=True)
             calls += 1
             try:
-                await self._call_once(record)
+                ran = await self._guarded_call(record)
             except Exception as exc:
                 last = handler_error(exc, record)
                 log.debug("%s (attempt %d of %d)", last, calls, policy.attempts)
                 continue
-            return Attempts(calls)
+            return Attempts(calls, skipped=not ran)
         return Attempts(calls, last)
+
+    async def _guarded_call(self, record: R) -> bool:
+        """One attempt; False when the guard knew the record as handled (no call made)."""
+        idempotency = self._idempotency
+        if idempotency is None:
+            await self._call_once(record)
+            return True
+        guard = idempotency.guard
+        claim = await guard.claim(idempotency.key(record))
+        if claim.outcome is ClaimOutcome.DONE:
+            return False
+        if claim.outcome is ClaimOutcome.IN_PROGRESS:
+            raise ClaimInProgressError(claim.key)
+        try:
+            await self._call_once(record)
+        except BaseException:
+            try:
+                await guard.release(claim)
+            except Exception:
+                # The claim then expires after its TTL; the handler's own error is what counts.
+                log.warning("releasing idempotency claim %r failed", claim.key, exc_info=True)
+            raise
+        try:
+            await guard.complete(claim)
+        except Exception:
+            # The record was handled: acknowledge it. Unmarked, a later redelivery (after the
+            # claim expired) handles it again, which at-least-once allows.
+            log.warning("completing idempotency claim %r failed", claim.key, exc_info=True)
+        return True
 
     async def _call_once(self, record: R) -> None:
         limit = self._limit

@@ -63,6 +63,8 @@ class DispatchCounts:
     """Records the sink stored (acknowledged)."""
     abandoned: int
     """Records dropped unacknowledged because dispatching stopped."""
+    duplicates: int
+    """Records the idempotency guard knew as handled before (acknowledged without a call)."""
     in_flight: int
     """Records accepted and not finished."""
     blocked_keys: int
@@ -107,6 +109,7 @@ class ShardDispatcher(Generic[R]):
             executor=executor,
             worker_limit=worker_limit,
             rng=rng,
+            idempotency=settings.idempotency,
         )
         self._key_function = settings.key_function
         self._needs_key = settings.ordering == "key" or settings.on_failure == "block-key"
@@ -126,6 +129,7 @@ class ShardDispatcher(Generic[R]):
         self._handled = 0
         self._dead_lettered = 0
         self._abandoned = 0
+        self._duplicates = 0
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -148,6 +152,7 @@ class ShardDispatcher(Generic[R]):
             handled=self._handled,
             dead_lettered=self._dead_lettered,
             abandoned=self._abandoned,
+            duplicates=self._duplicates,
             in_flight=self._in_flight,
             blocked_keys=len(self._blocked),
         )
@@ -293,7 +298,10 @@ class ShardDispatcher(Generic[R]):
             attempts = await self._call.run(record, self._may_go_on)
             if attempts.succeeded:
                 self._tracker.ack(record)
-                self._handled += 1
+                if attempts.skipped:
+                    self._duplicates += 1
+                else:
+                    self._handled += 1
                 return
             if attempts.abandoned or attempts.error is None:
                 self._abandoned += 1

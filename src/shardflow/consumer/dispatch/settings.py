@@ -15,6 +15,9 @@ Failure policies, applied once a record has failed ``retry.attempts`` handler ca
 - ``"skip"``: write the record to the dead letters and go on.
 - ``"block-key"``: as ``skip``, and every later record of the same key follows it into the dead
   letters, unhandled, until the key is released, so a key's order is never broken.
+
+With ``idempotency`` (:class:`Idempotency`) each handler call is wrapped in an idempotency
+guard's claim: a record already handled (e.g. before a failover) is acknowledged without a call.
 """
 
 from __future__ import annotations
@@ -22,9 +25,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import TYPE_CHECKING, Final, Literal, get_args
 
+from shardflow.idempotency.guard import KeyFunction as IdempotencyKey
+from shardflow.idempotency.guard import by_position
 from shardflow.records import Record
+
+if TYPE_CHECKING:
+    from shardflow.idempotency.guard import IdempotencyGuard
 
 OrderingMode = Literal["shard", "key", "unordered"]
 FailurePolicy = Literal["skip", "block-key", "stop-shard"]
@@ -84,6 +92,33 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Idempotency:
+    """An idempotency guard around every handler call, and how records are named to it.
+
+    ``guard``: a :class:`~shardflow.idempotency.MemoryIdempotencyGuard` (one process) or a
+    :class:`~shardflow.idempotency.DynamoDBIdempotencyGuard` (shared by all workers, TTL).
+    ``key``: the record's name (default :func:`~shardflow.idempotency.by_position`:
+    stream/shard/sequence/sub-sequence, the same after a failover; or
+    :func:`~shardflow.idempotency.by_user_key` for an id in the payload).
+
+    Per call: claim the key; a key handled before is acknowledged without calling the handler;
+    a key claimed elsewhere counts as a failed attempt (retried per the retry policy); a failed
+    handler releases its claim, so a retry or the shard's next owner handles the record. The
+    guard stays the caller's: the consumer never closes it.
+    """
+
+    guard: IdempotencyGuard
+    key: IdempotencyKey = by_position
+
+    def __post_init__(self) -> None:
+        for method in ("claim", "complete", "release"):
+            if not callable(getattr(self.guard, method, None)):
+                raise TypeError(f"not an idempotency guard (no {method}()): {self.guard!r}")
+        if not callable(self.key):
+            raise TypeError(f"key must be a function of a record, got {self.key!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class DispatchSettings:
     """Ordering, bounds, retries and the failure policy of one consumer (see the module doc).
 
@@ -98,6 +133,8 @@ class DispatchSettings:
     need a dead-letter destination.
     ``max_in_flight_per_worker``: handler calls running at once across all shards of a
     consumer (default None: no bound beyond the per-shard one).
+    ``idempotency``: an idempotency guard around handler calls (:class:`Idempotency`; default
+    None: none).
     """
 
     ordering: OrderingMode = "shard"
@@ -106,6 +143,7 @@ class DispatchSettings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     on_failure: FailurePolicy = "stop-shard"
     max_in_flight_per_worker: int | None = None
+    idempotency: Idempotency | None = None
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERING_MODES:

@@ -1,0 +1,141 @@
+"""The idempotency guard around dispatched handler calls: skip what was handled, never lose."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from shardflow.consumer import ConsumedRecord, Consumer
+from shardflow.consumer.dispatch import (
+    NO_BACKOFF,
+    DispatchSettings,
+    Idempotency,
+    RetryPolicy,
+    ShardDispatcher,
+)
+from shardflow.errors import ClaimInProgressError, RetriesExhaustedError
+from shardflow.idempotency import ClaimOutcome, MemoryIdempotencyGuard, by_position, by_user_key
+from shardflow.leases import InMemoryLeaseStore
+from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
+from support.dispatch_kit import delivered, is_acked, shard_records
+from unit.test_shard_worker_kit import eventually
+
+
+def stream_of(count: int) -> MemoryKinesis:
+    kinesis = MemoryKinesis()
+    kinesis.create_stream("s", 1)
+    kinesis.put_many("s", [(f"k{i % 4}", f"{i}".encode()) for i in range(count)])
+    return kinesis
+
+
+def guarded(guard: MemoryIdempotencyGuard, **options: Any) -> DispatchSettings:
+    options.setdefault("retry", RetryPolicy(3, NO_BACKOFF))
+    return DispatchSettings(idempotency=Idempotency(guard), **options)
+
+
+async def test_a_successor_skips_records_handled_before_and_handles_the_rest() -> None:
+    kinesis = stream_of(20)
+    guard = MemoryIdempotencyGuard()
+    first: list[bytes] = []
+    await consume_until_caught_up(
+        "s",
+        lambda record: first.append(record.data),
+        kinesis=kinesis,
+        settings=fast_settings(dispatch=guarded(guard, ordering="key")),
+    )
+    assert len(first) == 20
+    kinesis.put_many("s", [("k9", b"20"), ("k9", b"21")])
+    # A fresh lease table: the successor reads the whole shard again, as after a lost checkpoint.
+    again: list[bytes] = []
+    report = await consume_until_caught_up(
+        "s",
+        lambda record: again.append(record.data),
+        kinesis=kinesis,
+        lease_store=InMemoryLeaseStore("test-app"),
+        settings=fast_settings(dispatch=guarded(guard, ordering="key")),
+    )
+    assert again == [b"20", b"21"]
+    (shard,) = kinesis.shard_ids("s")
+    last = kinesis.records("s", shard)[-1][0]
+    assert report.checkpoints[shard].sequence_number == last  # skipped records are acked
+
+
+async def test_a_failed_call_releases_its_claim_so_the_retry_handles_the_record() -> None:
+    kinesis = stream_of(6)
+    guard = MemoryIdempotencyGuard()
+    calls: Counter[bytes] = Counter()
+
+    async def flaky(record: ConsumedRecord[bytes]) -> None:
+        calls[record.data] += 1
+        if record.data == b"3" and calls[record.data] < 3:
+            raise ConnectionError("database restarting")
+
+    await consume_until_caught_up(
+        "s", flaky, kinesis=kinesis, settings=fast_settings(dispatch=guarded(guard))
+    )
+    assert calls[b"3"] == 3
+    assert all(calls[f"{i}".encode()] == 1 for i in (0, 1, 2, 4, 5))
+    (shard,) = kinesis.shard_ids("s")
+    # Every record, the flaky one included, is now remembered as done.
+    assert len(guard) == 6
+    for seq, *_ in kinesis.records("s", shard):
+        assert (await guard.claim(f"s/{shard}/{seq}/0")).outcome is ClaimOutcome.DONE
+
+
+async def test_a_record_claimed_elsewhere_is_not_handled_and_not_checkpointed() -> None:
+    kinesis = stream_of(4)
+    guard = MemoryIdempotencyGuard()
+    (shard,) = kinesis.shard_ids("s")
+    held_seq = kinesis.records("s", shard)[2][0]
+    other = await guard.claim(f"s/{shard}/{held_seq}/0")  # a live claim of another worker
+    assert other.claimed
+    store = InMemoryLeaseStore("app")
+    errors: list[BaseException] = []
+    handled: list[bytes] = []
+    consumer = Consumer(
+        "s",
+        "app",
+        settings=fast_settings(dispatch=guarded(guard)),
+        kinesis=kinesis,
+        lease_store=store,
+        on_error=lambda stream, shard, error: errors.append(error),
+    )
+    run = asyncio.create_task(consumer.consume(lambda record: handled.append(record.data)))
+    await eventually(lambda: bool(errors))
+    await consumer.stop()
+    await asyncio.wait_for(run, 5)
+    assert handled == [b"0", b"1"]
+    (error,) = errors
+    assert isinstance(error, RetriesExhaustedError)
+    assert isinstance(error.__cause__.__cause__, ClaimInProgressError)  # type: ignore[union-attr]
+    (lease,) = await store.list_leases()
+    assert lease.checkpoint.sequence_number == kinesis.records("s", shard)[1][0]
+
+
+async def test_user_keys_skip_a_redelivered_event_under_a_new_sequence_number() -> None:
+    records = shard_records(["a", "b", "a"])
+    guard = MemoryIdempotencyGuard()
+    # The payload's id: the third record repeats the first one's event (a producer retry).
+    event_id = by_user_key(lambda r: {b"payload-2": "payload-0"}.get(r.data, r.data.decode()))
+    tracker = delivered(records)
+    handled: list[bytes] = []
+    dispatcher: ShardDispatcher[Any] = ShardDispatcher(
+        lambda record: handled.append(record.data),
+        tracker,
+        DispatchSettings(idempotency=Idempotency(guard, key=event_id)),
+    )
+    for record in records:
+        await dispatcher.submit(record)
+    await dispatcher.drain()
+    assert handled == [b"payload-0", b"payload-1"]
+    assert all(is_acked(tracker, record) for record in records)
+    assert (dispatcher.counts.handled, dispatcher.counts.duplicates) == (2, 1)
+
+
+def test_idempotency_settings_refuse_what_is_not_a_guard() -> None:
+    with pytest.raises(TypeError, match="not an idempotency guard"):
+        Idempotency(object())  # type: ignore[arg-type]
+    assert Idempotency(MemoryIdempotencyGuard()).key is by_position
