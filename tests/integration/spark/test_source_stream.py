@@ -25,7 +25,8 @@ from support.spark_source import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -273,3 +274,47 @@ def test_records_gone_past_the_stored_position_fail_or_are_skipped_and_reported(
     reported = [json.loads(p["sources"][0]["endOffset"]) for p in skipping.recentProgress]
     assert reported[-1]["dataLossEvents"] == 1
     assert any("shardId-000000000000" in o.get("lastDataLoss", {}) for o in reported)
+
+
+def test_a_batch_replayed_after_a_failure_holds_exactly_the_same_records(
+    spark: SparkSession, kinesalite_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    make_stream(kinesalite_url, stream_name, 2)
+    items = payloads("r", 200)
+    write(kinesalite_url, stream_name, items)
+    attempts: dict[int, list[list[tuple[str, str, int]]]] = {}
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        rows = df.collect()  # reads the batch: its ends are recorded by now
+        attempts.setdefault(batch_id, []).append(
+            [(r.shardId, r.sequenceNumber, r.subSequenceNumber) for r in rows]
+        )
+        if batch_id == 1 and len(attempts[1]) == 1:
+            raise RuntimeError("the driver dies after the batch was read, before its commit")
+
+    def run() -> StreamingQuery:
+        df = source(
+            spark,
+            kinesalite_url,
+            stream_name,
+            metadataPath=str(tmp_path / "meta"),
+            maxRecordsPerTrigger="60",
+        )
+        return (
+            df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    with pytest.raises(Exception, match="the driver dies"):
+        run().awaitTermination(60)
+    # More records arrive meanwhile: the replay must still stop where the first attempt did.
+    more = payloads("r-more", 100)
+    write(kinesalite_url, stream_name, more)
+    run().awaitTermination(60)
+    first, replay = attempts[1]
+    assert replay == first
+    assert 0 < len(first) <= 60
+    committed = [row for batch in sorted(attempts) for row in attempts[batch][-1]]
+    assert len(committed) == len(set(committed)) == len(items) + len(more)
