@@ -129,7 +129,7 @@ def test_restarts_after_failures_mid_batch_deliver_every_record_exactly_once(
     out, checkpoint, metadata = tmp_path / "out", tmp_path / "ckpt", tmp_path / "meta"
     replayed_recorded_batch = False
     with FaultProxy(kinesalite_url, seed=3) as proxy:
-        for skip in (5, 3):
+        for skip in (5, 3, 3):
             # A denied GetRecords kills a task (local mode: no task retry) or the driver's
             # planning, mid-query; other shards' tasks of the batch may have finished.
             proxy.add(
