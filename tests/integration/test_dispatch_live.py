@@ -157,6 +157,13 @@ class WatchedLeaseStore(DynamoDBLeaseStore):
         self.watch.check_checkpoint(position)
         return await super().checkpoint(lease, owner, position, **options)
 
+    async def release(self, lease: Lease, owner: str, **options: Any) -> Lease:
+        # A handoff's last checkpoint travels with the release.
+        final = options.get("final_checkpoint")
+        if final is not None:
+            self.watch.check_checkpoint(final)
+        return await super().release(lease, owner, **options)
+
 
 class WatchedLetters(JsonLinesDestination):
     """A JSON-lines file that notes each letter once it is stored."""

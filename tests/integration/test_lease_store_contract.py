@@ -384,6 +384,21 @@ async def test_release_during_a_handoff_passes_the_lease_on(workers: Workers) ->
     assert passed.lease_counter == started.lease_counter + 1
 
 
+async def test_the_last_checkpoint_and_the_handover_are_one_write(workers: Workers) -> None:
+    a, b, leader = await workers(), await workers(), await workers()
+    started = await leader.handoff(await held(a), "a", "b")
+    state = b"\x01\x02completed"
+    passed = await a.release(started, "a", final_checkpoint=SEQ, completed_state=state)
+    assert (passed.lease_owner, passed.checkpoint_owner) == ("b", None)
+    assert (passed.checkpoint, passed.completed_state) == (SEQ, state)
+    assert passed.lease_counter == started.lease_counter + 1
+    # The next owner holds it at once, from exactly that checkpoint.
+    assert (await b.renew(passed, "b")).checkpoint == SEQ
+    # A stale copy cannot write a second, different final checkpoint.
+    later = ExtendedSequenceNumber(SEQ.sequence_number, SEQ.sub_sequence_number + 1)
+    assert (await failure(a.release(started, "a", final_checkpoint=later))).current_owner == "b"
+
+
 async def test_taking_a_lease_in_handoff_ends_the_handoff(workers: Workers) -> None:
     a, leader, c = await workers(), await workers(), await workers()
     started = await leader.handoff(await held(a), "a", "b")

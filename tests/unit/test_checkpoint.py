@@ -36,13 +36,18 @@ class FakeWriter:
         self.in_flight = 0
         self.max_in_flight = 0
         self.calls = 0
+        self.finals: list[bool] = []
 
     @property
     def positions(self) -> list[ExtendedSequenceNumber]:
         return [position for position, _ in self.writes]
 
     async def write(
-        self, position: ExtendedSequenceNumber, *, completed_state: bytes | None = None
+        self,
+        position: ExtendedSequenceNumber,
+        *,
+        completed_state: bytes | None = None,
+        final: bool = False,
     ) -> None:
         self.calls += 1
         self.in_flight += 1
@@ -53,6 +58,7 @@ class FakeWriter:
             if self.error is not None:
                 raise self.error
             self.writes.append((position, completed_state))
+            self.finals.append(final)
         finally:
             self.in_flight -= 1
 
@@ -235,6 +241,7 @@ async def test_final_writes_shard_end_only_when_everything_was_handled() -> None
     handles[2].ack()
     assert await checkpointer.final(shard_end=True) == esn(100)
     assert writer.positions == [esn(100)]
+    assert writer.finals == [True]
     handles[1].ack()
     assert await checkpointer.final(shard_end=True) == SHARD_END_POSITION
     assert writer.positions == [esn(100), SHARD_END_POSITION]
@@ -256,6 +263,7 @@ async def test_final_at_shutdown_writes_what_was_staged_and_stops_flushing() -> 
     checkpointer.stage(batch[4])
     assert await checkpointer.final(shard_end=False) == esn(104)
     assert writer.positions == [esn(104)]
+    assert writer.finals == [True], "the store may fold a pending handoff into this write"
     checkpointer.stage(batch[6])
     await clock.advance(600)
     assert writer.positions == [esn(104)]

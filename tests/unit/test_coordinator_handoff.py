@@ -13,7 +13,9 @@ from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoff_request import HandoffRequest, handoff_request_of
 from shardflow.leases.handoffs import HandoffBook, successors
+from shardflow.leases.memory import InMemoryLeaseStore
 from shardflow.leases.settings import LeaseSettings
+from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber
 from support.coordinator_fakes import run_for, settle, shard, world
 
@@ -195,3 +197,38 @@ def test_a_request_names_the_requester_and_the_counter_it_saw() -> None:
     assert HandoffRequest("host:1:ab", 12).encode() == "12:host:1:ab"
     lease = Lease("k", lease_owner="a", extra={"shardflowHandoffRequest": {"S": "12:host:1:ab"}})
     assert handoff_request_of(lease) == HandoffRequest("host:1:ab", 12)
+
+
+async def test_the_final_checkpoint_of_a_handoff_is_the_handover_write() -> None:
+    async with world([shard(i) for i in range(4)]) as w:
+        sent: list[str] = []
+
+        class Recording(InMemoryLeaseStore):
+            async def execute(self, write: LeaseWrite) -> Lease | None:
+                sent.append(write.operation)
+                return await super().execute(write)
+
+        a = await w.start("a", settings=HANDOFF, store=Recording("app", tables=w.tables))
+
+        async def finish_with_one_write() -> None:
+            while True:
+                for owned in list(a.owned().values()):
+                    if owned.giving_up.is_set() and not owned.ended:
+                        await owned.writer.write(ExtendedSequenceNumber("9"), final=True)
+                        assert owned.ended, "the final write handed it over"
+                        assert owned.released
+                        assert not await owned.release("handoff"), "nothing left to release"
+                await asyncio.sleep(0)
+
+        helper = asyncio.create_task(finish_with_one_write())
+        b = await w.start("b", settings=HANDOFF)
+        await run_for(3.0, w.clock, step=0.05)
+        helper.cancel()
+        assert (len(a.owned()), len(b.owned())) == (2, 2)
+        assert "checkpoint" not in sent, "no separate checkpoint write"
+        assert sent.count("release") == 2
+        assert {e.why for e in w.recorders["a"].of(LeaseReleased)} == {"handoff"}
+        for lease in (await w.leases()).values():
+            assert lease.checkpoint_owner is None
+            if lease.lease_owner == "b":
+                assert lease.checkpoint == ExtendedSequenceNumber("9")

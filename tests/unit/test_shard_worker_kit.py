@@ -36,7 +36,11 @@ class StubWriter:
     refused: int = 0
 
     async def write(
-        self, position: ExtendedSequenceNumber, *, completed_state: bytes | None = None
+        self,
+        position: ExtendedSequenceNumber,
+        *,
+        completed_state: bytes | None = None,
+        final: bool = False,
     ) -> None:
         await asyncio.sleep(0)
         if not self.lease.valid():

@@ -36,13 +36,19 @@ class CheckpointWriter(Protocol):
     """Stores a shard's checkpoint (the lease store implements it)."""
 
     async def write(
-        self, position: ExtendedSequenceNumber, *, completed_state: bytes | None = None
+        self,
+        position: ExtendedSequenceNumber,
+        *,
+        completed_state: bytes | None = None,
+        final: bool = False,
     ) -> None:
         """Store ``position`` as the checkpoint, conditional on still holding the lease.
 
         ``completed_state`` (from :func:`~shardflow.consumer.completed.encode_completed`) lists records
         handled beyond ``position``; None means there are none, and any earlier state must be
-        cleared. Raises :class:`~shardflow.errors.ShardLeaseLost` if another worker owns the lease.
+        cleared. ``final`` marks the last write before the lease is let go (a lease store may
+        fold a pending handoff into it). Raises :class:`~shardflow.errors.ShardLeaseLost` if
+        another worker owns the lease.
         """
         ...
 
@@ -308,7 +314,7 @@ class Checkpointer:
                 return written
             started = self._clock.monotonic()
             try:
-                await self._writer.write(position, completed_state=state)
+                await self._writer.write(position, completed_state=state, final=reason == "final")
             except ShardLeaseLost as exc:
                 self._lost = exc
                 self._count_due.set()  # wake the count loop so it sees the loss and ends

@@ -189,14 +189,24 @@ class OwnedLease:
             return "failed"
 
     async def write_checkpoint(
-        self, position: ExtendedSequenceNumber, *, completed_state: bytes | None = None
+        self,
+        position: ExtendedSequenceNumber,
+        *,
+        completed_state: bytes | None = None,
+        final: bool = False,
     ) -> None:
         """Store ``position`` (and optionally the completed-record state) as the checkpoint.
+
+        ``final`` marks the shard's last checkpoint before it is let go. During a handoff from
+        this worker that write also hands the lease over (see :meth:`_hand_over`).
 
         Raises :class:`ShardLeaseLost` if the lease is lost or past its deadline, before or
         during the write.
         """
         self.ensure_valid()
+        if final and self._lease.checkpoint_owner == self._worker_id:
+            await self._hand_over(position, completed_state)
+            return
 
         def write(lease: Lease) -> Awaitable[Lease]:
             # The prepared checkpoint (of earlier versions' completed state) is cleared.
@@ -216,6 +226,41 @@ class OwnedLease:
         except LeaseConditionFailed as exc:
             self.mark_lost("taken", exc.current_owner)
             raise exc.as_lease_lost() from exc
+
+    async def _hand_over(
+        self, position: ExtendedSequenceNumber, completed_state: bytes | None
+    ) -> None:
+        """The last checkpoint of a handoff and the handover itself in one conditional write.
+
+        The next owner starts from exactly the checkpoint this write stores; there is no
+        window between "checkpointed" and "handed over" in which a crash leaves the lease
+        waiting for the handoff timeout.
+        """
+
+        def write(lease: Lease) -> Awaitable[Lease]:
+            return self._store.release(
+                lease, self._worker_id, final_checkpoint=position, completed_state=completed_state
+            )
+
+        try:
+            async with asyncio.timeout(self.remaining()):
+                async with self._lock:
+                    self.ensure_valid()
+                    handed = await self._conditional(write, lands_as=position)
+        except TimeoutError:
+            self.mark_lost("expired")
+            raise ShardLeaseLost(self.shard_id) from None
+        except LeaseConditionFailed as exc:
+            self.mark_lost("taken", exc.current_owner)
+            raise exc.as_lease_lost() from exc
+        self._lease = handed
+        log.info(
+            "lease %s handed over to %s at checkpoint %s",
+            self.lease_key,
+            handed.lease_owner,
+            position,
+        )
+        self._end("handoff", released=True)
 
     async def release(self, why: ReleasedWhy = "requested") -> bool:
         """Let the lease go so that another worker may take it at once; True if released.
@@ -383,6 +428,10 @@ class LeaseCheckpointWriter:
         return self._owned
 
     async def write(
-        self, position: ExtendedSequenceNumber, *, completed_state: bytes | None = None
+        self,
+        position: ExtendedSequenceNumber,
+        *,
+        completed_state: bytes | None = None,
+        final: bool = False,
     ) -> None:
-        await self._owned.write_checkpoint(position, completed_state=completed_state)
+        await self._owned.write_checkpoint(position, completed_state=completed_state, final=final)

@@ -72,7 +72,14 @@ class LeaseStore(Protocol):
 
     async def take(self, lease: Lease, new_owner: str) -> Lease: ...
 
-    async def release(self, lease: Lease, owner: str) -> Lease: ...
+    async def release(
+        self,
+        lease: Lease,
+        owner: str,
+        *,
+        final_checkpoint: ExtendedSequenceNumber | None = None,
+        completed_state: bytes | None = None,
+    ) -> Lease: ...
 
     async def checkpoint(
         self,
@@ -159,9 +166,21 @@ class LeaseStoreBase(abc.ABC):
         """Become the owner of ``lease`` if it is unchanged since it was read."""
         return await self._lease(writes.take(lease, new_owner))
 
-    async def release(self, lease: Lease, owner: str) -> Lease:
-        """Free the lease (or, during a handoff, pass it to the next owner) at once."""
-        return await self._lease(writes.release(lease, owner))
+    async def release(
+        self,
+        lease: Lease,
+        owner: str,
+        *,
+        final_checkpoint: ExtendedSequenceNumber | None = None,
+        completed_state: bytes | None = None,
+    ) -> Lease:
+        """Free the lease (or, during a handoff, pass it to the next owner) at once; with
+        ``final_checkpoint``, store that checkpoint in the same conditional write."""
+        return await self._lease(
+            writes.release(
+                lease, owner, final_checkpoint=final_checkpoint, completed_state=completed_state
+            )
+        )
 
     async def checkpoint(
         self,

@@ -202,6 +202,28 @@ def _pending_actions(
     return []
 
 
+def _checkpoint_actions(
+    position: ExtendedSequenceNumber,
+    completed_state: bytes | None,
+    *,
+    pending_actions: list[Action] | None = None,
+) -> list[Action]:
+    """Store ``position`` as the checkpoint: KCL's attributes plus shardflow's completed state
+    (removed when None: the state of an older checkpoint means nothing). The prepared
+    checkpoint is cleared unless ``pending_actions`` say otherwise."""
+    return [
+        Put(CHECKPOINT, s(position.sequence_number)),
+        Put(CHECKPOINT_SUB, n(position.sub_sequence_number)),
+        Put(OWNER_SWITCHES, n(0)),
+        *(_pending_actions(None, None, clear=True) if pending_actions is None else pending_actions),
+        (
+            Put(SHARDFLOW_COMPLETED, b(completed_state))
+            if completed_state is not None
+            else Remove(SHARDFLOW_COMPLETED)
+        ),
+    ]
+
+
 # --- the writes ----------------------------------------------------------------------------------
 
 
@@ -288,18 +310,33 @@ def take(lease: Lease, new_owner: str) -> LeaseWrite:
     )
 
 
-def release(lease: Lease, owner: str) -> LeaseWrite:
+def release(
+    lease: Lease,
+    owner: str,
+    *,
+    final_checkpoint: ExtendedSequenceNumber | None = None,
+    completed_state: bytes | None = None,
+) -> LeaseWrite:
     """Let go of a lease so that others may take it at once (KCL evictLease).
 
     KCL 2.x's evictLease (which 2.x itself never calls: its workers let leases expire) checks
     only the owner, removes leaseOwner and sets leaseCounter to the known counter + 1. 3.x also
     checks checkpointOwner, and when a handoff is pending removes only checkpointOwner so that
     the next owner starts at once. shardflow does the same and also checks the counter.
+
+    With ``final_checkpoint`` the same write also stores the checkpoint (and the completed-record
+    state, as :func:`checkpoint` does): a handoff's last checkpoint and the handover are then one
+    conditional write, so the next owner starts from exactly what this write stored.
     """
     _worker(owner, "owner")
     actions: list[Action] = [_next_counter(lease), Remove(CHECKPOINT_OWNER)]
     if lease.checkpoint_owner is None:
         actions.append(Remove(LEASE_OWNER))
+    if final_checkpoint is not None:
+        _position(final_checkpoint, "final_checkpoint")
+        actions += _checkpoint_actions(final_checkpoint, completed_state)
+    elif completed_state is not None:
+        raise ValueError("completed_state needs a final_checkpoint")
 
     def released(current: Lease | None) -> bool:
         return (
@@ -307,6 +344,7 @@ def release(lease: Lease, owner: str) -> LeaseWrite:
             and current.lease_counter == lease.lease_counter + 1
             and current.checkpoint_owner is None
             and current.lease_owner == (lease.lease_owner if lease.checkpoint_owner else None)
+            and (final_checkpoint is None or current.checkpoint == final_checkpoint)
         )
 
     return LeaseWrite(
@@ -345,14 +383,10 @@ def checkpoint(
         raise ValueError("pending_state needs a pending checkpoint")
     actions: list[Action] = [
         _next_counter(lease),
-        Put(CHECKPOINT, s(position.sequence_number)),
-        Put(CHECKPOINT_SUB, n(position.sub_sequence_number)),
-        Put(OWNER_SWITCHES, n(0)),
-        *_pending_actions(pending, pending_state, clear=clear_pending),
-        (
-            Put(SHARDFLOW_COMPLETED, b(completed_state))
-            if completed_state is not None
-            else Remove(SHARDFLOW_COMPLETED)
+        *_checkpoint_actions(
+            position,
+            completed_state,
+            pending_actions=_pending_actions(pending, pending_state, clear=clear_pending),
         ),
     ]
     held = _bumped_and_held(lease, owner)
