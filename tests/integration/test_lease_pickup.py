@@ -68,3 +68,18 @@ async def test_polling_yields_the_whole_table_every_interval(moto_url: str) -> N
         view = await next_view(views, "shardId-2")
         assert sorted(lease.lease_key for lease in view.leases) == ["shardId-1", "shardId-2"]
         await views.aclose()  # type: ignore[attr-defined]
+
+
+async def test_auto_gives_a_table_it_creates_a_stream_and_leaves_an_existing_one_alone(
+    moto_url: str,
+) -> None:
+    async with DynamoBackend(moto_url) as new, DynamoBackend(moto_url) as existing:
+        created = await (await new.store()).ensure_table(stream_if_created=True)
+        assert created.created
+        assert created.stream_arn is not None
+
+        plain = await (await existing.store()).ensure_table()
+        assert plain.stream_arn is None
+        again = await (await existing.store()).ensure_table(stream_if_created=True)
+        assert not again.created
+        assert again.stream_arn is None, "an existing table (a KCL application's) is not changed"

@@ -211,7 +211,12 @@ class LeaseCoordinator:
             raise RuntimeError("the coordinator was already started")
         self._started = True
         try:
-            table = await self._store.ensure_table(stream_view=self._settings.pickup == "stream")
+            # "auto" gives a table it creates a stream (the cheapest pick-up at scale) and
+            # leaves an existing table as it is (polled if it has none).
+            pickup = self._settings.pickup
+            table = await self._store.ensure_table(
+                stream_view=pickup == "stream", stream_if_created=pickup == "auto"
+            )
             changes = self._moves.changes(table.stream_arn)
             await self._streams.resolve(self._kinesis)
             leases = await self._store.list_leases()
@@ -423,8 +428,16 @@ class LeaseCoordinator:
     # --- loops --------------------------------------------------------------------------------
 
     async def _pickup_loop(self, changes: LeaseChanges) -> None:
-        async for view in changes.views():
-            await self._guarded("lease pick-up", self._moves.picked_up(view))
+        """Feed lease changes to the moves. If the feed itself fails (its first describe was
+        throttled, say) it starts again after a pause: without it this worker would quietly
+        fall back to take cycles for the rest of its life."""
+        while True:
+            try:
+                async for view in changes.views():
+                    await self._guarded("lease pick-up", self._moves.picked_up(view))
+            except ShardflowError as exc:
+                log.warning("lease pick-up failed; starting it again: %s", exc)
+            await self._clock.sleep(self._settings.renew_every)
 
     async def _take_loop(self) -> None:
         """A take cycle every ``take_interval``, and sooner: when pick-up saw a lease move,

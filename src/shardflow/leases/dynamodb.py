@@ -118,11 +118,13 @@ class DynamoDBLeaseStore(LeaseStoreBase):
 
         await self._call("UpdateTable", update)
 
-    async def ensure_table(self, *, stream_view: bool = False) -> TableStatus:
+    async def ensure_table(
+        self, *, stream_view: bool = False, stream_if_created: bool = False
+    ) -> TableStatus:
         table = await self._describe()
         created = False
         if table is None:
-            created = await self._create(stream_view)
+            created = await self._create(stream_view or stream_if_created)
         table = await self._wait_active()
         spec = table.get("StreamSpecification") or {}
         if stream_view and not spec.get("StreamEnabled"):

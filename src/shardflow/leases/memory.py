@@ -177,7 +177,9 @@ class InMemoryLeaseStore(LeaseStoreBase):
             )
         return table
 
-    async def ensure_table(self, *, stream_view: bool = False) -> TableStatus:
+    async def ensure_table(
+        self, *, stream_view: bool = False, stream_if_created: bool = False
+    ) -> TableStatus:
         await asyncio.sleep(0)
         if self._fault is not None:
             self._fault("CreateTable")
@@ -185,7 +187,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
         created = table is None
         if table is None:
             table = self.tables.tables[self._table_name] = _Table()
-        table.stream_view = table.stream_view or stream_view
+        table.stream_view = table.stream_view or stream_view or (created and stream_if_created)
         return TableStatus(
             name=self._table_name,
             created=created,

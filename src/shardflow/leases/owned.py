@@ -296,23 +296,30 @@ class OwnedLease:
         One conditional write makes ``to_worker`` the lease owner and this worker the
         checkpoint owner (KCL 3.x ``checkpointOwner``): this worker keeps renewing and must
         now stop, checkpoint and :meth:`release`, which completes the handoff; the next owner
-        starts only then. Sets ``giving_up``.
+        starts only then. Sets ``giving_up``. Not begun on a lease past its deadline, and
+        abandoned when the write outlives it (a landed write shows on the next renewal).
         """
-        async with self._lock:
-            if self.ended or self.giving_up.is_set() or self._lease.handoff_pending:
-                return False
-            try:
-                lease = await self._store.handoff(self._lease, self._worker_id, to_worker)
-            except LeaseConditionFailed as exc:
-                self._after_conflict(exc)
-                return False
-            except AwsError as exc:
-                log.warning("handing lease %s to %s failed: %s", self.lease_key, to_worker, exc)
-                return False
-            self._lease = lease
-            self.giving_up.set()
-            log.info("handing lease %s over to %s", self.lease_key, to_worker)
-            return True
+        try:
+            async with asyncio.timeout(self.remaining()), self._lock:
+                if (
+                    self.ended
+                    or not self.valid()
+                    or self.giving_up.is_set()
+                    or self._lease.handoff_pending
+                ):
+                    return False
+                try:
+                    lease = await self._store.handoff(self._lease, self._worker_id, to_worker)
+                except LeaseConditionFailed as exc:
+                    self._after_conflict(exc)
+                    return False
+                self._lease = lease
+                self.giving_up.set()
+        except (AwsError, TimeoutError) as exc:
+            log.warning("handing lease %s to %s failed: %r", self.lease_key, to_worker, exc)
+            return False
+        log.info("handing lease %s over to %s", self.lease_key, to_worker)
+        return True
 
     async def record_children(self, child_shard_ids: Iterable[str]) -> None:
         """Record the child shards of this ended shard on its lease (KCL ``childShardIds``).

@@ -106,6 +106,8 @@ class StreamChanges:
                 break
             params["ExclusiveStartShardId"] = last
         self._described_at = self._clock.monotonic()
+        # Forget shards the stream no longer lists (trimmed after 24 h): bounded memory.
+        self._known &= {shard["ShardId"] for shard in shards}
         for shard in shards:
             shard_id = shard["ShardId"]
             is_open = "EndingSequenceNumber" not in shard.get("SequenceNumberRange", {})
@@ -122,6 +124,9 @@ class StreamChanges:
             self._iterators[shard_id] = answer["ShardIterator"]
 
     async def views(self) -> AsyncIterator[LeaseView]:
+        # A fresh start (also after a failure): iterators at LATEST of every open shard.
+        self._known.clear()
+        self._iterators.clear()
         await self._describe(first=True)
         while True:
             started = self._clock.monotonic()

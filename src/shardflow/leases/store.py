@@ -43,10 +43,14 @@ class LeaseStore(Protocol):
     @property
     def table_name(self) -> str: ...
 
-    async def ensure_table(self, *, stream_view: bool = False) -> TableStatus:
+    async def ensure_table(
+        self, *, stream_view: bool = False, stream_if_created: bool = False
+    ) -> TableStatus:
         """Create the table if missing (key leaseKey S, on-demand) and wait until it is ACTIVE.
 
-        ``stream_view`` enables a DynamoDB stream with NEW_AND_OLD_IMAGES on it.
+        ``stream_view`` enables a DynamoDB stream with NEW_AND_OLD_IMAGES on it;
+        ``stream_if_created`` does so only when this call creates the table (an existing
+        table, e.g. a KCL application's, is left as it is).
         """
         ...
 
@@ -131,7 +135,9 @@ class LeaseStoreBase(abc.ABC):
         return self._table_name
 
     @abc.abstractmethod
-    async def ensure_table(self, *, stream_view: bool = False) -> TableStatus: ...
+    async def ensure_table(
+        self, *, stream_view: bool = False, stream_if_created: bool = False
+    ) -> TableStatus: ...
 
     @abc.abstractmethod
     async def list_leases(self) -> list[Lease]: ...

@@ -97,16 +97,28 @@ class RetryingCall(Generic[R]):
         """Handle ``record``; between attempts, pause per the policy and ask ``go_on()``."""
         policy = self._retry
         calls = 0
+        waits = 0
         last: HandlerError | None = None
         while calls < policy.attempts:
-            if calls:
+            if calls and not waits:
                 await self._clock.sleep(policy.backoff.delay(calls, self._rng))
                 if not go_on():
                     return Attempts(calls, last, abandoned=True)
             calls += 1
             try:
                 ran = await self._guarded_call(record)
+            except ClaimInProgressError:
+                # Another worker holds the record's claim: it is handling it, or it died and
+                # the claim runs out after its TTL. Not this record's failure, so no attempt
+                # is spent (it would end in the dead letters unhandled); wait and ask again.
+                calls -= 1
+                waits += 1
+                await self._clock.sleep(policy.backoff.delay(waits, self._rng))
+                if not go_on():
+                    return Attempts(calls, last, abandoned=True)
+                continue
             except Exception as exc:
+                waits = 0
                 last = handler_error(exc, record)
                 log.debug("%s (attempt %d of %d)", last, calls, policy.attempts)
                 continue

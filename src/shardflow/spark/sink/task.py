@@ -87,9 +87,9 @@ def write_rows(
     producer = SyncProducer(
         stream, settings=options.producer, aws=options.connection.aws_settings()
     )
-    producer.start()
     rows_before = 0
     try:
+        producer.start()  # inside: a start that fails half-way is closed too
         put = producer.put
         settle = outcomes.settle
         for batch in batches:
