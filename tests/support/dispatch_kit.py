@@ -1,13 +1,19 @@
-"""Helpers for the dispatcher tests: shard records with keys, a memory sink, a zero-time clock."""
+"""Helpers for the dispatcher tests: shard records with keys, a memory sink, a zero-time clock,
+and consumers with dispatch settings over an in-memory stream."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from shardflow.consumer import ConsumedRecord, Consumer
 from shardflow.consumer.acks import AckTracker
+from shardflow.consumer.dispatch import NO_BACKOFF, DispatchSettings, RetryPolicy
+from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import ExtendedSequenceNumber, Record
+from shardflow.testing import MemoryKinesis, fast_settings
 
 SHARD = "shardId-000000000007"
 
@@ -99,3 +105,51 @@ class ZeroTimeClock:
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         await asyncio.sleep(0)
+
+
+# --- consumers with dispatch settings over an in-memory stream (unit tests) --------------------
+
+
+def stream_of(items: list[tuple[str, bytes]], shards: int = 1) -> MemoryKinesis:
+    """An in-memory stream "s" holding ``items`` (partition key, data)."""
+    kinesis = MemoryKinesis()
+    kinesis.create_stream("s", shards)
+    kinesis.put_many("s", items)
+    return kinesis
+
+
+def dispatching(**options: Any) -> DispatchSettings:
+    """Dispatch settings; two attempts without backoff unless ``retry`` is given."""
+    options.setdefault("retry", RetryPolicy(2, NO_BACKOFF))
+    return DispatchSettings(**options)
+
+
+def failing_on(
+    bad: bytes, error: type[Exception], message: str, handled: list[bytes]
+) -> Callable[[ConsumedRecord[bytes]], Awaitable[None]]:
+    """A handler that raises ``error(message)`` for the record ``bad`` and notes the others."""
+
+    async def handle(record: ConsumedRecord[bytes]) -> None:
+        if record.data == bad:
+            raise error(message)
+        handled.append(record.data)
+
+    return handle
+
+
+def dispatch_consumer(
+    kinesis: MemoryKinesis,
+    store: InMemoryLeaseStore | None = None,
+    *,
+    on_error: Callable[[str, str, BaseException], None] | None = None,
+    **dispatch: Any,
+) -> Consumer:
+    """Application "app" on stream "s" with fast settings and ``dispatching(**dispatch)``."""
+    return Consumer(
+        "s",
+        "app",
+        settings=fast_settings(dispatch=dispatching(**dispatch)),
+        kinesis=kinesis,
+        lease_store=store or InMemoryLeaseStore("app"),
+        on_error=on_error,
+    )

@@ -5,30 +5,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from typing import Any
 
 import pytest
 
 from shardflow.consumer import ConsumedRecord, Consumer
-from shardflow.consumer.dispatch import NO_BACKOFF, DispatchSettings, RetryPolicy
 from shardflow.errors import RetriesExhaustedError
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import ExtendedSequenceNumber
-from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
-from support.dispatch_kit import MemorySink
+from shardflow.testing import consume_until_caught_up, fast_settings
+from support.dispatch_kit import (
+    MemorySink,
+    dispatch_consumer,
+    dispatching,
+    failing_on,
+    stream_of,
+)
 from unit.test_shard_worker_kit import eventually
-
-
-def stream_of(items: list[tuple[str, bytes]], shards: int = 1) -> MemoryKinesis:
-    kinesis = MemoryKinesis()
-    kinesis.create_stream("s", shards)
-    kinesis.put_many("s", items)
-    return kinesis
-
-
-def dispatching(**options: Any) -> DispatchSettings:
-    options.setdefault("retry", RetryPolicy(2, NO_BACKOFF))
-    return DispatchSettings(**options)
 
 
 async def test_key_mode_handles_keys_in_parallel_in_order_and_checkpoints_the_end() -> None:
@@ -89,18 +81,9 @@ async def test_skip_dead_letters_the_poison_record_and_checkpoints_past_it() -> 
     sink = MemorySink()
     handled: list[bytes] = []
 
-    async def handle(record: ConsumedRecord[bytes]) -> None:
-        if record.data == b"5":
-            raise ValueError("poison")
-        handled.append(record.data)
+    handle = failing_on(b"5", ValueError, "poison", handled)
 
-    consumer = Consumer(
-        "s",
-        "app",
-        settings=fast_settings(dispatch=dispatching(ordering="key", on_failure="skip")),
-        kinesis=kinesis,
-        lease_store=store,
-    )
+    consumer = dispatch_consumer(kinesis, store, ordering="key", on_failure="skip")
     run = asyncio.create_task(consumer.consume(handle, dead_letters=sink))
     await eventually(lambda: len(handled) == 11 and len(sink.letters) == 1)
     await consumer.stop()

@@ -9,27 +9,19 @@ from typing import Any
 
 import pytest
 
-from shardflow.consumer import ConsumedRecord, Consumer
-from shardflow.consumer.dispatch import NO_BACKOFF, DestinationSink, DispatchSettings, RetryPolicy
+from shardflow.consumer import Consumer
+from shardflow.consumer.dispatch import DestinationSink
 from shardflow.deadletter import DeadLetter, JsonLinesDestination, read_json_lines
 from shardflow.errors import DeadLetteringFailedError, DeadLetterWriteError, KeyBlockedError
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import ExtendedSequenceNumber
-from shardflow.testing import MemoryKinesis, fast_settings
-from support.dispatch_kit import shard_records
+from support.dispatch_kit import (
+    dispatch_consumer,
+    failing_on,
+    shard_records,
+    stream_of,
+)
 from unit.test_shard_worker_kit import eventually
-
-
-def stream_of(items: list[tuple[str, bytes]]) -> MemoryKinesis:
-    kinesis = MemoryKinesis()
-    kinesis.create_stream("s", 1)
-    kinesis.put_many("s", items)
-    return kinesis
-
-
-def dispatching(**options: Any) -> DispatchSettings:
-    options.setdefault("retry", RetryPolicy(2, NO_BACKOFF))
-    return DispatchSettings(**options)
 
 
 class RefusingDestination:
@@ -65,18 +57,9 @@ async def test_skip_writes_letters_with_record_origin_and_error_to_a_json_lines_
     destination = JsonLinesDestination(tmp_path / "dlq" / "letters.jsonl")
     handled: list[bytes] = []
 
-    async def handle(record: ConsumedRecord[bytes]) -> None:
-        if record.data == b"4":
-            raise ValueError("bad amount")
-        handled.append(record.data)
+    handle = failing_on(b"4", ValueError, "bad amount", handled)
 
-    consumer = Consumer(
-        "s",
-        "app",
-        settings=fast_settings(dispatch=dispatching(ordering="key", on_failure="skip")),
-        kinesis=kinesis,
-        lease_store=store,
-    )
+    consumer = dispatch_consumer(kinesis, store, ordering="key", on_failure="skip")
     letters_path = destination.path
     await run_until(
         consumer,
@@ -105,18 +88,9 @@ async def test_block_key_letters_name_the_blocked_key_and_the_blocking_record(
     destination = JsonLinesDestination(tmp_path / "letters.jsonl")
     handled: list[bytes] = []
 
-    async def handle(record: ConsumedRecord[bytes]) -> None:
-        if record.data == b"0":
-            raise RuntimeError("downstream refused")
-        handled.append(record.data)
+    handle = failing_on(b"0", RuntimeError, "downstream refused", handled)
 
-    consumer = Consumer(
-        "s",
-        "app",
-        settings=fast_settings(dispatch=dispatching(ordering="key", on_failure="block-key")),
-        kinesis=kinesis,
-        lease_store=InMemoryLeaseStore("app"),
-    )
+    consumer = dispatch_consumer(kinesis, ordering="key", on_failure="block-key")
     await run_until(
         consumer,
         handle,
@@ -142,18 +116,14 @@ async def test_a_failed_dead_letter_write_stops_the_shard_before_the_record() ->
     errors: list[BaseException] = []
     handled: list[bytes] = []
 
-    async def handle(record: ConsumedRecord[bytes]) -> None:
-        if record.data == b"2":
-            raise ValueError("poison")
-        handled.append(record.data)
+    handle = failing_on(b"2", ValueError, "poison", handled)
 
-    consumer = Consumer(
-        "s",
-        "app",
-        settings=fast_settings(dispatch=dispatching(ordering="shard", on_failure="skip")),
-        kinesis=kinesis,
-        lease_store=store,
+    consumer = dispatch_consumer(
+        kinesis,
+        store,
         on_error=lambda stream, shard, error: errors.append(error),
+        ordering="shard",
+        on_failure="skip",
     )
     await run_until(consumer, handle, lambda: bool(errors), dead_letters=destination)
     (error,) = errors
@@ -189,18 +159,9 @@ async def test_release_key_lets_later_records_of_a_blocked_key_be_handled_again(
     destination = JsonLinesDestination(tmp_path / "letters.jsonl")
     handled: list[bytes] = []
 
-    async def handle(record: ConsumedRecord[bytes]) -> None:
-        if record.data == b"0":
-            raise RuntimeError("downstream refused")
-        handled.append(record.data)
+    handle = failing_on(b"0", RuntimeError, "downstream refused", handled)
 
-    consumer = Consumer(
-        "s",
-        "app",
-        settings=fast_settings(dispatch=dispatching(ordering="key", on_failure="block-key")),
-        kinesis=kinesis,
-        lease_store=InMemoryLeaseStore("app"),
-    )
+    consumer = dispatch_consumer(kinesis, ordering="key", on_failure="block-key")
     assert consumer.release_key("a") == 0  # not running: nothing is blocked
     run = asyncio.create_task(consumer.consume(handle, dead_letters=destination))
     await eventually(lambda: len(letters_in(destination.path)) == 2)
