@@ -12,7 +12,7 @@ from shardflow.leases import Lease
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoff_request import HandoffRequest, handoff_request_of
-from shardflow.leases.handoffs import HandoffBook, successors
+from shardflow.leases.handoffs import HandoffBook, asked_by_another, successors
 from shardflow.leases.memory import InMemoryLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.writes import LeaseWrite
@@ -175,6 +175,22 @@ def test_the_handoff_book_times_out_requests_and_inbound_handoffs() -> None:
     assert book.overdue_inbound(16.0) == ["2"]
     book.update({"2": replace(inbound, checkpoint_owner=None)}, now=17.0)
     assert book.next_deadline() is None
+
+
+def test_a_request_overwritten_by_another_joiner_is_dropped_at_once() -> None:
+    book = HandoffBook("me", timeout=5.0)
+    asked = Lease("1", lease_owner="a", lease_counter=7)
+    book.requested(asked, now=10.0)
+    mine = {"shardflowHandoffRequest": {"S": HandoffRequest("me", 7).encode()}}
+    book.update({"1": replace(asked, extra=mine)}, now=10.5)
+    assert book.open_requests == 1
+    theirs = {"shardflowHandoffRequest": {"S": HandoffRequest("c", 7).encode()}}
+    book.update({"1": replace(asked, extra=theirs)}, now=11.0)
+    assert book.open_requests == 0, "ask for another lease instead of waiting out the timeout"
+    assert asked_by_another(replace(asked, extra=theirs), "me")
+    assert not asked_by_another(replace(asked, extra=mine), "me")
+    stale = replace(asked, extra=theirs, lease_counter=7 + 4)
+    assert not asked_by_another(stale, "me")
 
 
 def test_the_next_expiry_ignores_own_and_free_leases_and_the_past() -> None:

@@ -47,8 +47,15 @@ class HandoffBook:
         """Bring the book up to date with a complete scan taken at ``now``."""
         for key, request in list(self._requested.items()):
             lease = leases.get(key)
-            if lease is None or lease.lease_owner != request.worker or lease.handoff_pending:
-                del self._requested[key]  # answered, taken, or gone
+            if (
+                lease is None
+                or lease.lease_owner != request.worker
+                or lease.handoff_pending
+                or asked_by_another(lease, self._me)
+            ):
+                # Answered, taken, gone, or overwritten by another joiner's request: free to
+                # ask for a different lease now rather than wait out the timeout.
+                del self._requested[key]
         inbound: dict[str, _Sighting] = {}
         for key, lease in leases.items():
             if lease.lease_owner == self._me and lease.checkpoint_owner not in (None, self._me):
@@ -84,6 +91,12 @@ class HandoffBook:
             s.since + self._timeout for s in (*self._requested.values(), *self._inbound.values())
         ]
         return min(moments, default=None)
+
+
+def asked_by_another(lease: Lease, worker_id: str) -> bool:
+    """Whether ``lease`` carries a fresh handoff request of a worker other than ``worker_id``."""
+    request = handoff_request_of(lease)
+    return request is not None and request.requester != worker_id and request.fresh_for(lease)
 
 
 def successors(

@@ -25,7 +25,7 @@ from shardflow.errors import LeaseConditionFailed, ShardflowError
 from shardflow.leases.balance import PlannedTake, plan_takes
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.expiry import ExpiryTracker
-from shardflow.leases.handoffs import HandoffBook
+from shardflow.leases.handoffs import HandoffBook, asked_by_another
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
@@ -160,7 +160,11 @@ class LeaseTaker:
 
     async def _request(self, lease: Lease) -> None:
         """Ask the owner for ``lease`` instead of stealing it (see handoff_request)."""
-        if not self.enabled or self._book.is_requested(lease.lease_key):
+        if (
+            not self.enabled
+            or self._book.is_requested(lease.lease_key)
+            or asked_by_another(lease, self._worker_id)  # two joiners would overwrite each other
+        ):
             return
         try:
             await self._store.request_handoff(lease, self._worker_id)
