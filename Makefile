@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMPS := .stamps
 
-.PHONY: demo test lint typecheck unit integration bench setup clean
+.PHONY: demo test lint typecheck unit integration bench setup clean docs
 
 setup: $(STAMPS)/venv $(STAMPS)/npm
 
@@ -38,11 +38,14 @@ unit: $(STAMPS)/venv
 integration: setup
 	$(BIN)/pytest -q tests/integration
 
-test: setup lint typecheck
+docs: $(STAMPS)/venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
+
+test: setup lint typecheck docs
 	$(BIN)/pytest -q -p no:cacheprovider
 
 bench: setup
 	$(BIN)/python bench/producer.py
 
 clean:
-	rm -rf $(VENV) node_modules $(STAMPS)
+	rm -rf $(VENV) node_modules $(STAMPS) .site
