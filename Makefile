@@ -28,6 +28,7 @@ demo: setup
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMPS)/venv
 	$(BIN)/mypy

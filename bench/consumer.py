@@ -145,7 +145,7 @@ def drain_boto3(args: argparse.Namespace, collector: Collector) -> None:
 def drain_shardflow(args: argparse.Namespace, collector: Collector, *, batch: bool) -> None:
     """shardflow's consumer with default settings; endpoints from AWS_ENDPOINT_URL_* variables."""
     from shardflow.consumer import ConsumedRecord, Consumer
-    from shardflow.consumer.events import DiagnosticEvent, LeaseLost
+    from shardflow.events import DiagnosticEvent, LeaseLost
 
     def on_event(event: DiagnosticEvent) -> None:
         if isinstance(event, LeaseLost):
@@ -273,14 +273,14 @@ def rss_mib() -> float:
 def scale_child(args: argparse.Namespace) -> None:
     from shardflow.aws import AwsSettings, ClientFactory
     from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-    from shardflow.consumer.events import (
+    from shardflow.events import (
         CheckpointWritten,
         DiagnosticEvent,
         LeaseAcquired,
         LeaseLost,
         LeaseRenewed,
     )
-    from shardflow.consumer.fetch.polling import PollingSettings
+    from shardflow.fetch.polling import PollingSettings
     from shardflow.leases import DynamoDBLeaseStore
     from shardflow.leases.settings import LeaseSettings
 

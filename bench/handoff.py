@@ -78,7 +78,7 @@ def worker_child(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(created).3f %(name)s %(message)s")
     logging.getLogger("shardflow").setLevel(logging.INFO)
     from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-    from shardflow.consumer.fetch import PollingSettings
+    from shardflow.fetch import PollingSettings
     from shardflow.leases.settings import LeaseSettings
 
     handoff = args.mode == "handoff"

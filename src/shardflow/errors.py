@@ -6,11 +6,6 @@ and never credentials. Catch :class:`ShardflowError` for everything, or a narrow
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from shardflow.leases.model import Lease
-
 
 class ShardflowError(Exception):
     """Base class of all shardflow errors."""
@@ -266,41 +261,6 @@ class CompletedStateError(ShardflowError):
 
 
 # --- Leases ----------------------------------------------------------------------------------
-
-
-class LeaseConditionFailed(ConditionFailedError):
-    """A conditional lease write found the lease changed: it is not what the caller thought.
-
-    ``current`` is the lease as it is now, taken from the failed write's response (no extra
-    read), or None if the item no longer exists (or is not a readable lease). ``operation`` is
-    the lease operation that failed (``renew``, ``take``, ``checkpoint``, ...).
-    """
-
-    def __init__(self, operation: str, lease_key: str, *, current: Lease | None) -> None:
-        self.lease_key = lease_key
-        self.current = current
-        if current is None:
-            state = "it no longer exists"
-        else:
-            owner = current.lease_owner if current.lease_owner is not None else "nobody"
-            state = f"now owned by {owner} with leaseCounter {current.lease_counter}"
-            if current.checkpoint_owner is not None:
-                state += f", handoff from {current.checkpoint_owner} pending"
-        super().__init__(
-            f"{operation} of lease {lease_key} failed: {state}",
-            operation=operation,
-            code="ConditionalCheckFailedException",
-        )
-
-    @property
-    def current_owner(self) -> str | None:
-        """The worker holding the lease now (the checkpoint owner during a handoff), if any."""
-        return None if self.current is None else self.current.actual_owner
-
-    def as_lease_lost(self) -> ShardLeaseLost:
-        """The same news as the consumer tells it: the shard's lease is lost to its current owner."""
-        shard_id = self.current.shard_id if self.current is not None else self.lease_key
-        return ShardLeaseLost(shard_id, owner=self.current_owner)
 
 
 class MalformedLeaseError(ShardflowError):

@@ -19,11 +19,10 @@ from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import list_shards
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.fetch.batch import ChildShard
-from shardflow.consumer.fetch.polling import PollingFetcher, PollingSettings
+from shardflow.fetch.polling import PollingFetcher, PollingSettings
 from shardflow.positions import PositionKind, StartPosition
 from shardflow.records import Record
-from shardflow.shards import ShardInfo
+from shardflow.shards import ChildShard, ShardInfo
 
 DEFAULT_SHARD_SYNC_INTERVAL = 10.0
 """Seconds between shard listings while following (KCL's parent-shard poll is 10 s too)."""
@@ -46,7 +45,7 @@ async def read_stream(
 
     ``start`` (default TRIM_HORIZON) may be TRIM_HORIZON, LATEST or AT_TIMESTAMP; sequence
     number positions name one shard and are refused here (use
-    :class:`~shardflow.consumer.fetch.PollingFetcher`). A child shard is read only after all of
+    :class:`~shardflow.fetch.PollingFetcher`). A child shard is read only after all of
     its parents ended, from its beginning (or from the AT_TIMESTAMP moment), so the records of
     one partition key come out in the order they were written, across resharding.
 

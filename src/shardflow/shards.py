@@ -33,6 +33,28 @@ class HashKeyRange:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildShard:
+    """A shard created from a closed one, as GetRecords' ``ChildShards`` reports it."""
+
+    shard_id: str
+    parent_shard_ids: tuple[str, ...]
+    hash_range: HashKeyRange | None = None
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> ChildShard:
+        hash_range = raw.get("HashKeyRange")
+        return cls(
+            shard_id=raw["ShardId"],
+            parent_shard_ids=tuple(raw.get("ParentShards", ())),
+            hash_range=(
+                HashKeyRange(int(hash_range["StartingHashKey"]), int(hash_range["EndingHashKey"]))
+                if hash_range
+                else None
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ShardInfo:
     """One shard as ListShards describes it."""
 

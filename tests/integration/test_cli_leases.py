@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from shardflow.aws import AwsSettings
 from shardflow.cli import app
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.fetch import PollingSettings
+from shardflow.fetch import PollingSettings
 from shardflow.leases.settings import LeaseSettings
 from support.boto import make_stream, put_records
 

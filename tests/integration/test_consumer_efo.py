@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.fetch import FanOutSettings
-from shardflow.consumer.fetch.registration import describe_consumer, stream_arn_of
+from shardflow.fetch import FanOutSettings
+from shardflow.fetch.registration import describe_consumer, stream_arn_of
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from support.streams import create_stream, put

@@ -10,8 +10,8 @@ from typing import Any
 from shardflow.aws import AwsSettings, Backoff, ClientFactory
 from shardflow.aws.kinesis import list_shards
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
-from shardflow.consumer.fetch import FanOutSettings, PollingSettings
+from shardflow.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
+from shardflow.fetch import FanOutSettings, PollingSettings
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy

@@ -20,8 +20,8 @@ import pytest
 from shardflow.aws import AwsSettings
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.consumer.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseReleased
-from shardflow.consumer.fetch import PollingSettings
+from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseReleased
+from shardflow.fetch import PollingSettings
 from shardflow.leases.settings import LeaseSettings
 from support.boto import lease_items
 from support.streams import create_stream, kinesis_at, put

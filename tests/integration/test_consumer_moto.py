@@ -19,7 +19,7 @@ from shardflow.aggregation import aggregate
 from shardflow.aws import AwsSettings
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.consumer.fetch import PollingSettings
+from shardflow.fetch import PollingSettings
 from shardflow.leases.settings import LeaseSettings
 from shardflow.positions import StartPosition
 from support.boto import lease_items

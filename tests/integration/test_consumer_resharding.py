@@ -18,8 +18,8 @@ from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import list_shards, wait_for_active
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.consumer.events import CheckpointWritten, DiagnosticEvent, ShardStarted
-from shardflow.consumer.fetch import PollingSettings
+from shardflow.events import CheckpointWritten, DiagnosticEvent, ShardStarted
+from shardflow.fetch import PollingSettings
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from support.streams import create_stream, kinesis_at, put

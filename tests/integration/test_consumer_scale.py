@@ -17,8 +17,8 @@ import pytest
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseRenewed
-from shardflow.consumer.fetch import PollingSettings
+from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseRenewed
+from shardflow.fetch import PollingSettings
 from shardflow.leases.settings import LeaseSettings
 from support.waiting import until
 

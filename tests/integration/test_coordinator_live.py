@@ -18,8 +18,8 @@ import pytest
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
-from shardflow.consumer.events import DiagnosticEvent, LeaseAcquired, LeaseLost
 from shardflow.errors import ShardLeaseLost
+from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import LeaseSettings

@@ -42,8 +42,8 @@ from shardflow.consumer.dispatch import (
     RetryBackoff,
     RetryPolicy,
 )
-from shardflow.consumer.fetch import PollingSettings
 from shardflow.deadletter import DeadLetter, JsonLinesDestination
+from shardflow.fetch import PollingSettings
 from shardflow.leases import Lease
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings

@@ -17,7 +17,8 @@ import pytest
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import list_shards, wait_for_active
-from shardflow.consumer.fetch import (
+from shardflow.errors import ResourceNotFoundError
+from shardflow.fetch import (
     ConsumerRegistration,
     FanOutFetcher,
     FanOutSettings,
@@ -27,8 +28,7 @@ from shardflow.consumer.fetch import (
     fanout_client,
     register_consumer,
 )
-from shardflow.consumer.fetch.registration import describe_consumer
-from shardflow.errors import ResourceNotFoundError
+from shardflow.fetch.registration import describe_consumer
 from shardflow.positions import StartPosition
 from shardflow.shards import MAX_HASH_KEY
 from support.streams import create_stream, put

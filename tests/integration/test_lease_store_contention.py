@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from shardflow.aws import AwsSettings, Backoff, ClientFactory
-from shardflow.errors import LeaseConditionFailed, ThrottledError
+from shardflow.errors import ThrottledError
 from shardflow.leases import DynamoDBLeaseStore, Lease
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.store import LeaseStoreBase
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy

@@ -15,12 +15,12 @@ import pytest
 
 from shardflow.errors import (
     InvalidArgumentError,
-    LeaseConditionFailed,
     MalformedLeaseError,
     ResourceNotFoundError,
     ShardLeaseLost,
 )
 from shardflow.leases import Lease, LeaseStore
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.handoff_request import (
     FRESH_RENEWALS,
     HANDOFF_REQUEST,

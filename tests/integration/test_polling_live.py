@@ -10,8 +10,8 @@ import pytest
 
 from shardflow.aws import Backoff
 from shardflow.aws.kinesis import list_shards, wait_for_active
-from shardflow.consumer.fetch import FetchedBatch, PollingFetcher, PollingSettings
 from shardflow.errors import ResourceNotFoundError
+from shardflow.fetch import FetchedBatch, PollingFetcher, PollingSettings
 from shardflow.positions import StartPosition
 from shardflow.shards import partition_key_hash
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy

@@ -12,8 +12,8 @@ import pytest
 from shardflow.aggregation import aggregate
 from shardflow.aws import AwsSettings
 from shardflow.aws.kinesis import list_shards, wait_for_active
-from shardflow.consumer.fetch import PollingSettings
 from shardflow.errors import ResourceNotFoundError
+from shardflow.fetch import PollingSettings
 from shardflow.positions import StartPosition
 from shardflow.reader import read_all, read_stream
 from shardflow.records import Record

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shardflow.clock import ManualClock
-from shardflow.consumer.events import DiagnosticEvent
+from shardflow.events import DiagnosticEvent
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import LeaseSettings, StreamSpec

@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from shardflow.errors import LeaseConditionFailed
 from shardflow.leases import Lease, LeaseStore
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 
 WORKERS = ("w1", "w2", "w3")

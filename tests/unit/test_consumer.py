@@ -19,14 +19,14 @@ from shardflow.consumer import (
     ConsumerSettings,
     ShardSession,
 )
-from shardflow.consumer.events import (
+from shardflow.errors import HandlerError
+from shardflow.events import (
     CheckpointWritten,
     DiagnosticEvent,
     LeaseAcquired,
     LeaseReleased,
     ShardStarted,
 )
-from shardflow.errors import HandlerError
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from shardflow.clock import ManualClock
-from shardflow.consumer.events import (
+from shardflow.errors import ShardLeaseLost
+from shardflow.events import (
     LeaseAcquired,
     LeaseLost,
     LeaseReleased,
@@ -19,7 +20,6 @@ from shardflow.consumer.events import (
     WorkerJoined,
     WorkerLeft,
 )
-from shardflow.errors import ShardLeaseLost
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.keys import StreamIdentifier
@@ -315,7 +315,7 @@ async def test_shard_ended_creates_child_leases_and_records_them_on_the_parent()
         a = await w.start("a")
         parent = a.owned()[sid(0)]
         await parent.writer.write(ExtendedSequenceNumber(SHARD_END))
-        from shardflow.consumer.fetch.batch import ChildShard
+        from shardflow.shards import ChildShard
 
         children = [
             ChildShard(sid(1), (sid(0),), shard(1).hash_range),

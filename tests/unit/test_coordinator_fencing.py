@@ -9,8 +9,8 @@ import pytest
 
 from shardflow.clock import SYSTEM_CLOCK
 from shardflow.consumer.checkpoint import Checkpointer
-from shardflow.consumer.events import LeaseAcquired, LeaseLost, LeaseReleased, LeaseRenewed
 from shardflow.errors import ShardLeaseLost, TransientError
+from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased, LeaseRenewed
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings

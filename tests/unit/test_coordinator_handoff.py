@@ -7,7 +7,7 @@ import asyncio
 from collections import Counter
 from dataclasses import replace
 
-from shardflow.consumer.events import LeaseAcquired, LeaseLost, LeaseReleased
+from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased
 from shardflow.leases import Lease
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.expiry import ExpiryTracker

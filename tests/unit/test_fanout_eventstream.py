@@ -14,14 +14,14 @@ from botocore.exceptions import EventStreamError
 from botocore.session import get_session
 
 from shardflow.aws.classify import classify
-from shardflow.consumer.fetch.eventstream import (
+from shardflow.errors import ResourceInUseError
+from shardflow.fetch.eventstream import (
     INITIAL_RESPONSE_MESSAGE,
     encode_event_message,
     first_message_type,
     tolerate_missing_initial_response,
     with_initial_response,
 )
-from shardflow.errors import ResourceInUseError
 
 SUBSCRIBE = get_session().get_service_model("kinesis").operation_model("SubscribeToShard")
 

@@ -14,16 +14,16 @@ from botocore.exceptions import ClientError, EventStreamError
 
 from shardflow.aws.backoff import Backoff
 from shardflow.clock import ManualClock
-from shardflow.consumer.fetch.batch import FetchedBatch
-from shardflow.consumer.fetch.fanout import FanOutFetcher, FanOutSettings
-from shardflow.consumer.fetch.observer import NO_OBSERVER, FetchObserver
-from shardflow.consumer.fetch.pacing import SubscriptionPacer
 from shardflow.errors import (
     AccessDeniedError,
     ResourceInUseError,
     ResourceNotFoundError,
     TransientError,
 )
+from shardflow.fetch.batch import FetchedBatch
+from shardflow.fetch.fanout import FanOutFetcher, FanOutSettings
+from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
+from shardflow.fetch.pacing import SubscriptionPacer
 from shardflow.positions import StartPosition
 
 T = TypeVar("T")

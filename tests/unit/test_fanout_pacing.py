@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from shardflow.clock import ManualClock
-from shardflow.consumer.fetch.pacing import SubscriptionPacer, shared_pacer
+from shardflow.fetch.pacing import SubscriptionPacer, shared_pacer
 
 CONSUMER = "arn:aws:kinesis:us-east-1:123456789012:stream/s/consumer/c:1"
 

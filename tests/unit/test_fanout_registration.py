@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from shardflow.consumer.fetch.registration import (
+from shardflow.errors import ResourceInUseError, ResourceNotFoundError, ThrottledError
+from shardflow.fetch.registration import (
     StreamConsumer,
     deregister_consumer,
     describe_consumer,
     register_consumer,
 )
-from shardflow.errors import ResourceInUseError, ResourceNotFoundError, ThrottledError
 from support.clocks import SteppingClock
 
 STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"

@@ -15,8 +15,11 @@ from prometheus_client import CollectorRegistry
 from shardflow.aws.backoff import Backoff
 from shardflow.clock import ManualClock
 from shardflow.consumer import ConsumerCollector
-from shardflow.consumer.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
-from shardflow.consumer.fetch import (
+from shardflow.consumer.fetch_events import shard_fetch_observer
+from shardflow.consumer.metrics import ConsumerMetrics
+from shardflow.errors import ThrottledError
+from shardflow.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
+from shardflow.fetch import (
     FanOutFetcher,
     FanOutSettings,
     FetchObserver,
@@ -24,9 +27,6 @@ from shardflow.consumer.fetch import (
     PollingSettings,
     RenewalReason,
 )
-from shardflow.consumer.fetch_events import shard_fetch_observer
-from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.errors import ThrottledError
 from shardflow.positions import StartPosition
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
 from support.clocks import SteppingClock

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shardflow.errors import (
-    InvalidArgumentError,
-    LeaseConditionFailed,
-    ResourceNotFoundError,
-    ThrottledError,
-)
+from shardflow.errors import InvalidArgumentError, ResourceNotFoundError, ThrottledError
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.memory import apply, holds, item_size
 from shardflow.leases.model import Item
 from shardflow.leases.writes import Absent, Add, Equals, Exists, Put, Remove

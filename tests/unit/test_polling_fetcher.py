@@ -10,13 +10,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from shardflow.aws.backoff import Backoff
-from shardflow.consumer.fetch import FetchedBatch, PollingFetcher, PollingSettings
 from shardflow.errors import (
     AccessDeniedError,
     ExpiredIteratorError,
     ResourceNotFoundError,
     ThrottledError,
 )
+from shardflow.fetch import FetchedBatch, PollingFetcher, PollingSettings
 from shardflow.positions import StartPosition
 from support.clocks import SteppingClock
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardflow.consumer.fetch.limiter import CallRateLimiter
+from shardflow.fetch.limiter import CallRateLimiter
 from support.clocks import SteppingClock
 
 

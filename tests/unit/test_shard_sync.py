@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardflow.consumer.fetch.batch import ChildShard
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.keys import StreamIdentifier
 from shardflow.leases.shard_sync import (
@@ -22,7 +21,7 @@ from shardflow.leases.shard_sync import (
 )
 from shardflow.positions import StartPosition
 from shardflow.records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber
-from shardflow.shards import HashKeyRange, ShardInfo
+from shardflow.shards import ChildShard, HashKeyRange, ShardInfo
 from support.coordinator_fakes import FakeKinesis, shard, sid
 
 TRIM = StartPosition.trim_horizon()

@@ -12,14 +12,13 @@ import pytest
 from shardflow.aggregation import aggregate
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.completed import CompletedState, encode_completed
-from shardflow.consumer.fetch.batch import ChildShard
 from shardflow.consumer.handlers import HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.shard_worker import ShardWorker, StopReason, WorkerSettings
 from shardflow.errors import DeserializationError, HandlerError
 from shardflow.records import ExtendedSequenceNumber, Record, as_json
-from shardflow.shards import HashKeyRange
+from shardflow.shards import ChildShard, HashKeyRange
 from unit.test_shard_worker_kit import (
     SHARD,
     STREAM,

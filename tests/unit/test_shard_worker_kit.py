@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
-from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
 from shardflow.errors import ShardLeaseLost
+from shardflow.fetch.batch import FetchedBatch
 from shardflow.leases.model import Lease
 from shardflow.positions import StartPosition
 from shardflow.records import ExtendedSequenceNumber, Record
-from shardflow.shards import HashKeyRange
+from shardflow.shards import ChildShard, HashKeyRange
 
 SHARD = "shardId-000000000000"
 STREAM = "orders"

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from shardflow.aggregation import aggregate
-from shardflow.consumer.fetch.batch import FetchedBatch
 from shardflow.errors import DataLossError
+from shardflow.fetch.batch import FetchedBatch
 from shardflow.positions import StartPosition
 from shardflow.records import Record
 from shardflow.spark.source.positions import ShardPosition

@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from shardflow.consumer import ConsumedRecord
-from shardflow.consumer.fetch import PollingFetcher, PollingSettings
+from shardflow.fetch import PollingFetcher, PollingSettings
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.positions import StartPosition
 from shardflow.records import ExtendedSequenceNumber

@@ -32,11 +32,11 @@ from shardflow.cli.dispatch_options import (
 from shardflow.cli.positions import parse_start_position
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
-from shardflow.consumer.fetch.polling import PollingSettings
 from shardflow.consumer.handlers import Handler
 from shardflow.consumer.metrics import ConsumerCollector
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.signals import install_stop_signals
+from shardflow.fetch.polling import PollingSettings
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore

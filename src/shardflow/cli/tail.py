@@ -16,7 +16,7 @@ import typer
 
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, run
 from shardflow.cli.positions import parse_start_position
-from shardflow.consumer.fetch.polling import PollingSettings
+from shardflow.fetch.polling import PollingSettings
 from shardflow.reader import read_stream
 from shardflow.records import Record
 

@@ -9,41 +9,17 @@ Public API: :class:`Consumer` (``consume(handler)``, ``shards()``, ``stop()``, `
 :func:`run_consumer`, :class:`ConsumerSettings`, :class:`ConsumedRecord`,
 :class:`ShardSession`, :class:`Checkpointer` and :class:`CheckpointSettings`,
 :class:`ConsumerStatus`, :class:`ConsumerMetrics` and :class:`ConsumerCollector`
-(prometheus-client), the diagnostic events in :mod:`shardflow.consumer.events`.
-
-Names are imported on first use: the lease coordinator imports parts of this package, and a
-package that imported the consumer eagerly would import the coordinator in a circle.
+(prometheus-client), the diagnostic events in :mod:`shardflow.events`.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from shardflow._lazy import lazy_attributes
-
-if TYPE_CHECKING:
-    from shardflow.consumer.checkpoint import Checkpointer, CheckpointSettings
-    from shardflow.consumer.consumer import Consumer
-    from shardflow.consumer.metrics import ConsumerCollector, ConsumerMetrics
-    from shardflow.consumer.records import ConsumedRecord
-    from shardflow.consumer.session import ShardSession
-    from shardflow.consumer.settings import ConsumerSettings
-    from shardflow.consumer.status import ConsumerStatus, ShardStatus
-    from shardflow.consumer.sync import run_consumer
-
-_EXPORTS = {
-    "Checkpointer": "shardflow.consumer.checkpoint",
-    "CheckpointSettings": "shardflow.consumer.checkpoint",
-    "Consumer": "shardflow.consumer.consumer",
-    "ConsumerCollector": "shardflow.consumer.metrics",
-    "ConsumerMetrics": "shardflow.consumer.metrics",
-    "ConsumedRecord": "shardflow.consumer.records",
-    "ConsumerSettings": "shardflow.consumer.settings",
-    "ConsumerStatus": "shardflow.consumer.status",
-    "ShardSession": "shardflow.consumer.session",
-    "ShardStatus": "shardflow.consumer.status",
-    "run_consumer": "shardflow.consumer.sync",
-}
+from shardflow.consumer.checkpoint import Checkpointer, CheckpointSettings
+from shardflow.consumer.consumer import Consumer
+from shardflow.consumer.metrics import ConsumerCollector, ConsumerMetrics
+from shardflow.consumer.records import ConsumedRecord
+from shardflow.consumer.session import ShardSession
+from shardflow.consumer.settings import ConsumerSettings
+from shardflow.consumer.status import ConsumerStatus, ShardStatus
+from shardflow.consumer.sync import run_consumer
 
 __all__ = [
     "CheckpointSettings",
@@ -58,5 +34,3 @@ __all__ = [
     "ShardStatus",
     "run_consumer",
 ]
-
-__getattr__, __dir__ = lazy_attributes(globals(), _EXPORTS)

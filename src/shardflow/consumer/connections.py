@@ -17,13 +17,13 @@ from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import list_shards
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import Clock
-from shardflow.consumer.fetch.batch import FetchedBatch
-from shardflow.consumer.fetch.fanout import FanOutFetcher, fanout_client
-from shardflow.consumer.fetch.observer import NO_OBSERVER, FetchObserver
-from shardflow.consumer.fetch.polling import PollingFetcher
-from shardflow.consumer.fetch.registration import ConsumerRegistration
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.worker_contract import FetcherFactory
+from shardflow.fetch.batch import FetchedBatch
+from shardflow.fetch.fanout import FanOutFetcher, fanout_client
+from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
+from shardflow.fetch.polling import PollingFetcher
+from shardflow.fetch.registration import ConsumerRegistration
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.store import LeaseStore
 from shardflow.positions import StartPosition

@@ -42,13 +42,6 @@ from shardflow.consumer.connections import Connections
 from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
 from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
 from shardflow.consumer.event_waits import wait_for_any
-from shardflow.consumer.events import (
-    CheckpointWritten,
-    DiagnosticEvent,
-    EventCallback,
-    ShardStarted,
-)
-from shardflow.consumer.fetch.observer import FetchObserver
 from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
@@ -60,7 +53,15 @@ from shardflow.consumer.shard_worker import (
     StopReason,
     WorkerSettings,
 )
+from shardflow.consumer.signals import install_stop_signals
 from shardflow.consumer.status import ConsumerStatus, ShardStatus
+from shardflow.events import (
+    CheckpointWritten,
+    DiagnosticEvent,
+    EventCallback,
+    ShardStarted,
+)
+from shardflow.fetch.observer import FetchObserver
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import StreamSpec
@@ -85,7 +86,7 @@ class Consumer:
     ``aws``: where to connect (default: the standard AWS configuration). ``kinesis``: an open
     Kinesis client to use instead (e.g. :class:`shardflow.testing.MemoryKinesis`).
     ``lease_store``: the lease table to use instead of DynamoDB's table ``application_name``.
-    ``on_event``: receives :mod:`~shardflow.consumer.events` (quick, must not raise).
+    ``on_event``: receives :mod:`~shardflow.events` (quick, must not raise).
     ``on_error``: called when a shard stops because of a handler or decoding error.
     """
 
@@ -250,10 +251,22 @@ class Consumer:
         auto_ack: bool = True,
         dead_letters: DeadLetters | None = None,
     ) -> None:
-        """Blocking :meth:`consume`: SIGTERM or SIGINT stop it gracefully (twice: at once)."""
-        from shardflow.consumer.sync import run_blocking
+        """Blocking :meth:`consume` on a new event loop in the current thread.
 
-        run_blocking(self, handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters)
+        SIGTERM and SIGINT stop it gracefully (a second one at once; the run then raises
+        :class:`asyncio.CancelledError`). Signals are only installed from the main thread.
+        """
+
+        async def main() -> None:
+            uninstall = install_stop_signals(self.request_stop)
+            try:
+                await self.consume(
+                    handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters
+                )
+            finally:
+                uninstall()
+
+        asyncio.run(main())
 
     def release_key(
         self, key: str, *, stream: str | None = None, shard_id: str | None = None

@@ -1,9 +1,9 @@
 """A shard's fetch observations as the consumer's diagnostic events and metrics.
 
 The fetchers report throttling and renewed subscriptions through a
-:class:`~shardflow.consumer.fetch.FetchObserver` and know nothing of events; this module turns
-those reports into :class:`~shardflow.consumer.events.FetchThrottled` and
-:class:`~shardflow.consumer.events.SubscriptionRenewed` for one shard, and counts them.
+:class:`~shardflow.fetch.FetchObserver` and know nothing of events; this module turns
+those reports into :class:`~shardflow.events.FetchThrottled` and
+:class:`~shardflow.events.SubscriptionRenewed` for one shard, and counts them.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardflow.clock import Clock
-from shardflow.consumer.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
-from shardflow.consumer.fetch.observer import FetchObserver, RenewalReason
 from shardflow.consumer.metrics import ConsumerMetrics
+from shardflow.events import DiagnosticEvent, FetchThrottled, RenewalReason, SubscriptionRenewed
+from shardflow.fetch.observer import FetchObserver
 from shardflow.positions import StartPosition
 
 

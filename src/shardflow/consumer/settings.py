@@ -17,9 +17,9 @@ from typing import Any, Final, Literal
 from shardflow.aggregation import MalformedPolicy
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.dispatch.settings import DispatchSettings
-from shardflow.consumer.fetch.fanout import FanOutSettings
-from shardflow.consumer.fetch.polling import GET_RECORDS_LIMIT, PollingSettings
 from shardflow.consumer.intake import OutOfRangePolicy
+from shardflow.fetch.fanout import FanOutSettings
+from shardflow.fetch.polling import GET_RECORDS_LIMIT, PollingSettings
 from shardflow.leases.settings import LeaseSettings, check_initial_position
 from shardflow.positions import StartPosition
 from shardflow.records import Deserializer, as_bytes

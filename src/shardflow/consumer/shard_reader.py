@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from shardflow.consumer.fetch.batch import ChildShard
 from shardflow.consumer.intake import RecordIntake
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.prefetch import PrefetchBuffer, chunks
 from shardflow.consumer.worker_contract import FetcherFactory
 from shardflow.positions import StartPosition
+from shardflow.shards import ChildShard
 
 
 class ShardReader:

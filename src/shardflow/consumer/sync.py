@@ -1,8 +1,8 @@
-"""Blocking entry points: run a consumer in the current thread until a signal or stop().
+"""Blocking entry point: build a consumer and run it in the current thread until a signal or stop().
 
 ::
 
-    from shardflow.consumer import run_consumer
+    from shardflow import run_consumer
 
     def handle(record):
         print(record.value)
@@ -12,44 +12,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from shardflow.consumer.consumer import Consumer
+from shardflow.consumer.dispatch.dead_letters import DeadLetters
 from shardflow.consumer.handlers import Handler
-from shardflow.consumer.signals import install_stop_signals
-
-if TYPE_CHECKING:
-    from shardflow.consumer.consumer import Consumer
-    from shardflow.consumer.dispatch.dead_letters import DeadLetters
-
-
-def run_blocking(
-    consumer: Consumer,
-    handler: Handler,
-    *,
-    batch: bool = False,
-    auto_ack: bool = True,
-    handle_signals: bool = True,
-    dead_letters: DeadLetters | None = None,
-) -> None:
-    """Run ``consumer.consume(handler)`` on a new event loop until it stops.
-
-    With ``handle_signals`` SIGTERM and SIGINT stop it gracefully (a second one at once; the
-    run then raises :class:`asyncio.CancelledError`).
-    """
-
-    async def main() -> None:
-        uninstall = install_stop_signals(consumer.request_stop) if handle_signals else None
-        try:
-            await consumer.consume(
-                handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters
-            )
-        finally:
-            if uninstall is not None:
-                uninstall()
-
-    asyncio.run(main())
 
 
 def run_consumer(
@@ -62,9 +30,7 @@ def run_consumer(
     dead_letters: DeadLetters | None = None,
     **options: Any,
 ) -> None:
-    """Build a :class:`~shardflow.consumer.Consumer` (``options`` as its keyword arguments) and
-    run it until SIGTERM, SIGINT or ``stop()``."""
-    from shardflow.consumer.consumer import Consumer
-
+    """Build a :class:`~shardflow.Consumer` (``options`` as its keyword arguments) and run it
+    until SIGTERM, SIGINT or ``stop()`` (see :meth:`~shardflow.Consumer.run`)."""
     consumer = Consumer(stream, application_name, **options)
-    run_blocking(consumer, handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters)
+    consumer.run(handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters)

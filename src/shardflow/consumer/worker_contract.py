@@ -11,12 +11,12 @@ from typing import Any, Final, Protocol
 
 from shardflow.aggregation import MalformedPolicy
 from shardflow.consumer.checkpoint import CheckpointSettings, CheckpointWriter
-from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
 from shardflow.consumer.intake import OutOfRangePolicy
+from shardflow.fetch.batch import FetchedBatch
 from shardflow.leases.model import Lease
 from shardflow.positions import StartPosition
 from shardflow.records import Deserializer, ExtendedSequenceNumber, as_bytes
-from shardflow.shards import HashKeyRange
+from shardflow.shards import ChildShard, HashKeyRange
 
 MIB: Final = 1024 * 1024
 

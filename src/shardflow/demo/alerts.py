@@ -16,7 +16,7 @@ from typing import Any
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.consumer import CheckpointSettings, ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.fetch.polling import PollingSettings
+from shardflow.fetch.polling import PollingSettings
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 

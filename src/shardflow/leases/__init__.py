@@ -3,11 +3,12 @@
 :class:`Lease` is one lease item; a :class:`LeaseStore` reads and conditionally writes them,
 on DynamoDB (:class:`DynamoDBLeaseStore`, shared with KCL workers of the same application) or
 in memory with the same semantics (:class:`InMemoryLeaseStore`). A write that finds the lease
-changed raises :class:`~shardflow.errors.LeaseConditionFailed` with the lease as it is now.
+changed raises :class:`~shardflow.leases.errors.LeaseConditionFailed` with the lease as it is now.
 """
 
-from shardflow.errors import LeaseConditionFailed, MalformedLeaseError
+from shardflow.errors import MalformedLeaseError
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.keys import (
     StreamIdentifier,
     is_multi_stream_lease_key,

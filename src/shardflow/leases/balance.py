@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from shardflow.consumer.events import AcquiredHow
+from shardflow.events import AcquiredHow
 from shardflow.leases.model import Lease
 
 

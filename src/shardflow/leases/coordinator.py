@@ -11,7 +11,7 @@ Interface (what the consumer builds on)
         kinesis=kinesis_client,                 # open aiobotocore Kinesis client (ListShards)
         settings=LeaseSettings(),               # failover 10 s, renew 3.308 s, take 20.05 s, ...
         initial_position=StartPosition.trim_horizon(),   # or latest() / at_timestamp(...)
-        clock=SYSTEM_CLOCK, on_event=callback,  # callback(DiagnosticEvent), see consumer.events
+        clock=SYSTEM_CLOCK, on_event=callback,  # callback(DiagnosticEvent), see shardflow.events
     )
     await coordinator.start()        # table, first shard sync, first take: returns with leases
     async for owned in coordinator.acquisitions():   # OwnedLease, as each is taken (ends at stop)
@@ -38,7 +38,7 @@ KCL 3.x handoff away from this worker) checkpoint what was handled, then ``relea
 ``completed_state`` is stored in shardflow's own attribute ``shardflowCompleted`` (see serialization).
 
 The coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
-WorkerJoined and WorkerLeft (shardflow.consumer.events); the consumer emits the others.
+WorkerJoined and WorkerLeft (shardflow.events); the consumer emits the others.
 ``take_cycle()``, ``sync_shards()`` and ``renew_all()`` run one round at once (tests, tools).
 
 Behaviour
@@ -77,7 +77,8 @@ from typing import Any, Self
 
 from shardflow.aws.kinesis import list_shards
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.events import (
+from shardflow.errors import ShardflowError
+from shardflow.events import (
     DiagnosticEvent,
     EventCallback,
     LeaseAcquired,
@@ -87,8 +88,6 @@ from shardflow.consumer.events import (
     ReleasedWhy,
     ShardEnded,
 )
-from shardflow.consumer.fetch.batch import ChildShard
-from shardflow.errors import ShardflowError
 from shardflow.leases.balance import PlannedTake
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.model import Lease
@@ -103,6 +102,7 @@ from shardflow.leases.streams import StreamSet
 from shardflow.leases.taker import LeaseTaker
 from shardflow.positions import StartPosition
 from shardflow.records import SHARD_END
+from shardflow.shards import ChildShard
 
 log = logging.getLogger("shardflow.leases")
 

@@ -13,11 +13,8 @@ from botocore.exceptions import ClientError
 from shardflow.aws.backoff import Backoff, retrying
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.dynamodb_tables import create_table, describe_table, wait_until_active
-from shardflow.errors import (
-    InvalidArgumentError,
-    LeaseConditionFailed,
-    MalformedLeaseError,
-)
+from shardflow.errors import InvalidArgumentError, MalformedLeaseError
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.expressions import render
 from shardflow.leases.model import Item, Lease
 from shardflow.leases.serialization import LEASE_KEY, is_lease_item, key_of, lease_from_item

@@ -16,12 +16,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final
 
-from shardflow.errors import (
-    InvalidArgumentError,
-    LeaseConditionFailed,
-    MalformedLeaseError,
-    ResourceNotFoundError,
-)
+from shardflow.errors import InvalidArgumentError, MalformedLeaseError, ResourceNotFoundError
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.model import AttributeValue, Item, Lease
 from shardflow.leases.serialization import LEASE_KEY, is_lease_item, lease_from_item
 from shardflow.leases.store import LeaseStoreBase, TableStatus

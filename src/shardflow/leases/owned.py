@@ -21,8 +21,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal
 
 from shardflow.clock import Clock
-from shardflow.consumer.events import LostWhy, ReleasedWhy
-from shardflow.errors import AwsError, LeaseConditionFailed, ShardLeaseLost
+from shardflow.errors import AwsError, ShardLeaseLost
+from shardflow.events import LostWhy, ReleasedWhy
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.model import Lease
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore

@@ -22,15 +22,14 @@ from datetime import datetime
 from typing import Any
 
 from shardflow.aws.kinesis import describe_stream_summary, list_shards
-from shardflow.consumer.fetch.batch import ChildShard
-from shardflow.errors import LeaseConditionFailed
 from shardflow.leases.concurrency import run_bounded
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.keys import StreamIdentifier
 from shardflow.leases.model import Lease
 from shardflow.leases.store import LeaseStore
 from shardflow.positions import PositionKind, StartPosition
 from shardflow.records import AT_TIMESTAMP, LATEST, TRIM_HORIZON
-from shardflow.shards import ShardInfo
+from shardflow.shards import ChildShard, ShardInfo
 
 log = logging.getLogger("shardflow.leases")
 

@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from shardflow.clock import Clock
-from shardflow.consumer.events import AcquiredHow, DiagnosticEvent, WorkerJoined, WorkerLeft
-from shardflow.errors import LeaseConditionFailed, ShardflowError
+from shardflow.errors import ShardflowError
+from shardflow.events import AcquiredHow, DiagnosticEvent, WorkerJoined, WorkerLeft
 from shardflow.leases.balance import PlannedTake, plan_takes
 from shardflow.leases.concurrency import run_bounded
+from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoffs import HandoffBook, asked_by_another
 from shardflow.leases.model import Lease

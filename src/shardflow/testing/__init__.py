@@ -5,33 +5,15 @@ Kinesis client) and :func:`consume_until_caught_up` (the real consumer against i
 in-memory lease table, until every record is handled; then inspect the checkpoints), with
 :func:`fast_settings` and :func:`partition_key_in`. :mod:`shardflow.testing.faults` injects
 AWS failures in front of an emulator.
-
-Names are imported on first use, so ``shardflow.testing.faults`` does not load the consumer.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from shardflow._lazy import lazy_attributes
-
-if TYPE_CHECKING:
-    from shardflow.testing.harness import (
-        FAST_LEASES,
-        ConsumeReport,
-        consume_until_caught_up,
-        fast_settings,
-    )
-    from shardflow.testing.memory import MemoryKinesis, partition_key_in
-
-_EXPORTS = {
-    "FAST_LEASES": "shardflow.testing.harness",
-    "ConsumeReport": "shardflow.testing.harness",
-    "consume_until_caught_up": "shardflow.testing.harness",
-    "fast_settings": "shardflow.testing.harness",
-    "MemoryKinesis": "shardflow.testing.memory",
-    "partition_key_in": "shardflow.testing.memory",
-}
+from shardflow.testing.harness import (
+    FAST_LEASES,
+    ConsumeReport,
+    consume_until_caught_up,
+    fast_settings,
+)
+from shardflow.testing.memory import MemoryKinesis, partition_key_in
 
 __all__ = [
     "FAST_LEASES",
@@ -41,5 +23,3 @@ __all__ = [
     "fast_settings",
     "partition_key_in",
 ]
-
-__getattr__, __dir__ = lazy_attributes(globals(), _EXPORTS)

@@ -28,10 +28,10 @@ from typing import Any, Final
 
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
-from shardflow.consumer.fetch.polling import PollingSettings
 from shardflow.consumer.handlers import Handler
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.status import ConsumerStatus
+from shardflow.fetch.polling import PollingSettings
 from shardflow.leases.memory import InMemoryLeaseStore
 from shardflow.leases.model import Lease
 from shardflow.leases.settings import LeaseSettings

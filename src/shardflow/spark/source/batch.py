@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from shardflow.aws.kinesis import list_shards
-from shardflow.consumer.fetch.registration import register_consumer
+from shardflow.fetch.registration import register_consumer
 from shardflow.spark.source.execute import read_partition
 from shardflow.spark.source.options import ConsumerType, SourceOptions, parse_options
 from shardflow.spark.source.partition import ShardPartition

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.settings import AwsSettings
-from shardflow.consumer.fetch.fanout import fanout_client
+from shardflow.fetch.fanout import fanout_client
 
 T = TypeVar("T")
 

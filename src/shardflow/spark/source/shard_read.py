@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shardflow.aggregation import deaggregate as deaggregate_record
-from shardflow.consumer.fetch.batch import FetchedBatch
-from shardflow.consumer.fetch.fanout import FanOutFetcher
-from shardflow.consumer.fetch.polling import GET_RECORDS_LIMIT, PollingFetcher, PollingSettings
 from shardflow.errors import DataLossError, InvalidArgumentError, SourceMetadataError
+from shardflow.fetch.batch import FetchedBatch
+from shardflow.fetch.fanout import FanOutFetcher
+from shardflow.fetch.polling import GET_RECORDS_LIMIT, PollingFetcher, PollingSettings
 from shardflow.positions import StartPosition
 from shardflow.records import Record
 from shardflow.spark.source.metadata import DataLoss, ShardBatchEnd, StopReason

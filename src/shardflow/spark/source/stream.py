@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from shardflow.aws.kinesis import list_shards
-from shardflow.consumer.fetch.registration import register_consumer
+from shardflow.fetch.registration import register_consumer
 from shardflow.shards import ShardInfo
 from shardflow.spark.source.admission import shard_budgets
 from shardflow.spark.source.execute import read_partition

@@ -21,7 +21,7 @@ from shardflow.aws.kinesis import describe_stream_summary
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ResourceInUseError, ResourceNotFoundError
 
-log = logging.getLogger("shardflow.consumer.fetch")
+log = logging.getLogger("shardflow.fetch")
 
 ACTIVE: Final = "ACTIVE"
 CREATING: Final = "CREATING"

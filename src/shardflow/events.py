@@ -17,8 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from shardflow.consumer.fetch.observer import RenewalReason
 from shardflow.records import ExtendedSequenceNumber
+
+RenewalReason = Literal["renew_due", "closed", "silent", "failed", "interrupted"]
+"""Why the fan-out subscription before a renewed one ended: it reached ``renew_after``; the
+service ended its stream; no event came within ``event_timeout``; its stream failed
+(connection lost, throttled...); a read of it was cancelled."""
 
 AcquiredHow = Literal["free", "expired", "stolen", "resumed", "handoff"]
 """Why a lease could be taken: nobody held it, its holder stopped renewing, balancing, or it
@@ -121,7 +125,7 @@ class SubscriptionRenewed(_ShardEvent):
 
     ``consumer_name``: the registered stream consumer; ``position``: where the new
     subscription resumed reading; ``reason``: why the previous one was replaced (routinely
-    ``"renew_due"``; see :data:`~shardflow.consumer.fetch.RenewalReason`).
+    ``"renew_due"``; see :data:`~shardflow.fetch.RenewalReason`).
     """
 
     consumer_name: str

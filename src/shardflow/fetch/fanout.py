@@ -23,17 +23,19 @@ from shardflow.aws.classify import classify
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import stream_name_of
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
-from shardflow.consumer.fetch.convert import record_from_kinesis
-from shardflow.consumer.fetch.eventstream import tolerate_missing_initial_response
-from shardflow.consumer.fetch.observer import NO_OBSERVER, FetchObserver, RenewalReason
-from shardflow.consumer.fetch.pacing import SubscriptionPacer, shared_pacer
-from shardflow.consumer.fetch.shard_end import shard_end_at
-from shardflow.consumer.fetch.subscription import Lapse, Subscription, starting_position
 from shardflow.errors import AwsError, ResourceInUseError, ThrottledError, TransientError
+from shardflow.events import RenewalReason
+from shardflow.fetch.batch import FetchedBatch
+from shardflow.fetch.convert import record_from_kinesis
+from shardflow.fetch.eventstream import tolerate_missing_initial_response
+from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
+from shardflow.fetch.pacing import SubscriptionPacer, shared_pacer
+from shardflow.fetch.shard_end import shard_end_at
+from shardflow.fetch.subscription import Lapse, Subscription, starting_position
 from shardflow.positions import StartPosition
+from shardflow.shards import ChildShard
 
-log = logging.getLogger("shardflow.consumer.fetch")
+log = logging.getLogger("shardflow.fetch")
 
 SUBSCRIPTION_LIFETIME = 300.0
 """Kinesis ends every SubscribeToShard subscription after five minutes."""
@@ -133,7 +135,7 @@ class FanOutFetcher:
     earlier one ended), once it delivered its first event.
 
     ``consumer_arn`` is the ARN of a registered consumer (see
-    :func:`~shardflow.consumer.fetch.registration.register_consumer`); ``kinesis`` an
+    :func:`~shardflow.fetch.registration.register_consumer`); ``kinesis`` an
     aiobotocore client, best made with :func:`fanout_client`.
     """
 

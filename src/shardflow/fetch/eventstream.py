@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from botocore.eventstream import EventStreamHeaderParser
 
-log = logging.getLogger("shardflow.consumer.fetch")
+log = logging.getLogger("shardflow.fetch")
 
 _PRELUDE: Final = struct.Struct("!III")  # total length, headers length, prelude CRC
 _MAX_HEADERS_LENGTH: Final = 128 * 1024

@@ -6,10 +6,10 @@ import logging
 from typing import Any
 
 from shardflow.aws.kinesis import stream_ref
-from shardflow.consumer.fetch.batch import ChildShard
 from shardflow.positions import StartPosition
+from shardflow.shards import ChildShard
 
-log = logging.getLogger("shardflow.consumer.fetch")
+log = logging.getLogger("shardflow.fetch")
 
 
 async def shard_end_at(

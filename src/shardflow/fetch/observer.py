@@ -13,16 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
+from shardflow.events import RenewalReason
 from shardflow.positions import StartPosition
 
-log = logging.getLogger("shardflow.consumer.fetch")
-
-RenewalReason = Literal["renew_due", "closed", "silent", "failed", "interrupted"]
-"""Why the fan-out subscription before a renewed one ended: it reached ``renew_after``; the
-service ended its stream; no event came within ``event_timeout``; its stream failed
-(connection lost, throttled...); a read of it was cancelled."""
+log = logging.getLogger("shardflow.fetch")
 
 ThrottledHook = Callable[[str, float], None]
 """Called with (operation, delay): Kinesis throttled ``operation`` (``"GetRecords"`` or

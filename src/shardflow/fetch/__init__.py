@@ -1,18 +1,20 @@
 """Fetchers: getting batches of records from one shard, by polling or by enhanced fan-out."""
 
-from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
-from shardflow.consumer.fetch.convert import record_from_kinesis
-from shardflow.consumer.fetch.fanout import FanOutFetcher, FanOutSettings, fanout_client
-from shardflow.consumer.fetch.limiter import CallRateLimiter
-from shardflow.consumer.fetch.observer import FetchObserver, RenewalReason
-from shardflow.consumer.fetch.pacing import SubscriptionPacer
-from shardflow.consumer.fetch.polling import PollingFetcher, PollingSettings
-from shardflow.consumer.fetch.registration import (
+from shardflow.events import RenewalReason
+from shardflow.fetch.batch import FetchedBatch
+from shardflow.fetch.convert import record_from_kinesis
+from shardflow.fetch.fanout import FanOutFetcher, FanOutSettings, fanout_client
+from shardflow.fetch.limiter import CallRateLimiter
+from shardflow.fetch.observer import FetchObserver
+from shardflow.fetch.pacing import SubscriptionPacer
+from shardflow.fetch.polling import PollingFetcher, PollingSettings
+from shardflow.fetch.registration import (
     ConsumerRegistration,
     StreamConsumer,
     deregister_consumer,
     register_consumer,
 )
+from shardflow.shards import ChildShard
 
 __all__ = [
     "CallRateLimiter",

@@ -12,14 +12,15 @@ from shardflow.aws.backoff import Backoff, retrying
 from shardflow.aws.classify import classify
 from shardflow.aws.kinesis import stream_name_of, stream_ref
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.fetch.batch import ChildShard, FetchedBatch
-from shardflow.consumer.fetch.convert import record_from_kinesis
-from shardflow.consumer.fetch.limiter import CallRateLimiter
-from shardflow.consumer.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.errors import AwsError, ExpiredIteratorError, ThrottledError
+from shardflow.fetch.batch import FetchedBatch
+from shardflow.fetch.convert import record_from_kinesis
+from shardflow.fetch.limiter import CallRateLimiter
+from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.positions import StartPosition
+from shardflow.shards import ChildShard
 
-log = logging.getLogger("shardflow.consumer.fetch")
+log = logging.getLogger("shardflow.fetch")
 
 GET_RECORDS_LIMIT = 10_000
 """The most records one GetRecords call may ask for."""

@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from shardflow.records import Record
-from shardflow.shards import HashKeyRange
-
-
-@dataclass(frozen=True, slots=True)
-class ChildShard:
-    """A shard created from a closed one, as GetRecords' ``ChildShards`` reports it."""
-
-    shard_id: str
-    parent_shard_ids: tuple[str, ...]
-    hash_range: HashKeyRange | None = None
-
-    @classmethod
-    def from_api(cls, raw: Mapping[str, Any]) -> ChildShard:
-        hash_range = raw.get("HashKeyRange")
-        return cls(
-            shard_id=raw["ShardId"],
-            parent_shard_ids=tuple(raw.get("ParentShards", ())),
-            hash_range=(
-                HashKeyRange(int(hash_range["StartingHashKey"]), int(hash_range["EndingHashKey"]))
-                if hash_range
-                else None
-            ),
-        )
+from shardflow.shards import ChildShard
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,134 @@
+"""The front door: what ``import shardflow`` offers, and the layers behind it."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+import shardflow
+
+# The documented everyday surface. Adding or removing a name is an API change: update the docs'
+# API reference with it (it renders exactly ``shardflow.__all__``).
+EVERYDAY_API = {
+    # clients and entry points
+    "Consumer", "Producer", "SyncProducer", "run_consumer", "read_stream", "read_all", "replay",
+    # settings
+    "AwsSettings", "Backoff", "ConsumerSettings", "CheckpointSettings", "LeaseSettings",
+    "PollingSettings", "FanOutSettings", "ProducerSettings", "DispatchSettings", "RetryPolicy",
+    "RetryBackoff", "Idempotency", "OrderingMode", "FailurePolicy",
+    # records, positions, results, handlers
+    "Record", "ConsumedRecord", "ExtendedSequenceNumber", "StartPosition", "PutResult",
+    "ShardSession", "Checkpointer", "Handler", "RecordHandler", "BatchHandler",
+    "as_bytes", "as_json", "from_function",
+    # observing a running consumer
+    "ConsumerStatus", "ShardStatus", "ConsumerMetrics", "DiagnosticEvent",
+    # dead letters and idempotency
+    "DeadLetter", "JsonLinesDestination", "KinesisDestination",
+    "DynamoDBIdempotencyGuard", "MemoryIdempotencyGuard",
+    # errors people catch
+    "ShardflowError", "AwsError", "ThrottledError", "TransientError", "ResourceNotFoundError",
+    "AccessDeniedError", "AggregationError", "DeserializationError", "RecordTooLargeError",
+    "ProducerClosedError", "RecordDeliveryError", "ShardLeaseLost", "HandlerError",
+    "DispatchStoppedError", "RetriesExhaustedError",
+    "__version__",
+}  # fmt: skip
+
+
+def test_all_is_the_documented_surface() -> None:
+    assert set(shardflow.__all__) == EVERYDAY_API
+    assert len(shardflow.__all__) == len(set(shardflow.__all__))
+
+
+@pytest.mark.parametrize("name", sorted(EVERYDAY_API - {"__version__"}))
+def test_every_export_is_importable_and_documented(name: str) -> None:
+    value = getattr(shardflow, name)
+    if inspect.isclass(value) or inspect.isfunction(value):
+        assert inspect.getdoc(value), f"shardflow.{name} has no docstring"
+
+
+def test_errors_people_catch_share_the_root() -> None:
+    for name in shardflow.__all__:
+        value = getattr(shardflow, name)
+        if inspect.isclass(value) and issubclass(value, Exception):
+            assert issubclass(value, shardflow.ShardflowError), name
+
+
+def _import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), iteratively."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append(
+                        (child, iter(sorted(graph.find_modules_directly_imported_by(child))))
+                    )
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return cycles
+
+
+def test_no_import_cycles_between_modules() -> None:
+    """Type-only imports count too: a cycle hidden behind TYPE_CHECKING is still a knot."""
+    graph = grimp.build_graph("shardflow", exclude_type_checking_imports=False)
+    assert _import_cycles(graph) == []
+
+
+def test_cycle_finder_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "knotted"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from knotted import b\n")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from knotted import a\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graph = grimp.build_graph("knotted", exclude_type_checking_imports=False, cache_dir=None)
+    assert _import_cycles(graph) == [["knotted.a", "knotted.b"]]
+    sys.modules.pop("knotted", None)
+
+
+def test_no_lazy_exports() -> None:
+    """Packages export eagerly: no module-level ``__getattr__`` tricks behind ``__all__``."""
+    import shardflow.consumer
+    import shardflow.producer
+    import shardflow.testing
+
+    for module in (shardflow, shardflow.consumer, shardflow.producer, shardflow.testing):
+        assert "__getattr__" not in vars(module), module.__name__
