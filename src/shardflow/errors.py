@@ -106,7 +106,7 @@ class InvalidPartitionKeyError(ShardflowError):
 class AggregationError(ShardflowError):
     """An aggregated (KPL) record could not be decoded.
 
-    ``reason`` is one of ``"md5"``, ``"truncated"``, ``"protobuf"``, ``"index"``.
+    ``reason`` is one of ``"md5"``, ``"truncated"``, ``"protobuf"``, ``"index"``, ``"key"``.
     """
 
     def __init__(

@@ -154,7 +154,7 @@ def assert_only_typed_outcomes(data: bytes) -> None:
     except AggregationError as error:
         outcome = error
     if isinstance(outcome, AggregationError):
-        assert outcome.reason in {"md5", "truncated", "protobuf", "index"}
+        assert outcome.reason in {"md5", "truncated", "protobuf", "index", "key"}
         assert delivered == [record]
     else:
         assert outcome == delivered

@@ -6,8 +6,9 @@ protobuf bytes. Compatible both ways with the KPL, the KCL and ``aws-kinesis-agg
 """
 
 from shardflow.aggregation._format import MAGIC, MAX_RECORD_BYTES, is_aggregated
-from shardflow.aggregation.decode import MalformedPolicy, deaggregate
+from shardflow.aggregation.decode import MalformedPolicy, deaggregate, log_malformed
 from shardflow.aggregation.encode import AggregateBuilder, AggregatedRecord, aggregate
+from shardflow.aggregation.unpack import Unpacking
 
 __all__ = [
     "MAGIC",
@@ -15,7 +16,9 @@ __all__ = [
     "AggregateBuilder",
     "AggregatedRecord",
     "MalformedPolicy",
+    "Unpacking",
     "aggregate",
     "deaggregate",
     "is_aggregated",
+    "log_malformed",
 ]

@@ -13,7 +13,9 @@ for one of these reasons (``AggregationError.reason``):
 - ``"protobuf"``: not a valid ``AggregatedRecord`` message (unparseable, a required field
   missing, a key that is not UTF-8) or one holding no user records;
 - ``"index"``: a user record points past the end of the partition key or explicit hash key
-  table.
+  table;
+- ``"key"``: a partition key that is empty or longer than 256 characters, or an explicit
+  hash key that is not a decimal number from 0 to 2**128 - 1 (as Kinesis requires of both).
 
 With ``on_malformed="plain"`` (the default) the record is delivered unchanged as one plain
 record, so nothing is ever dropped, and a WARNING naming stream, shard and sequence number
@@ -25,6 +27,9 @@ How this differs from the KCL (``AggregatorUtil.deaggregate``, 2.x/3.x):
 
 - MD5 mismatch and protobuf parse failures: the KCL also delivers the record as a plain
   record, but silently; we log a warning (or raise, if asked).
+- Keys Kinesis would refuse (an explicit hash key that is not a number, an empty partition
+  key): the KCL does not check them; here the aggregate is malformed and delivered plain,
+  so that nothing downstream (hash-range checks, key-ordered dispatch) meets them.
 - A table index out of range (or any other failure while walking the user records): the KCL
   logs an error that includes the base64 payload and drops the remaining user records, having
   already delivered the earlier ones. We check every index before delivering anything, never
@@ -43,18 +48,13 @@ How this differs from the KCL (``AggregatorUtil.deaggregate``, 2.x/3.x):
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from typing import Final, Literal
+from typing import Final
 
-from google.protobuf.message import DecodeError
-
-from shardflow.aggregation._format import DIGEST_SIZE, FRAMING_BYTES, MAGIC
-from shardflow.aggregation._messages import AggregatedRecordMessage, new_aggregated_record
-from shardflow.errors import AggregationError
+from shardflow.aggregation.unpack import MalformedPolicy, Unpacking
 from shardflow.records import Record
 
-MalformedPolicy = Literal["plain", "raise"]
+__all__ = ["MalformedPolicy", "deaggregate", "log_malformed"]
 
 logger: Final = logging.getLogger("shardflow.aggregation")
 
@@ -63,101 +63,30 @@ def deaggregate(record: Record, *, on_malformed: MalformedPolicy = "plain") -> l
     """The user records inside ``record``, or ``[record]`` if it is not an aggregate.
 
     Raises :class:`AggregationError` for a malformed aggregate only when
-    ``on_malformed="raise"``; see the module docstring for the policy.
+    ``on_malformed="raise"``; see the module docstring for the policy. All at once: a caller
+    on an event loop unpacks large aggregates with :class:`~shardflow.aggregation.unpack.
+    Unpacking` instead, a slice at a time.
     """
-    if on_malformed not in ("plain", "raise"):
-        raise ValueError(f"on_malformed must be 'plain' or 'raise', got {on_malformed!r}")
-    if record.aggregated or not record.data.startswith(MAGIC):
-        return [record]
-    try:
-        return _unpack(record)
-    except AggregationError as error:
-        if on_malformed == "raise":
-            raise
-        logger.warning(
-            "delivering a malformed aggregated record as a plain record: %s "
-            "(stream=%s, shard=%s, sequence_number=%s, %d bytes)",
-            error.reason,
-            record.stream_name,
-            record.shard_id,
-            record.sequence_number,
-            len(record.data),
-        )
-        return [record]
+    unpacking = Unpacking(record, on_malformed=on_malformed)
+    records = unpacking.step(1 << 62)
+    while not unpacking.done:
+        records += unpacking.step(1 << 62)
+    log_malformed(unpacking)
+    return records
 
 
-def _unpack(record: Record) -> list[Record]:
-    def malformed(reason: str, detail: str) -> AggregationError:
-        return AggregationError(
-            reason, detail, shard_id=record.shard_id, sequence_number=record.sequence_number
-        )
-
-    data = memoryview(record.data)
-    if len(data) < FRAMING_BYTES:
-        raise malformed(
-            "truncated",
-            f"{len(data)} bytes cannot hold the magic and a {DIGEST_SIZE}-byte MD5",
-        )
-    body = data[len(MAGIC) : len(data) - DIGEST_SIZE]
-    if hashlib.md5(body, usedforsecurity=False).digest() != data[len(data) - DIGEST_SIZE :]:
-        raise malformed("md5", "the MD5 digest does not match the protobuf bytes")
-
-    message = new_aggregated_record()
-    try:
-        message.ParseFromString(body)
-    except DecodeError:
-        raise malformed("protobuf", "not a valid AggregatedRecord message") from None
-    problem = _structural_problem(message)
-    if problem:
-        raise malformed("protobuf", problem)
-
-    partition_keys = list(message.partition_key_table)
-    explicit_hash_keys = list(message.explicit_hash_key_table)
-    count = len(message.records)
-    user_records: list[Record] = []
-    for index in range(count):
-        sub = message.records[index]
-        if sub.partition_key_index >= len(partition_keys):
-            raise malformed(
-                "index",
-                f"user record {index} has partition_key_index {sub.partition_key_index} "
-                f"but the table has {len(partition_keys)} entries",
-            )
-        explicit_hash_key: str | None = None
-        if sub.HasField("explicit_hash_key_index"):
-            if sub.explicit_hash_key_index >= len(explicit_hash_keys):
-                raise malformed(
-                    "index",
-                    f"user record {index} has explicit_hash_key_index "
-                    f"{sub.explicit_hash_key_index} but the table has "
-                    f"{len(explicit_hash_keys)} entries",
-                )
-            explicit_hash_key = explicit_hash_keys[sub.explicit_hash_key_index]
-        user_records.append(
-            Record(
-                data=sub.data,
-                partition_key=partition_keys[sub.partition_key_index],
-                sequence_number=record.sequence_number,
-                sub_sequence_number=index,
-                explicit_hash_key=explicit_hash_key,
-                approximate_arrival_timestamp=record.approximate_arrival_timestamp,
-                shard_id=record.shard_id,
-                stream_name=record.stream_name,
-                aggregated=True,
-                last_sub_sequence_number=count - 1,
-            )
-        )
-    return user_records
-
-
-def _structural_problem(message: AggregatedRecordMessage) -> str:
-    """Why a parsed message is not a usable aggregate, or "" if it is."""
-    if not message.IsInitialized():
-        return "a required field is missing"
-    if len(message.records) == 0:
-        return "the aggregate holds no user records"
-    # For proto2 strings that are not valid UTF-8 the runtime returns bytes instead of str.
-    keys = (*message.partition_key_table, *message.explicit_hash_key_table)
-    if not all(isinstance(key, str) for key in keys):
-        return "a partition key or explicit hash key is not valid UTF-8"
-    return ""
+def log_malformed(unpacking: Unpacking) -> None:
+    """The WARNING for an aggregate delivered as a plain record (never with its payload)."""
+    error = unpacking.malformed
+    if error is None:
+        return
+    record = unpacking.record
+    logger.warning(
+        "delivering a malformed aggregated record as a plain record: %s "
+        "(stream=%s, shard=%s, sequence_number=%s, %d bytes)",
+        error.reason,
+        record.stream_name,
+        record.shard_id,
+        record.sequence_number,
+        len(record.data),
+    )

@@ -17,23 +17,43 @@ Three steps, in order:
 
 Records that are passed on but must not reach the handler (already handled, dropped) are still
 delivered to the shard's ack tracker and acknowledged at once, so checkpoints move over them.
+
+The work is incremental (:meth:`RecordIntake.pieces`): a GetRecords answer of 10 MiB may hold
+a million and a half user records, a third of a second of work per 1 MiB aggregate. Items come
+out in pieces of at most :data:`PIECE_RECORDS`, nothing is made before it is asked for (so a
+full prefetch buffer stops the unpacking too), and the event loop gets a turn at least every
+:data:`SLICE_SECONDS` of work, so lease renewals are never held up by intake.
+
+No input stops a shard: an aggregate that fails any check is delivered whole as one plain
+record (or raises :class:`~shardflow.errors.AggregationError` under ``on_malformed="raise"``,
+after every record before it was handed out). Should unpacking fail in any other way (a bug),
+the record is still delivered plain, logged as an error and counted in
+``IntakeCounts.decode_failures``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
-from shardflow.aggregation import MalformedPolicy, deaggregate
+from shardflow.aggregation import MalformedPolicy, Unpacking, log_malformed
 from shardflow.consumer.resume import ResumePlan
+from shardflow.errors import AggregationError
 from shardflow.records import Record
 from shardflow.shards import HashKeyRange
 
 log = logging.getLogger("shardflow.consumer")
 
 OutOfRangePolicy = Literal["deliver", "drop"]
+
+PIECE_RECORDS: Final = 256
+"""The most items one piece holds (and the user records one unpacking step makes)."""
+SLICE_SECONDS: Final = 0.002
+"""The most intake work between two turns of the event loop (one step may overrun it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +80,8 @@ class IntakeCounts:
     """Sub-records whose hash key lies outside the shard's range (delivered or dropped)."""
     dropped: int = 0
     """Out-of-range sub-records not handed to the handler (policy ``"drop"``)."""
+    decode_failures: int = 0
+    """Records delivered plain because unpacking failed unexpectedly (a bug: logged)."""
 
 
 class RecordIntake:
@@ -85,23 +107,65 @@ class RecordIntake:
         self.shard_id = shard_id
         self.counts = IntakeCounts()
 
-    def shape(self, fetched: Iterable[Record]) -> list[Intake]:
-        """The items for one fetched batch, in shard order."""
-        items: list[Intake] = []
-        counts, plan = self.counts, self.plan
+    async def pieces(self, fetched: Iterable[Record]) -> AsyncIterator[list[Intake]]:
+        """The items for one fetched batch, in shard order, a piece at a time (see the module
+        doc). Ask for the next piece only when ready to take it: nothing is made ahead."""
+        clock = time.perf_counter
+        pause_at = clock() + SLICE_SECONDS
+        piece: list[Intake] = []
         for kinesis_record in fetched:
-            counts.fetched += 1
-            for record in deaggregate(kinesis_record, on_malformed=self.on_malformed):
-                counts.user_records += 1
-                if not plan.after_checkpoint(record):
-                    counts.before_checkpoint += 1
-                    continue
-                if plan.already_completed(record):
-                    counts.already_handled += 1
-                    items.append(Intake(record, handle=False))
-                    continue
-                items.append(Intake(record, handle=self._in_range_or_delivered(record)))
-        return items
+            self.counts.fetched += 1
+            unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed)
+            made_any = False
+            while not unpacking.done:
+                records = self._step(unpacking, made_any)
+                made_any = made_any or bool(records)
+                self._shape(records, piece)
+                if len(piece) >= PIECE_RECORDS:
+                    yield piece
+                    piece = []
+                if clock() >= pause_at:
+                    if piece:
+                        yield piece
+                        piece = []
+                    await asyncio.sleep(0)
+                    pause_at = clock() + SLICE_SECONDS
+            log_malformed(unpacking)
+        if piece:
+            yield piece
+
+    def _step(self, unpacking: Unpacking, made_any: bool) -> list[Record]:
+        """One unpacking step; an unexpected failure delivers the record plain (see above)."""
+        try:
+            return unpacking.step(PIECE_RECORDS)
+        except AggregationError:
+            raise  # on_malformed="raise": the shard's policy
+        except Exception:
+            if made_any:
+                raise  # some user records are out already: the shard must stop, not skip
+            self.counts.decode_failures += 1
+            record = unpacking.record
+            log.exception(
+                "unpacking record %s of shard %s (stream %s) failed; delivering it plain",
+                record.sequence_number,
+                self.shard_id,
+                self.stream,
+            )
+            unpacking.abandon()
+            return [record]
+
+    def _shape(self, records: list[Record], out: list[Intake]) -> None:
+        counts, plan = self.counts, self.plan
+        for record in records:
+            counts.user_records += 1
+            if not plan.after_checkpoint(record):
+                counts.before_checkpoint += 1
+                continue
+            if plan.already_completed(record):
+                counts.already_handled += 1
+                out.append(Intake(record, handle=False))
+                continue
+            out.append(Intake(record, handle=self._in_range_or_delivered(record)))
 
     def _in_range_or_delivered(self, record: Record) -> bool:
         """Whether to hand ``record`` to the handler under the hash-range rule."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardflow.consumer.intake import Intake
@@ -28,22 +28,6 @@ class Chunk:
     @property
     def records(self) -> int:
         return len(self.items)
-
-
-def chunks(items: Sequence[Intake], max_records: int, max_bytes: int) -> Iterator[Chunk]:
-    """``items`` cut into consecutive chunks of at most ``max_records`` and ``max_bytes``.
-
-    A record bigger than ``max_bytes`` forms a chunk of its own.
-    """
-    start, size = 0, 0
-    for index, item in enumerate(items):
-        record_size = item.record.size
-        if index > start and (index - start >= max_records or size + record_size > max_bytes):
-            yield Chunk(items[start:index], size)
-            start, size = index, 0
-        size += record_size
-    if start < len(items):
-        yield Chunk(items[start:], size)
 
 
 class PrefetchBuffer:

@@ -1,7 +1,8 @@
 """The reading side of a shard worker: fetcher -> intake -> prefetch buffer, in one task.
 
 The task pulls a batch only when the previous one fitted into the buffer, so the buffer's
-bounds hold the fetcher back. It ends at the shard's end (the buffer is finished), when the
+bounds hold the fetcher back; within a batch, records are unpacked and shaped a piece at a
+time and cut into chunks as they come, so a full buffer holds the unpacking back too. It ends at the shard's end (the buffer is finished), when the
 buffer is closed, or on an error (handed to the buffer, which raises it to the reader of the
 records once they are drained).
 """
@@ -11,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from shardflow.consumer.intake import RecordIntake
+from shardflow.consumer.intake import Intake, RecordIntake
 from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.consumer.prefetch import PrefetchBuffer, chunks
+from shardflow.consumer.prefetch import Chunk, PrefetchBuffer
 from shardflow.consumer.worker_contract import FetcherFactory
 from shardflow.positions import StartPosition
+from shardflow.records import Record
 from shardflow.shards import ChildShard
 
 
@@ -66,11 +68,8 @@ class ShardReader:
         try:
             async for batch in fetcher:
                 self.millis_behind_latest = batch.millis_behind_latest
-                items = self._intake.shape(batch.records)
-                self._report_out_of_range()
-                for chunk in chunks(items, buffer.chunk_records, buffer.chunk_bytes):
-                    if not await buffer.put(chunk):
-                        return
+                if not await self._put(batch.records):
+                    return
                 self.caught_up = batch.caught_up
                 if batch.shard_ended:
                     self.children = batch.child_shards
@@ -84,6 +83,26 @@ class ShardReader:
             if close is not None:
                 with contextlib.suppress(Exception):
                     await close()
+
+    async def _put(self, records: list[Record]) -> bool:
+        """Shape ``records`` into chunks of at most half the buffer's bounds and put each as
+        soon as it is cut; False if the buffer was closed. A record bigger than the byte bound
+        forms a chunk of its own."""
+        buffer = self._buffer
+        max_records, max_bytes = buffer.chunk_records, buffer.chunk_bytes
+        items: list[Intake] = []
+        size = 0
+        async for piece in self._intake.pieces(records):
+            for item in piece:
+                record_size = item.record.size
+                if items and (len(items) >= max_records or size + record_size > max_bytes):
+                    if not await buffer.put(Chunk(items, size)):
+                        return False
+                    items, size = [], 0
+                items.append(item)
+                size += record_size
+            self._report_out_of_range()
+        return not items or await buffer.put(Chunk(items, size))
 
     def _report_out_of_range(self) -> None:
         if self._metrics is None:
