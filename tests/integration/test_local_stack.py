@@ -131,7 +131,7 @@ def test_kinesis_local_tls_listener_is_on_loopback_only(
     assert listening_addresses(kinesis_local_server.tls_port) == {"0100007F"}
 
 
-def test_stack_env_points_a_plain_sdk_client_at_moto(
+def test_stack_env_sends_each_service_where_it_is_served(
     monkeypatch: pytest.MonkeyPatch, stream_name: str, tmp_path: Path
 ) -> None:
     with LocalStack(moto=True, kinesalite=True, log_dir=tmp_path) as stack:
@@ -141,10 +141,18 @@ def test_stack_env_points_a_plain_sdk_client_at_moto(
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         kinesis().create_stream(StreamName=stream_name, ShardCount=1)  # no endpoint_url given
+        boto3.client("dynamodb").create_table(
+            TableName=stream_name,
+            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
         on_moto = kinesis(stack.moto.endpoint_url).list_streams()["StreamNames"]
         on_kinesalite = kinesis(stack.kinesalite.endpoint_url).list_streams()["StreamNames"]
-        assert stream_name in on_moto
-        assert stream_name not in on_kinesalite
+        assert stream_name not in on_moto
+        assert stream_name in on_kinesalite  # Kinesis traffic reached the Kinesis it asked for
+        tables = boto3.client("dynamodb", endpoint_url=stack.moto.endpoint_url).list_tables()
+        assert stream_name in tables["TableNames"]  # and DynamoDB's reached moto
         pids = [server.pid for server in stack.servers]
     assert not any(is_alive(pid) for pid in pids)
 
@@ -198,9 +206,13 @@ def test_cli_up_status_down_round_trip(tmp_path: Path, stream_name: str) -> None
         assert exports["SHARDFLOW_KINESIS_LOCAL_URL"] == by_name["kinesis-local"].endpoint_url
         assert put_and_get_one_record(kinesis(exports["AWS_ENDPOINT_URL"]), stream_name)
 
-        again = run_cli("up", "--state-dir", state_dir)
-        assert again.returncode == 1
-        assert "already running" in again.stderr
+        again = run_cli("up", "--quiet", "--state-dir", state_dir)  # idempotent
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == started.stdout
+        unlike = run_cli("up", "--no-moto", "--kinesalite", "--state-dir", state_dir)
+        assert unlike.returncode == 0  # what it asks for runs already
+        other = run_cli("down", "--state-dir", str(tmp_path / "elsewhere"))
+        assert "No local stack" in other.stdout
 
         status = run_cli("status", "--state-dir", state_dir)
         assert status.returncode == 0, status.stdout + status.stderr

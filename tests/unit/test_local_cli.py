@@ -117,14 +117,27 @@ def test_down_stops_recorded_servers_but_not_a_reused_pid(
     assert read_state(state_file(tmp_path)) is None
 
 
-def test_up_refuses_while_a_recorded_server_runs(
+def test_up_again_prints_the_running_stack_s_environment(
     tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:
     serving, port = start(processes, answers=True)
     write_state(state_file(tmp_path), [record("moto", serving, port)])
-    code, output = local("up", "--state-dir", str(tmp_path))
+    code, output = local("up", "--quiet", "--state-dir", str(tmp_path))
+    assert code == 0, output
+    assert f"export AWS_ENDPOINT_URL=http://127.0.0.1:{port}" in output.splitlines()
+    assert is_alive(serving.pid)
+
+
+def test_up_refuses_when_the_running_stack_lacks_a_wanted_server(
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    serving, port = start(processes, answers=True)
+    write_state(state_file(tmp_path), [record("moto", serving, port)])
+    code, output = local("up", "--kinesis-local", "--state-dir", str(tmp_path))
     assert code == 1
     assert "already running" in output
+    assert "without kinesis-local" in output
+    assert "shardflow local down" in output
     assert is_alive(serving.pid)
 
 

@@ -12,15 +12,27 @@ KINESIS_LOCAL = "http://127.0.0.1:5001"
 KINESALITE = "http://127.0.0.1:5002"
 
 
-def test_moto_takes_every_service_and_each_server_is_named() -> None:
+def test_each_service_goes_where_it_is_served_and_each_server_is_named() -> None:
     env = client_environment(
         {"moto": MOTO, "kinesis-local": KINESIS_LOCAL, "kinesalite": KINESALITE}, current={}
     )
     assert env["AWS_ENDPOINT_URL"] == MOTO
-    assert "AWS_ENDPOINT_URL_KINESIS" not in env
+    assert env["AWS_ENDPOINT_URL_KINESIS"] == KINESIS_LOCAL
+    assert env["AWS_ENDPOINT_URL_DYNAMODB"] == MOTO
+    assert env["AWS_ENDPOINT_URL_DYNAMODB_STREAMS"] == MOTO
+    assert env["AWS_ENDPOINT_URL_CLOUDWATCH"] == MOTO
     assert env["SHARDFLOW_MOTO_URL"] == MOTO
     assert env["SHARDFLOW_KINESIS_LOCAL_URL"] == KINESIS_LOCAL
     assert env["SHARDFLOW_KINESALITE_URL"] == KINESALITE
+
+
+def test_moto_alone_serves_kinesis_too() -> None:
+    env = client_environment({"moto": MOTO}, current={})
+    assert env["AWS_ENDPOINT_URL"] == env["AWS_ENDPOINT_URL_KINESIS"] == MOTO
+    assert (
+        client_environment({"moto": MOTO, "kinesalite": KINESALITE}, {})["AWS_ENDPOINT_URL_KINESIS"]
+        == KINESALITE
+    )
 
 
 def test_without_moto_kinesis_goes_to_kinesis_local_first_then_kinesalite() -> None:

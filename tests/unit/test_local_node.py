@@ -11,7 +11,15 @@ import pytest
 
 from shardflow.errors import EmulatorNotInstalledError, NodeModulesNotFoundError
 from shardflow.local import KinesaliteServer, KinesisLocalServer
-from shardflow.local.node import find_package, loopback_preload, node_executable
+from shardflow.local.node import (
+    NPM_PACKAGES,
+    fetch_package,
+    find_package,
+    loopback_preload,
+    node_executable,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_package(node_modules: Path, name: str) -> Path:
@@ -40,10 +48,44 @@ def test_missing_package_says_how_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SHARDFLOW_NODE_MODULES", str(tmp_path))
-    with pytest.raises(NodeModulesNotFoundError, match=r"make setup.*npm ci") as raised:
+    with pytest.raises(NodeModulesNotFoundError, match=r"npm ci") as raised:
         find_package("kinesalite")
     assert str(tmp_path) in str(raised.value)
     assert isinstance(raised.value, EmulatorNotInstalledError)
+
+
+def test_pinned_versions_are_the_checkout_s(tmp_path: Path) -> None:
+    assert json.loads((ROOT / "package.json").read_text())["dependencies"] == NPM_PACKAGES
+
+
+def test_found_in_the_user_cache_when_no_checkout_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHARDFLOW_CACHE_DIR", str(tmp_path / "cache"))
+    package = fake_package(tmp_path / "cache" / "node" / "node_modules", "fake-emulator")
+    assert find_package("fake-emulator", start=tmp_path) == package.resolve()
+
+
+def test_without_npm_the_error_is_the_one_command_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(NodeModulesNotFoundError) as raised:
+        fetch_package("kinesalite", tmp_path / "cache")
+    assert f"npm install --prefix {tmp_path / 'cache'}" in str(raised.value)
+    assert f"kinesalite@{NPM_PACKAGES['kinesalite']}" in str(raised.value)
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
+def test_a_pip_user_gets_the_pinned_emulator_fetched_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = tmp_path / "cache" / "node"
+    package = fetch_package("kinesalite", prefix)
+    assert package == (prefix / "node_modules" / "kinesalite").resolve()
+    manifest = json.loads((package / "package.json").read_text())
+    assert manifest["version"] == NPM_PACKAGES["kinesalite"]
+    assert "fetching kinesalite@" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("server_class", [KinesisLocalServer, KinesaliteServer])

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from shardflow.errors import LocalStackError
-from shardflow.local.state import ServerRecord, read_state, state_file, write_state
+from shardflow.local.state import (
+    ServerRecord,
+    default_state_dir,
+    read_state,
+    state_file,
+    write_state,
+)
 
 RECORD = ServerRecord(
     name="moto",
@@ -49,3 +55,9 @@ def test_unreadable_state_is_a_typed_error(tmp_path: Path, content: str) -> None
     path.write_text(content)
     with pytest.raises(LocalStackError, match="local stack state"):
         read_state(path)
+
+
+def test_state_is_per_user_not_per_directory(tmp_path: Path) -> None:
+    assert default_state_dir({"SHARDFLOW_STATE_DIR": str(tmp_path)}) == tmp_path
+    assert default_state_dir({"XDG_STATE_HOME": "/x/state"}) == Path("/x/state/shardflow")
+    assert default_state_dir({}) == Path.home() / ".local" / "state" / "shardflow"

@@ -1,8 +1,9 @@
 """``shardflow local up|down|status``: the embedded local stack.
 
-``up`` starts the servers detached (they outlive the command) and records their PIDs in a
-state file; ``down`` stops exactly those PIDs; ``status`` probes them. The ``export`` lines
-``up`` prints go to stdout unadorned, so ``eval "$(shardflow local up --quiet)"`` works.
+``up`` starts the servers detached (they outlive the command) and records their PIDs in this
+user's state file; ``down`` stops exactly those PIDs; ``status`` probes them. The ``export``
+lines ``up`` prints go to stdout unadorned, so ``eval "$(shardflow local up --quiet)"`` works,
+also when the stack runs already (``up`` then prints its environment and starts nothing).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from shardflow.local.control import ServerState, server_state, stop_recorded
 from shardflow.local.environment import client_environment, export_lines
 from shardflow.local.stack import LocalStack
 from shardflow.local.state import (
-    DEFAULT_STATE_DIR,
     ServerRecord,
+    default_state_dir,
     read_state,
     state_file,
     write_state,
@@ -36,11 +37,13 @@ _out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False)
 
 StateDir = Annotated[
-    Path,
+    Path | None,
     typer.Option(
         "--state-dir",
-        help="Directory for the state file (local.json) and the servers' logs.",
+        help="Directory for the state file (local.json) and the servers' logs "
+        "(default: $SHARDFLOW_STATE_DIR, $XDG_STATE_HOME/shardflow or ~/.local/state/shardflow).",
         file_okay=False,
+        show_default=False,
     ),
 ]
 
@@ -66,17 +69,33 @@ def up(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the export lines.")
     ] = False,
-    state_dir: StateDir = DEFAULT_STATE_DIR,
+    state_dir: StateDir = None,
 ) -> None:
-    """Start the local servers on 127.0.0.1 in the background and print how to reach them."""
+    """Start the local servers on 127.0.0.1 in the background and print how to reach them.
+
+    With a stack running already, print its environment again and start nothing.
+    """
+    state_dir = state_dir or default_state_dir()
     path = state_file(state_dir)
-    running = [r for r in _read(path) or [] if server_state(r) is not ServerState.STOPPED]
+    recorded = _read(path) or []
+    running = [r for r in recorded if server_state(r) is not ServerState.STOPPED]
     if running:
-        names = ", ".join(f"{r.name} (pid {r.pid})" for r in running)
-        _fail(
-            f"a local stack is already running from {path}: {names}; "
-            "see `shardflow local status` or stop it with `shardflow local down`"
-        )
+        wanted = {"moto": moto, "kinesis-local": kinesis_local, "kinesalite": kinesalite}
+        have = {r.name for r in running}
+        missing = [name for name, on in wanted.items() if on and name not in have]
+        missing += [f"{r.name} (stopped)" for r in recorded if r not in running]
+        if missing:
+            names = ", ".join(f"{r.name} (pid {r.pid})" for r in running)
+            _fail(
+                f"a local stack is already running ({names}) without {', '.join(missing)}; "
+                "stop it with `shardflow local down`, then run `up` again"
+            )
+        if not quiet:
+            _out.print(_servers_table(running, states=None))
+            _out.print(f"Already running (state in [bold]{escape(str(path))}[/]).")
+            _out.print("Point any AWS SDK at it:")
+        _print_exports({r.name: r.endpoint_url for r in running})
+        return
     try:
         stack = LocalStack(
             moto=moto,
@@ -97,21 +116,19 @@ def up(
     except OSError as error:
         stack.stop()  # untracked servers could never be stopped by `down`
         _fail(f"cannot write {path}: {error}")
-    env = client_environment(stack.endpoints(), os.environ)
     if not quiet:
         _out.print(_servers_table(records, states=None))
         _out.print(
             f"State in [bold]{escape(str(path))}[/]; stop with [bold]shardflow local down[/]."
         )
         _out.print("Point any AWS SDK at it:")
-    for line in export_lines(env):
-        typer.echo(line)
+    _print_exports(stack.endpoints())
 
 
 @app.command()
-def down(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
+def down(state_dir: StateDir = None) -> None:
     """Stop the servers recorded by `shardflow local up` (only those PIDs)."""
-    path = state_file(state_dir)
+    path = state_file(state_dir or default_state_dir())
     records = _read(path)
     if records is None:
         _out.print(f"No local stack recorded in {path}.")
@@ -123,9 +140,9 @@ def down(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
 
 
 @app.command()
-def status(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
+def status(state_dir: StateDir = None) -> None:
     """Show each recorded server and whether it answers; exit 1 unless all are ready."""
-    path = state_file(state_dir)
+    path = state_file(state_dir or default_state_dir())
     records = _read(path)
     if records is None:
         _out.print(f"No local stack recorded in {path}; start one with `shardflow local up`.")
@@ -135,10 +152,14 @@ def status(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     ready = {r.name: r.endpoint_url for r, s in zip(records, states, strict=True) if s == "ready"}
     if ready:
         _out.print("Point any AWS SDK at it:")
-        for line in export_lines(client_environment(ready, os.environ)):
-            typer.echo(line)
+        _print_exports(ready)
     if len(ready) != len(records):
         raise typer.Exit(1)
+
+
+def _print_exports(endpoints: dict[str, str]) -> None:
+    for line in export_lines(client_environment(endpoints, os.environ)):
+        typer.echo(line)
 
 
 def _servers_table(records: list[ServerRecord], *, states: list[ServerState] | None) -> Table:

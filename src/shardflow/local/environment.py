@@ -2,10 +2,12 @@
 
 Rules, so a user can predict them:
 
-- ``AWS_ENDPOINT_URL`` is moto's server when it runs: every SDK that honours it (boto3 and the
-  AWS CLI v2 among them) then sends Kinesis, DynamoDB and CloudWatch calls there.
-- Without moto, ``AWS_ENDPOINT_URL_KINESIS`` sends Kinesis calls to kinesis-local, or to
-  kinesalite when only that runs.
+- Each service's calls go where that service is served, by the service-specific variables
+  every current AWS SDK honours (boto3, aiobotocore, the AWS CLI v2):
+  ``AWS_ENDPOINT_URL_KINESIS`` names kinesis-local when it runs, else kinesalite, else moto;
+  ``AWS_ENDPOINT_URL_DYNAMODB``, ``_DYNAMODB_STREAMS``, ``_CLOUDWATCH`` and ``_S3`` name moto.
+- ``AWS_ENDPOINT_URL`` is moto's server when it runs: the fallback for every other service
+  and for SDKs that know only the global variable.
 - ``SHARDFLOW_<SERVER>_URL`` names each running server's endpoint (e.g. kinesis-local next to
   moto, for resharding tests).
 - Dummy credentials (``testing``) and region ``us-east-1`` are added only when the current
@@ -19,8 +21,10 @@ from collections.abc import Mapping
 
 DUMMY_CREDENTIAL = "testing"
 DEFAULT_REGION = "us-east-1"
-#: Which server takes the SDK's Kinesis calls when moto does not run, best first.
-_KINESIS_PREFERENCE = ("kinesis-local", "kinesalite")
+#: Which server takes the SDK's Kinesis calls, best first.
+_KINESIS_PREFERENCE = ("kinesis-local", "kinesalite", "moto")
+#: The services only moto serves, by the suffix of their ``AWS_ENDPOINT_URL_*`` variable.
+_MOTO_SERVICES = ("DYNAMODB", "DYNAMODB_STREAMS", "CLOUDWATCH", "S3")
 
 
 def url_variable(server_name: str) -> str:
@@ -36,11 +40,12 @@ def client_environment(endpoints: Mapping[str, str], current: Mapping[str, str])
     env: dict[str, str] = {}
     if "moto" in endpoints:
         env["AWS_ENDPOINT_URL"] = endpoints["moto"]
-    else:
-        for name in _KINESIS_PREFERENCE:
-            if name in endpoints:
-                env["AWS_ENDPOINT_URL_KINESIS"] = endpoints[name]
-                break
+    kinesis = next((name for name in _KINESIS_PREFERENCE if name in endpoints), None)
+    if kinesis is not None:
+        env["AWS_ENDPOINT_URL_KINESIS"] = endpoints[kinesis]
+    if "moto" in endpoints:
+        for service in _MOTO_SERVICES:
+            env[f"AWS_ENDPOINT_URL_{service}"] = endpoints["moto"]
     for name, url in endpoints.items():
         env[url_variable(name)] = url
     if not current.get("AWS_ACCESS_KEY_ID"):

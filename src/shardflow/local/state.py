@@ -1,9 +1,15 @@
-"""The state file of a detached local stack (``shardflow local up``): which PIDs to stop later."""
+"""The state file of a detached local stack (``shardflow local up``): which PIDs to stop later.
+
+One stack per user, not per working directory: ``shardflow local down`` or ``status`` run from
+any directory find the stack ``up`` started. The state lives in ``$SHARDFLOW_STATE_DIR`` when
+set, else ``$XDG_STATE_HOME/shardflow``, else ``~/.local/state/shardflow``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +17,7 @@ from typing import Any
 from shardflow.errors import LocalStackError
 from shardflow.local.server import LocalServer
 
-DEFAULT_STATE_DIR = Path(".shardflow")
+STATE_DIR_ENV = "SHARDFLOW_STATE_DIR"
 STATE_FILE_NAME = "local.json"
 _FORMAT_VERSION = 1
 
@@ -41,6 +47,16 @@ class ServerRecord:
             command=tuple(server.command),
             stop_timeout=server.stop_timeout,
         )
+
+
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """This user's state directory (see the module docstring for the rule)."""
+    env = os.environ if environ is None else environ
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV]).expanduser()
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]).expanduser() / "shardflow"
+    return Path.home() / ".local" / "state" / "shardflow"
 
 
 def state_file(state_dir: Path) -> Path:
