@@ -21,9 +21,10 @@ import argparse
 import asyncio
 import json
 
+from shardflow.backoff import Backoff
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.consumer.dispatch import DispatchSettings, Idempotency, RetryBackoff, RetryPolicy
+from shardflow.consumer.dispatch import DispatchSettings, Idempotency
 from shardflow.deadletter import JsonLinesDestination
 from shardflow.idempotency import MemoryIdempotencyGuard
 from shardflow.records import Record, as_json
@@ -49,7 +50,7 @@ async def main() -> None:
             ordering="key",
             key=customer_of,
             max_in_flight_per_shard=64,
-            retry=RetryPolicy(attempts=3, backoff=RetryBackoff(initial=0.05, maximum=1.0)),
+            retry=Backoff(base=0.05, cap=1.0, max_attempts=3),
             on_failure=args.policy,
             idempotency=Idempotency(MemoryIdempotencyGuard()),
         ),

@@ -11,7 +11,8 @@ tests), :mod:`shardflow.local` (the embedded local stack), and :mod:`shardflow.e
 internal: its names may move between releases.
 """
 
-from shardflow.aws import AwsSettings, Backoff
+from shardflow.aws import AwsSettings
+from shardflow.backoff import Backoff
 from shardflow.consumer import (
     Checkpointer,
     CheckpointSettings,
@@ -29,8 +30,6 @@ from shardflow.consumer.dispatch import (
     FailurePolicy,
     Idempotency,
     OrderingMode,
-    RetryBackoff,
-    RetryPolicy,
 )
 from shardflow.consumer.handlers import BatchHandler, Handler, RecordHandler
 from shardflow.deadletter import DeadLetter, JsonLinesDestination, KinesisDestination, replay
@@ -104,8 +103,6 @@ __all__ = [
     "RecordTooLargeError",
     "ResourceNotFoundError",
     "RetriesExhaustedError",
-    "RetryBackoff",
-    "RetryPolicy",
     "ShardLeaseLost",
     "ShardSession",
     "ShardStatus",

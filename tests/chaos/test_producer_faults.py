@@ -100,8 +100,7 @@ def _settings(*, aggregate: bool, preserve_key_order: bool = False) -> ProducerS
         # Pacing far above moto's speed: this is about correctness, not throughput.
         shard_records_per_second=100_000,
         shard_bytes_per_second=100 * 1024 * 1024,
-        retry_backoff=Backoff(base=0.005, cap=0.05),
-        max_attempts=None,
+        retry=Backoff(base=0.005, cap=0.05, max_attempts=None),
         record_ttl=None,
         request_timeout=5.0,
     )

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
+from shardflow.backoff import Backoff
 from shardflow.cli import app
 from shardflow.deadletter import (
     DeadLetter,
@@ -148,7 +149,9 @@ async def test_a_failing_dlq_stream_raises_the_typed_error(moto_url: str, stream
         destination = KinesisDestination(
             dlq,
             aws=AwsSettings(endpoint_url=proxy.url),
-            settings=ProducerSettings(linger=0.0, max_attempts=2, preserve_key_order=True),
+            settings=ProducerSettings(
+                linger=0.0, retry=Backoff(max_attempts=2), preserve_key_order=True
+            ),
         )
         await destination.start()
         proxy.add(ErrorResponse("InternalFailure"), operation="PutRecords", stream=dlq)

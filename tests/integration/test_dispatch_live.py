@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from shardflow.aggregation import aggregate
 from shardflow.aws import AwsSettings, ClientFactory
+from shardflow.backoff import Backoff
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.completed import decode_completed
@@ -39,8 +40,6 @@ from shardflow.consumer.dispatch import (
     FailurePolicy,
     Idempotency,
     OrderingMode,
-    RetryBackoff,
-    RetryPolicy,
 )
 from shardflow.deadletter import DeadLetter, JsonLinesDestination
 from shardflow.fetch import PollingSettings
@@ -59,7 +58,7 @@ BASE = ConsumerSettings(
     checkpoint=CheckpointSettings(every_n=4, interval=0.1, store_completed=True),
     drain_timeout=1.0,
 )
-QUICK_RETRY = RetryBackoff(initial=0.002, maximum=0.01)
+QUICK_RETRY = Backoff(base=0.002, cap=0.01, max_attempts=2, jitter="half")
 EXAMPLES = settings(
     max_examples=4,
     deadline=None,
@@ -232,7 +231,7 @@ async def run_scenario(url: str, scenario: Scenario, letters_path: Path) -> None
     dispatch = DispatchSettings(
         ordering=scenario.ordering,
         max_in_flight_per_shard=8,
-        retry=RetryPolicy(2, QUICK_RETRY),
+        retry=QUICK_RETRY,
         on_failure=scenario.policy,
     )
     letters = WatchedLetters(letters_path)
@@ -408,7 +407,7 @@ async def test_kinesis_dead_letters_and_a_dynamodb_guard_across_a_failover(moto_
     async def run_once(app: str, guard: DynamoDBIdempotencyGuard, expected_letters: int) -> None:
         dispatch = DispatchSettings(
             ordering="key",
-            retry=RetryPolicy(2, QUICK_RETRY),
+            retry=QUICK_RETRY,
             on_failure="skip",
             idempotency=Idempotency(guard),
         )

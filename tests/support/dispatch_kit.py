@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from shardflow.backoff import NO_BACKOFF
 from shardflow.consumer import ConsumedRecord, Consumer
 from shardflow.consumer.acks import AckTracker
-from shardflow.consumer.dispatch import NO_BACKOFF, DispatchSettings, RetryPolicy
+from shardflow.consumer.dispatch import DispatchSettings
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import ExtendedSequenceNumber, Record
 from shardflow.testing import MemoryKinesis, fast_settings
@@ -120,7 +121,7 @@ def stream_of(items: list[tuple[str, bytes]], shards: int = 1) -> MemoryKinesis:
 
 def dispatching(**options: Any) -> DispatchSettings:
     """Dispatch settings; two attempts without backoff unless ``retry`` is given."""
-    options.setdefault("retry", RetryPolicy(2, NO_BACKOFF))
+    options.setdefault("retry", replace(NO_BACKOFF, max_attempts=2))
     return DispatchSettings(**options)
 
 

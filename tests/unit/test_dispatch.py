@@ -6,14 +6,13 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
+from shardflow.backoff import NO_BACKOFF, Backoff
 from shardflow.consumer.dispatch import (
-    NO_BACKOFF,
     DispatchSettings,
-    RetryBackoff,
-    RetryPolicy,
     ShardDispatcher,
 )
 from shardflow.errors import (
@@ -35,7 +34,7 @@ from support.dispatch_kit import (
 
 
 def settings(**overrides: object) -> DispatchSettings:
-    base: dict[str, object] = {"retry": RetryPolicy(attempts=1, backoff=NO_BACKOFF)}
+    base: dict[str, object] = {"retry": replace(NO_BACKOFF, max_attempts=1)}
     base.update(overrides)
     return DispatchSettings(**base)  # type: ignore[arg-type]
 
@@ -212,11 +211,11 @@ async def test_retries_with_backoff_then_success() -> None:
             raise ConnectionError("try again")
 
     clock = ZeroTimeClock()
-    backoff = RetryBackoff(initial=0.5, maximum=0.8, multiplier=2.0, jitter=False)
+    backoff = Backoff(base=0.5, cap=0.8, multiplier=2.0, jitter="none", max_attempts=4)
     dispatcher = ShardDispatcher(
         flaky,
         tracker,
-        settings(retry=RetryPolicy(attempts=4, backoff=backoff)),
+        settings(retry=backoff),
         clock=clock,
     )
     await run_all(dispatcher, records)
@@ -230,7 +229,9 @@ async def test_stop_shard_leaves_the_failed_and_later_records_unacked() -> None:
     records = shard_records(["a"] * 6)
     tracker = delivered(records)
     handler = Tracing(fail={"payload-2"})
-    dispatcher = ShardDispatcher(handler, tracker, settings(retry=RetryPolicy(2, NO_BACKOFF)))
+    dispatcher = ShardDispatcher(
+        handler, tracker, settings(retry=replace(NO_BACKOFF, max_attempts=2))
+    )
     for record in records[:4]:
         await dispatcher.submit(record)
     with pytest.raises(RetriesExhaustedError) as caught:
@@ -253,7 +254,7 @@ async def test_skip_dead_letters_and_goes_on() -> None:
     dispatcher = ShardDispatcher(
         handler,
         tracker,
-        settings(ordering="key", on_failure="skip", retry=RetryPolicy(3, NO_BACKOFF)),
+        settings(ordering="key", on_failure="skip", retry=replace(NO_BACKOFF, max_attempts=3)),
         sink=sink,
     )
     await run_all(dispatcher, records)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from shardflow.backoff import NO_BACKOFF
 from shardflow.consumer import ConsumedRecord, Consumer
 from shardflow.consumer.dispatch import (
-    NO_BACKOFF,
     DispatchSettings,
     Idempotency,
-    RetryPolicy,
     ShardDispatcher,
 )
 from shardflow.idempotency import ClaimOutcome, MemoryIdempotencyGuard, by_position, by_user_key
@@ -31,7 +31,7 @@ def stream_of(count: int) -> MemoryKinesis:
 
 
 def guarded(guard: MemoryIdempotencyGuard, **options: Any) -> DispatchSettings:
-    options.setdefault("retry", RetryPolicy(3, NO_BACKOFF))
+    options.setdefault("retry", replace(NO_BACKOFF, max_attempts=3))
     return DispatchSettings(idempotency=Idempotency(guard), **options)
 
 

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shardflow.backoff import NO_BACKOFF
 from shardflow.consumer.dispatch import (
-    NO_BACKOFF,
     DispatchSettings,
     FailurePolicy,
     OrderingMode,
-    RetryPolicy,
     ShardDispatcher,
 )
 from shardflow.errors import DispatchStoppedError, HandlerError, KeyBlockedError
@@ -160,7 +159,7 @@ async def run(scenario: Scenario) -> None:
             ordering=scenario.ordering,
             key=ordering_key,
             max_in_flight_per_shard=scenario.max_in_flight,
-            retry=RetryPolicy(scenario.attempts, NO_BACKOFF),
+            retry=replace(NO_BACKOFF, max_attempts=scenario.attempts),
             on_failure=scenario.policy,
         ),
         sink=sink,

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from shardflow.consumer.dispatch import DispatchSettings, RetryBackoff, RetryPolicy
+from shardflow.consumer.dispatch import DispatchSettings
 from shardflow.records import Record
 
 
@@ -36,31 +34,11 @@ def test_invalid_settings_are_refused(kwargs: dict[str, object], message: str) -
         DispatchSettings(**kwargs)  # type: ignore[arg-type]
 
 
-def test_invalid_retry_and_backoff_are_refused() -> None:
-    with pytest.raises(ValueError, match="attempts"):
-        RetryPolicy(attempts=0)
-    with pytest.raises(ValueError, match="multiplier"):
-        RetryBackoff(multiplier=0.5)
-    with pytest.raises(ValueError, match="negative"):
-        RetryBackoff(initial=-1)
+def test_a_key_that_is_not_a_function_is_refused() -> None:
     with pytest.raises(TypeError):
         DispatchSettings(key="customer_id")  # type: ignore[arg-type]
 
 
-def test_backoff_grows_to_its_cap() -> None:
-    backoff = RetryBackoff(initial=0.1, maximum=1.0, multiplier=3.0, jitter=False)
-    assert [backoff.delay(n) for n in (1, 2, 3, 4)] == pytest.approx([0.1, 0.3, 0.9, 1.0])
-
-
-def test_jitter_stays_in_the_upper_half() -> None:
-    backoff = RetryBackoff(initial=0.4, maximum=10.0)
-    rng = random.Random(7)
-    delays = [backoff.delay(2, rng) for _ in range(200)]
-    assert all(0.4 <= d <= 0.8 for d in delays)
-    assert len(set(delays)) > 1
-
-
-def test_the_per_worker_bound_is_positive_when_given() -> None:
-    assert DispatchSettings(max_in_flight_per_worker=4).max_in_flight_per_worker == 4
-    with pytest.raises(ValueError, match="max_in_flight_per_worker"):
-        DispatchSettings(max_in_flight_per_worker=0)
+def test_retries_default_to_three_calls_with_half_jitter() -> None:
+    retry = DispatchSettings().retry
+    assert (retry.max_attempts, retry.jitter) == (3, "half")

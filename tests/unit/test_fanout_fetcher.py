@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pytest
 from botocore.exceptions import ClientError, EventStreamError
 
-from shardflow.aws.backoff import Backoff
+from shardflow.backoff import Backoff
 from shardflow.clock import ManualClock
 from shardflow.errors import (
     AccessDeniedError,

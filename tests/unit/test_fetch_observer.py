@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 from prometheus_client import CollectorRegistry
 
-from shardflow.aws.backoff import Backoff
+from shardflow.backoff import Backoff
 from shardflow.clock import ManualClock
 from shardflow.consumer import ConsumerCollector
 from shardflow.consumer.fetch_events import shard_fetch_observer

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from shardflow.aws.backoff import Backoff
+from shardflow.backoff import Backoff
 from shardflow.errors import (
     AccessDeniedError,
     ExpiredIteratorError,

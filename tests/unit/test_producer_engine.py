@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -190,7 +191,11 @@ class FakeClients(ClientFactory):
 
 
 def settings(**overrides: Any) -> ProducerSettings:
-    options: dict[str, Any] = {"linger": 0.005, "retry_backoff": FAST_RETRY}
+    """Quick producer settings; ``max_attempts`` (default 10) and ``backoff`` make its retry."""
+    retry = replace(
+        overrides.pop("backoff", FAST_RETRY), max_attempts=overrides.pop("max_attempts", 10)
+    )
+    options: dict[str, Any] = {"linger": 0.005, "retry": retry}
     options.update(overrides)
     return ProducerSettings(**options)
 
@@ -330,7 +335,7 @@ async def test_records_fail_once_their_deadline_passed() -> None:
     fake = FakeKinesis()
     fake.entry_fault = lambda call, entry: "InternalFailure"
     async with producer_for(
-        fake, max_attempts=None, record_ttl=0.2, retry_backoff=Backoff(base=0.05, cap=0.05)
+        fake, max_attempts=None, record_ttl=0.2, backoff=Backoff(base=0.05, cap=0.05)
     ) as producer:
         started = time.monotonic()
         with pytest.raises(RecordDeliveryError) as caught:

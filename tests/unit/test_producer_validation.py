@@ -74,7 +74,6 @@ def test_prepare_input_takes_two_or_three_fields() -> None:
         {"max_request_records": 501},
         {"max_request_records": 0},
         {"aggregation_max_bytes": 2 * 1024 * 1024},
-        {"max_attempts": 0},
         {"linger": -1},
         {"shard_records_per_second": 0},
         {"throttle_decrease": 1.5},

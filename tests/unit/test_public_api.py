@@ -18,8 +18,8 @@ EVERYDAY_API = {
     "Consumer", "Producer", "SyncProducer", "run_consumer", "read_stream", "read_all", "replay",
     # settings
     "AwsSettings", "Backoff", "ConsumerSettings", "CheckpointSettings", "LeaseSettings",
-    "PollingSettings", "FanOutSettings", "ProducerSettings", "DispatchSettings", "RetryPolicy",
-    "RetryBackoff", "Idempotency", "OrderingMode", "FailurePolicy",
+    "PollingSettings", "FanOutSettings", "ProducerSettings", "DispatchSettings",
+    "Idempotency", "OrderingMode", "FailurePolicy",
     # records, positions, results, handlers
     "Record", "ConsumedRecord", "ExtendedSequenceNumber", "StartPosition", "PutResult",
     "ShardSession", "Checkpointer", "Handler", "RecordHandler", "BatchHandler",

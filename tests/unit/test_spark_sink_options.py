@@ -19,7 +19,7 @@ def test_defaults_are_the_producers_own() -> None:
     options = sink_options({"streamname": "orders"})
     assert options.stream == "orders"
     assert options.producer.aggregate is False
-    assert options.producer.max_attempts == 10
+    assert options.producer.retry.max_attempts == 10
     assert options.flush_timeout == DEFAULT_FLUSH_TIMEOUT
 
 
@@ -41,7 +41,7 @@ def test_producer_knobs_are_read_case_insensitively() -> None:
     assert options.connection.stream_label == "orders"
     producer = options.producer
     assert (producer.aggregate, producer.preserve_key_order) == (True, True)
-    assert (producer.max_attempts, producer.record_ttl, producer.linger) == (3, 7.5, 0.0)
+    assert (producer.retry.max_attempts, producer.record_ttl, producer.linger) == (3, 7.5, 0.0)
     assert producer.max_concurrent_requests == 2
     assert options.flush_timeout == 30.0
     assert options.connection.aws_settings().region == "eu-west-1"

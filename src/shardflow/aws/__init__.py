@@ -1,10 +1,11 @@
 """Everything shardflow says to AWS goes through here: clients, error classes, backoff."""
 
-from shardflow.aws.backoff import DEFAULT_BACKOFF, Backoff, retrying
+from shardflow.aws.backoff import DEFAULT_BACKOFF, retrying
 from shardflow.aws.classify import classify, error_class_for_code
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.redaction import redact, register_secret
 from shardflow.aws.settings import AwsSettings
+from shardflow.backoff import Backoff
 
 __all__ = [
     "DEFAULT_BACKOFF",

@@ -1,4 +1,4 @@
-"""Jittered exponential backoff and the retry loop every AWS call goes through."""
+"""The retry loop every AWS call goes through (pauses per :class:`~shardflow.backoff.Backoff`)."""
 
 from __future__ import annotations
 
@@ -6,32 +6,14 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from shardflow.aws.classify import classify
+from shardflow.backoff import Backoff
 from shardflow.errors import ExpiredIteratorError
 
 T = TypeVar("T")
 log = logging.getLogger("shardflow.aws")
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base * 2**n)).
-
-    Full jitter spreads retries of many workers hit by the same throttling event instead of
-    having them retry in lock-step. ``max_attempts`` counts the first call too.
-    """
-
-    base: float = 0.05
-    cap: float = 5.0
-    max_attempts: int = 8
-
-    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (0-based)."""
-        ceiling = min(self.cap, self.base * (2 ** min(attempt, 62)))
-        return (rng or random).uniform(0.0, ceiling)
 
 
 DEFAULT_BACKOFF = Backoff()
@@ -66,7 +48,7 @@ async def retrying(
             if (
                 not error.retryable
                 or isinstance(error, ExpiredIteratorError)
-                or attempt >= backoff.max_attempts
+                or not backoff.allows(attempt)
             ):
                 if error is exc:
                     raise  # already typed: keep its own cause and traceback

@@ -13,7 +13,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.backoff import retrying
+from shardflow.backoff import Backoff
 from shardflow.errors import ResourceNotFoundError, TransientError
 
 

@@ -7,7 +7,8 @@ import logging
 import time
 from typing import Any
 
-from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.backoff import retrying
+from shardflow.backoff import Backoff
 from shardflow.errors import (
     AccessDeniedError,
     AwsError,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
 from shardflow.aws.settings import AwsSettings
-from shardflow.consumer.dispatch import DispatchSettings, RetryPolicy
+from shardflow.consumer.dispatch import DispatchSettings
 from shardflow.deadletter import (
     DeadLetterDestination,
     DeadLetterSource,
@@ -84,7 +85,7 @@ def dispatch_settings(
     return DispatchSettings(
         ordering=(ordering or Ordering.SHARD).value,
         max_in_flight_per_shard=max_in_flight,
-        retry=RetryPolicy(attempts),
+        retry=replace(DispatchSettings().retry, max_attempts=attempts),
         on_failure=on_failure.value,
     )
 

@@ -22,10 +22,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.backoff import retrying
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import stream_ref
 from shardflow.aws.settings import AwsSettings
+from shardflow.backoff import Backoff
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, run
 from shardflow.cli.consume import LeaseEndpointUrl
 from shardflow.errors import AwsError, ResourceNotFoundError

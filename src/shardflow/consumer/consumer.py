@@ -41,7 +41,6 @@ from shardflow.consumer import checkpoint as checkpoints
 from shardflow.consumer.connections import Connections
 from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
 from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
-from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
@@ -67,6 +66,7 @@ from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import StreamSpec
 from shardflow.leases.store import LeaseStore
 from shardflow.shards import HashKeyRange
+from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.consumer")
 
@@ -212,7 +212,7 @@ class Consumer:
             try:
                 while True:
                     getter = asyncio.ensure_future(sessions.get())
-                    await asyncio.wait({getter, dispatch}, return_when=asyncio.FIRST_COMPLETED)
+                    await first_of(getter, dispatch)
                     if not getter.done():
                         getter.cancel()
                         break
@@ -407,13 +407,11 @@ class Consumer:
                 task.add_done_callback(self._shard_tasks.discard)
 
         acceptor = asyncio.create_task(accept(), name="shardflow-accept")
-        stop = asyncio.ensure_future(self._stop_requested.wait())
         graceful = False
         try:
-            await asyncio.wait({acceptor, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await first_of(acceptor, self._stop_requested)
             graceful = True
         finally:
-            stop.cancel()
             acceptor.cancel()
             await asyncio.gather(acceptor, return_exceptions=True)
             self._stop_requested.set()
@@ -490,11 +488,9 @@ class Consumer:
     async def _parents_done(self, coordinator: LeaseCoordinator, owned: OwnedLease) -> bool:
         """Wait for the parents' SHARD_END; False if stopped or the lease ended meanwhile."""
         waiting = asyncio.ensure_future(coordinator.wait_parents_done(owned))
-        stop = asyncio.ensure_future(self._stop_requested.wait())
         try:
-            await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await first_of(waiting, self._stop_requested)
         finally:
-            stop.cancel()
             if not waiting.done():
                 waiting.cancel()
         return waiting.done() and not waiting.cancelled() and waiting.result()
@@ -536,7 +532,7 @@ class Consumer:
         # Parked: keep the lease (renewed by the coordinator) so the shard does not bounce
         # between workers repeating the failure; it is released at stop or when asked for.
         self._parked[owned.lease_key] = error
-        await wait_for_any(owned.lost, owned.giving_up, self._stop_requested)
+        await first_of(owned.lost, owned.giving_up, self._stop_requested)
         if owned.giving_up.is_set() and not self._stop_requested.is_set():
             await coordinator.release(owned, why="handoff")
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from shardflow.consumer.acks import PendingCounts
 from shardflow.consumer.checkpoint import Checkpointer
-from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.shard_worker import ShardWorker
+from shardflow.waits import first_of
 
 
 class ShardSession:
@@ -69,7 +69,7 @@ class ShardSession:
         seconds more to notice, as batches end then.
         """
         lease = self._worker.lease
-        await wait_for_any(self._closed, stopping, lease.lost, lease.giving_up)
+        await first_of(self._closed, stopping, lease.lost, lease.giving_up)
         if not self._closed.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):

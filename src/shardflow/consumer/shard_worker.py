@@ -26,7 +26,6 @@ from typing import Any
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.checkpoint import Checkpointer, CheckpointHook
-from shardflow.consumer.event_waits import wait_for_any
 from shardflow.consumer.handlers import ChunkOutcome, HandlerAdapter
 from shardflow.consumer.intake import RecordIntake
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
@@ -45,6 +44,7 @@ from shardflow.errors import DeserializationError, ShardLeaseLost
 from shardflow.positions import StartPosition
 from shardflow.records import Record
 from shardflow.shards import HashKeyRange
+from shardflow.waits import first_of
 
 __all__ = [
     "FetcherFactory",
@@ -301,13 +301,11 @@ class ShardWorker:
         """One handler run; on stop it gets ``drain_timeout`` more seconds, then is cancelled
         (None): a stop must end even when a handler hangs."""
         call = asyncio.ensure_future(adapter.run(records, self.may_deliver))
-        stop = asyncio.ensure_future(self._stop_called.wait())
         try:
-            await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await first_of(call, self._stop_called)
             if not call.done():
-                await asyncio.wait({call}, timeout=self.settings.drain_timeout)
+                await first_of(call, timeout=self.settings.drain_timeout)
         finally:
-            stop.cancel()
             if not call.done():
                 call.cancel()
                 try:
@@ -330,7 +328,7 @@ class ShardWorker:
     async def _watch(self) -> None:
         """Wake the delivery side at once when the lease is lost or given up, or on stop."""
         lease = self.lease
-        await wait_for_any(lease.lost, lease.giving_up, self._stop_requested)
+        await first_of(lease.lost, lease.giving_up, self._stop_requested)
         if lease.lost.is_set():
             # The renewal side knows before any write fails: stop the automatic flushes now.
             await self.checkpointer.stop()
@@ -409,7 +407,7 @@ class ShardWorker:
                 break
             if self.lost:
                 raise ShardLeaseLost(self.shard_id)
-            await wait_for_any(
+            await first_of(
                 self._all_acked, self.lease.giving_up, self.lease.lost, self._stop_called
             )
         if self.lost:
@@ -428,7 +426,7 @@ class ShardWorker:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 while not self.checkpointer.tracker.all_acked and not self.lost:
-                    await wait_for_any(self._all_acked, self.lease.lost)
+                    await first_of(self._all_acked, self.lease.lost)
         if not self.checkpointer.tracker.all_acked:
             log.warning(
                 "shard %s: %d delivered records not acknowledged after %.1fs; checkpointing %s",

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from shardflow.aws.backoff import Backoff
 from shardflow.aws.classify import classify
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import stream_name_of
+from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ResourceInUseError, ThrottledError, TransientError
 from shardflow.events import RenewalReason
@@ -348,7 +348,7 @@ class FanOutFetcher:
             self._raise(error, exc)
         kind, backoff = self._policy(error)
         attempt = self._failures.get(kind, 0)
-        if attempt + 1 >= backoff.max_attempts:
+        if not backoff.allows(attempt + 1):
             self._raise(error, exc)
         self._failures[kind] = attempt + 1
         pause = backoff.delay(attempt, self._rng)

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.backoff import retrying
 from shardflow.aws.classify import classify
 from shardflow.aws.kinesis import stream_name_of, stream_ref
+from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ExpiredIteratorError, ThrottledError
 from shardflow.fetch.batch import FetchedBatch
@@ -196,7 +197,7 @@ class PollingFetcher:
 
     async def _back_off(self, error: AwsError, backoff: Backoff, attempt: int) -> None:
         """Sleep before retry ``attempt + 1``, or raise ``error`` if it may not be retried."""
-        if not error.retryable or attempt + 1 >= backoff.max_attempts:
+        if not error.retryable or not backoff.allows(attempt + 1):
             raise error
         pause = backoff.delay(attempt, self._rng)
         log.debug("GetRecords on %s failed (%s); retry in %.3fs", self.shard_id, error.code, pause)

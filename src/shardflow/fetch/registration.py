@@ -15,9 +15,9 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
 
-from shardflow.aws.backoff import Backoff
 from shardflow.aws.classify import classify
 from shardflow.aws.kinesis import describe_stream_summary
+from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ResourceInUseError, ResourceNotFoundError
 
@@ -262,7 +262,7 @@ async def _call(
             error: AwsError = classify(exc, operation=operation, stream=stream or None)
             retry = error.retryable and not isinstance(error, ResourceInUseError)
             attempt += 1
-            if not retry or attempt >= _CALL_BACKOFF.max_attempts:
+            if not retry or not _CALL_BACKOFF.allows(attempt):
                 if error is exc:
                     raise
                 raise error from exc

@@ -9,6 +9,7 @@ from typing import Any
 
 from shardflow.clock import Clock
 from shardflow.positions import StartPosition
+from shardflow.waits import first_of
 
 
 class Lapse(Enum):
@@ -42,11 +43,9 @@ class Subscription:
             return Lapse.RENEW
         renewal_first = renew_at <= now + event_timeout
         read = asyncio.ensure_future(anext(self._events))
-        timer = asyncio.ensure_future(clock.sleep(min(renew_at, now + event_timeout) - now))
         try:
-            await asyncio.wait((read, timer), return_when=asyncio.FIRST_COMPLETED)
+            await first_of(read, clock.sleep(min(renew_at, now + event_timeout) - now))
         finally:
-            timer.cancel()
             if not read.done():
                 read.cancel()
         if not read.done():

@@ -103,6 +103,7 @@ from shardflow.leases.taker import LeaseTaker
 from shardflow.positions import StartPosition
 from shardflow.records import SHARD_END
 from shardflow.shards import ChildShard
+from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.leases")
 
@@ -240,15 +241,13 @@ class LeaseCoordinator:
             if self.acquired.empty() and self._stopped.is_set():
                 return
             getter = asyncio.ensure_future(self.acquired.get())
-            stopper = asyncio.ensure_future(self._stopped.wait())
             try:
-                await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                await first_of(getter, self._stopped)
             except asyncio.CancelledError:
                 if getter.done() and not getter.cancelled():
                     self.acquired.put_nowait(getter.result())  # not delivered: keep it
                 raise
             finally:
-                stopper.cancel()
                 if not getter.done():
                     getter.cancel()
             if getter.done() and not getter.cancelled():
@@ -502,15 +501,7 @@ class LeaseCoordinator:
 
     async def _sleep_unless(self, event: asyncio.Event, seconds: float) -> None:
         """Sleep ``seconds`` on the coordinator's clock, or until ``event`` is set."""
-        if event.is_set():
-            return
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        waiter = asyncio.ensure_future(event.wait())
-        try:
-            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waiter.cancel()
+        await first_of(event, self._clock.sleep(seconds))
 
     def _emit(self, event: DiagnosticEvent) -> None:
         if self._on_event is None:

@@ -10,9 +10,10 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.backoff import retrying
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.dynamodb_tables import create_table, describe_table, wait_until_active
+from shardflow.backoff import Backoff
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError
 from shardflow.leases.errors import LeaseConditionFailed
 from shardflow.leases.expressions import render

@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.backoff import retrying
+from shardflow.backoff import Backoff
 from shardflow.clock import Clock
 from shardflow.errors import AwsError, ExpiredIteratorError, MalformedLeaseError
 from shardflow.leases.model import Lease

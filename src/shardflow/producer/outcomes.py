@@ -202,7 +202,7 @@ class Outcomes:
     def settle_failures(self, failures: list[Failure], now: float) -> None:
         """Retry what may be retried (at the head of its lane, after a pause); fail the rest."""
         settings = self._settings
-        max_attempts = settings.max_attempts
+        policy = settings.retry
         ttl = settings.record_ttl
         retry: dict[Lane, list[Pending]] = {}
         pause_attempts: dict[Lane, int] = {}
@@ -213,7 +213,7 @@ class Outcomes:
                 if (
                     retryable
                     and self.retries_allowed
-                    and (max_attempts is None or record.attempts < max_attempts)
+                    and policy.allows(record.attempts)
                     and (ttl is None or now - record.accepted_at < ttl)
                 ):
                     lane = self._lane_for(record.hash_key)
@@ -223,7 +223,7 @@ class Outcomes:
                     self.fail(record, code, message, error)
         for lane, records in retry.items():
             lane.push_front(records)
-            pause = settings.retry_backoff.delay(pause_attempts[lane] - 1)
+            pause = policy.delay(pause_attempts[lane] - 1)
             lane.resume_at = max(lane.resume_at, now + pause)
             self._metrics.retries += len(records)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from shardflow.aws import Backoff
+from shardflow.backoff import Backoff
 from shardflow.producer.ratelimit import (
     SHARD_BYTES_PER_SECOND,
     SHARD_RECORDS_PER_SECOND,
@@ -72,12 +72,12 @@ class ProducerSettings:
     """Lowest share of the maximum rate a shard is slowed down to."""
 
     # --- retries
-    max_attempts: int | None = 10
-    """PutRecords attempts per record before it fails with RecordDeliveryError (None: no cap)."""
+    retry: Backoff = field(default_factory=lambda: Backoff(base=0.1, cap=2.0, max_attempts=10))
+    """PutRecords attempts per record before it fails with RecordDeliveryError
+    (``max_attempts``; None: no bound but ``record_ttl``), and the jittered pause of a shard's
+    records after a failed attempt."""
     record_ttl: float | None = 120.0
     """Seconds after put after which a failing record is not retried again (None: no deadline)."""
-    retry_backoff: Backoff = field(default_factory=lambda: Backoff(base=0.1, cap=2.0))
-    """Jittered pause of a shard's records after a failed attempt (its max_attempts is unused)."""
     request_timeout: float = 60.0
     """Upper bound (s) on one PutRecords call, on top of the client's own timeouts."""
 
@@ -109,8 +109,6 @@ class ProducerSettings:
             raise ValueError("aggregation_max_bytes must be in 1..max_record_bytes")
         _positive("max_concurrent_requests", self.max_concurrent_requests)
         _positive("max_in_flight_per_shard", self.max_in_flight_per_shard)
-        if self.max_attempts is not None:
-            _positive("max_attempts", self.max_attempts)
         if self.record_ttl is not None:
             _positive("record_ttl", self.record_ttl)
         _positive("request_timeout", self.request_timeout)

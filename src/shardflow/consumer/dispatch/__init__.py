@@ -2,7 +2,7 @@
 
 :class:`ShardDispatcher` (one per shard) runs a handler over records per
 :class:`DispatchSettings`: in shard order, in key order with keys in parallel, or unordered;
-bounded per shard (and per worker with a shared limit); retried per :class:`RetryPolicy`;
+bounded per shard (and per worker with a shared limit); retried per a :class:`~shardflow.backoff.Backoff`;
 finally failed records stop the shard or go to a :class:`DeadLetterSink`. A record is
 acknowledged in the shard's ack tracker only after it succeeded or was dead-lettered.
 """
@@ -12,19 +12,15 @@ from shardflow.consumer.dispatch.dead_letters import DeadLetters, DestinationSin
 from shardflow.consumer.dispatch.invoke import RecordHandler
 from shardflow.consumer.dispatch.scheduler import DispatchCounts, ShardDispatcher
 from shardflow.consumer.dispatch.settings import (
-    NO_BACKOFF,
     DispatchSettings,
     FailurePolicy,
     Idempotency,
     KeyFunction,
     OrderingMode,
-    RetryBackoff,
-    RetryPolicy,
     partition_key,
 )
 
 __all__ = [
-    "NO_BACKOFF",
     "DeadLetterSink",
     "DeadLetters",
     "DestinationSink",
@@ -35,8 +31,6 @@ __all__ = [
     "KeyFunction",
     "OrderingMode",
     "RecordHandler",
-    "RetryBackoff",
-    "RetryPolicy",
     "ShardDispatcher",
     "WorkerLimit",
     "partition_key",

@@ -21,6 +21,7 @@ from shardflow.consumer.dispatch.invoke import RecordHandler
 from shardflow.consumer.dispatch.scheduler import ShardDispatcher
 from shardflow.consumer.dispatch.settings import DispatchSettings
 from shardflow.errors import DispatchStoppedError, KeyFunctionError
+from shardflow.waits import first_of
 
 if TYPE_CHECKING:
     from shardflow.consumer.records import ConsumedRecord
@@ -38,22 +39,18 @@ async def run_dispatched(
     failed = asyncio.Event()
     work = asyncio.ensure_future(_feed_and_drain(worker, dispatcher, failed))
     lease = worker.lease
-    ending = [
-        asyncio.ensure_future(worker.wait_stop_requested()),
-        asyncio.ensure_future(lease.giving_up.wait()),
-        asyncio.ensure_future(dispatcher.wait_stopped()),
-        asyncio.ensure_future(failed.wait()),
-    ]
-    lost = asyncio.ensure_future(lease.lost.wait())
     try:
-        await asyncio.wait({work, lost, *ending}, return_when=asyncio.FIRST_COMPLETED)
-        if not work.done() and not lost.done():
+        await first_of(
+            work,
+            lease.lost,
+            worker.wait_stop_requested(),
+            lease.giving_up,
+            dispatcher.wait_stopped(),
+            failed,
+        )
+        if not work.done() and not lease.lost.is_set():
             # Stopping, handing off or failed: records in flight may still finish, for a while.
-            await asyncio.wait(
-                {work, lost},
-                timeout=worker.settings.drain_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await first_of(work, lease.lost, timeout=worker.settings.drain_timeout)
         if not work.done():
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -62,8 +59,7 @@ async def run_dispatched(
         else:
             work.result()
     finally:
-        for waiter in (work, lost, *ending):
-            waiter.cancel()
+        work.cancel()
     return await worker.finish(drain_timeout=0.0)
 
 

@@ -18,9 +18,10 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from shardflow.backoff import Backoff
 from shardflow.clock import Clock
 from shardflow.consumer.dispatch.contracts import WorkerLimit
-from shardflow.consumer.dispatch.settings import Idempotency, RetryPolicy
+from shardflow.consumer.dispatch.settings import Idempotency
 from shardflow.consumer.handlers import is_async_handler
 from shardflow.errors import ClaimInProgressError, HandlerError
 from shardflow.idempotency.guard import ClaimOutcome
@@ -75,7 +76,7 @@ class RetryingCall(Generic[R]):
         self,
         handler: RecordHandler[R],
         *,
-        retry: RetryPolicy,
+        retry: Backoff,
         clock: Clock,
         executor: Executor | None = None,
         worker_limit: WorkerLimit | None = None,
@@ -95,13 +96,13 @@ class RetryingCall(Generic[R]):
 
     async def run(self, record: R, go_on: GoOn) -> Attempts:
         """Handle ``record``; between attempts, pause per the policy and ask ``go_on()``."""
-        policy = self._retry
+        retry = self._retry
         calls = 0
         waits = 0
         last: HandlerError | None = None
-        while calls < policy.attempts:
+        while retry.allows(calls):
             if calls and not waits:
-                await self._clock.sleep(policy.backoff.delay(calls, self._rng))
+                await self._clock.sleep(retry.delay(calls - 1, self._rng))
                 if not go_on():
                     return Attempts(calls, last, abandoned=True)
             calls += 1
@@ -113,14 +114,14 @@ class RetryingCall(Generic[R]):
                 # is spent (it would end in the dead letters unhandled); wait and ask again.
                 calls -= 1
                 waits += 1
-                await self._clock.sleep(policy.backoff.delay(waits, self._rng))
+                await self._clock.sleep(retry.delay(waits - 1, self._rng))
                 if not go_on():
                     return Attempts(calls, last, abandoned=True)
                 continue
             except Exception as exc:
                 waits = 0
                 last = handler_error(exc, record)
-                log.debug("%s (attempt %d of %d)", last, calls, policy.attempts)
+                log.debug("%s (attempt %d of %s)", last, calls, retry.max_attempts or "unbounded")
                 continue
             return Attempts(calls, skipped=not ran)
         return Attempts(calls, last)

@@ -8,7 +8,7 @@ One frozen value, :class:`DispatchSettings`. Ordering modes:
   customer id in the payload, say); a record whose key is None has no ordering constraint.
 - ``"unordered"``: every record as soon as there is room.
 
-Failure policies, applied once a record has failed ``retry.attempts`` handler calls:
+Failure policies, applied once a record has failed ``retry.max_attempts`` handler calls:
 
 - ``"stop-shard"`` (default): stop dispatching; the record and those not started stay
   unacknowledged, so a restart replays them. Needs no dead-letter destination.
@@ -22,11 +22,11 @@ guard's claim: a record already handled (e.g. before a failover) is acknowledged
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
+from shardflow.backoff import Backoff
 from shardflow.idempotency.guard import KeyFunction as IdempotencyKey
 from shardflow.idempotency.guard import by_position
 from shardflow.records import Record
@@ -48,47 +48,10 @@ def partition_key(record: Record) -> str:
     return record.partition_key
 
 
-@dataclass(frozen=True, slots=True)
-class RetryBackoff:
-    """Pause before retry n (1-based): ``min(maximum, initial * multiplier**(n-1))``.
-
-    With ``jitter`` the pause is drawn uniformly from its upper half, so records of many keys
-    failing together (a database restart) do not retry in lock-step.
-    """
-
-    initial: float = 0.1
-    maximum: float = 5.0
-    multiplier: float = 2.0
-    jitter: bool = True
-
-    def __post_init__(self) -> None:
-        if self.initial < 0 or self.maximum < 0:
-            raise ValueError("backoff pauses must not be negative")
-        if self.multiplier < 1:
-            raise ValueError(f"backoff multiplier must be at least 1, got {self.multiplier}")
-
-    def delay(self, retry: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
-        ceiling = min(self.maximum, self.initial * self.multiplier ** min(retry - 1, 64))
-        if not self.jitter:
-            return ceiling
-        return (rng or random).uniform(ceiling / 2, ceiling)
-
-
-NO_BACKOFF: Final = RetryBackoff(initial=0.0, maximum=0.0, jitter=False)
-"""Retry at once (tests, or handlers whose failures do not depend on time)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """``attempts`` handler calls per record at most (1: no retry), with ``backoff`` between."""
-
-    attempts: int = 3
-    backoff: RetryBackoff = field(default_factory=RetryBackoff)
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"retry attempts must be at least 1, got {self.attempts}")
+def _default_retry() -> Backoff:
+    # Half jitter: records of many keys failing together (a database restart) spread their
+    # retries, and none retries much sooner than its ceiling.
+    return Backoff(base=0.1, cap=5.0, max_attempts=3, jitter="half")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +103,7 @@ class DispatchSettings:
     ordering: OrderingMode = "shard"
     key: KeyFunction | None = None
     max_in_flight_per_shard: int = 256
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: Backoff = field(default_factory=_default_retry)
     on_failure: FailurePolicy = "stop-shard"
     max_in_flight_per_worker: int | None = None
     idempotency: Idempotency | None = None

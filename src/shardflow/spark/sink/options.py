@@ -56,7 +56,7 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
             changes[field] = flag
     attempts = _int(options, "maxAttempts")
     if attempts is not None:
-        changes["max_attempts"] = attempts
+        changes["retry"] = replace(settings.retry, max_attempts=attempts)
     ttl = _seconds(options, "recordTtl")
     if ttl is not None:
         changes["record_ttl"] = ttl

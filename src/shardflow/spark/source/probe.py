@@ -11,8 +11,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from shardflow.aws.backoff import Backoff, retrying
+from shardflow.aws.backoff import retrying
 from shardflow.aws.kinesis import stream_ref
+from shardflow.backoff import Backoff
 from shardflow.errors import InvalidArgumentError
 from shardflow.spark.source.positions import Kind, ShardPosition
 
