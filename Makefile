@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMPS := .stamps
 
-.PHONY: demo test lint typecheck unit integration bench setup clean docs
+.PHONY: demo test lint typecheck unit integration bench bench-full setup clean docs
 
 setup: $(STAMPS)/venv $(STAMPS)/npm
 
@@ -45,8 +45,29 @@ docs: $(STAMPS)/venv
 test: setup lint typecheck docs
 	$(BIN)/pytest -q -p no:cacheprovider
 
+# Benchmarks run one after the other under the shared lock (2 cores: nothing else heavy at once).
+# `make bench`: every bench in its short mode (a few minutes), results in .bench/short, printed;
+# the docs' figures are not touched. `make bench-full`: the full runs the docs quote; they
+# write bench/results/*.json and the tables in README.md and docs/ are rendered from them.
+HEAVY := flock /tmp/shardflow-heavy.lock
+SHORT := SHARDFLOW_BENCH_RESULTS=.bench/short
+
 bench: setup
-	$(BIN)/python bench/producer.py
+	@mkdir -p .bench/short
+	$(SHORT) $(HEAVY) $(BIN)/python bench/producer.py --records 20000
+	$(SHORT) $(HEAVY) $(BIN)/python bench/consumer.py --records 20000 --repeat 1 --first-repeat 1 --scale-shards 100 --scale-observe 10
+	$(SHORT) $(HEAVY) $(BIN)/python bench/parallel.py --records 2000 --keys 200
+	$(SHORT) $(HEAVY) $(BIN)/python bench/handoff.py --scenarios a
+	$(SHORT) $(HEAVY) $(BIN)/python bench/spark_source.py --records 100000 --repeat 1 --idle-seconds 5
+	$(BIN)/python bench/tables.py --print .bench/short
+
+bench-full: setup
+	$(HEAVY) $(BIN)/python bench/producer.py --repeat 2
+	$(HEAVY) $(BIN)/python bench/consumer.py
+	$(HEAVY) $(BIN)/python bench/parallel.py --repeat 2
+	$(HEAVY) $(BIN)/python bench/handoff.py
+	$(HEAVY) $(BIN)/python bench/spark_source.py
+	$(BIN)/python bench/tables.py
 
 clean:
 	rm -rf $(VENV) node_modules $(STAMPS) .site

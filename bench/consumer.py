@@ -36,12 +36,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+# make bench (the short mode) writes elsewhere: only full runs are the docs' figures.
+RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
 REGION = "us-east-1"
 DRAIN_STREAM = "bench-consumer-drain"
 SCALE_STREAM = "bench-consumer-scale"
@@ -54,13 +55,6 @@ STALL_SECONDS = 30.0  # a drain that handles nothing new for this long has lost 
 # would be 1,000 GetRecords/s against a single-threaded emulator.
 SCALE_FAILOVER = 60.0
 SCALE_IDLE_TIME = 10.0
-
-KCL_REFERENCE = (
-    "KCL 2.5.8 on this machine (measured earlier, not in this run; Kinesis on kinesalite, "
-    "leases on moto, 100k x 100 B, 4 shards): ~23-25k records/s, 2.4-2.8 CPU-s per 100k "
-    "(JVM + Python); a brand-new application's first record ~95 s after start, 2-5 s with "
-    "an existing lease table."
-)
 
 
 def record_id(i: int) -> bytes:
@@ -478,9 +472,12 @@ def run_drains(args: argparse.Namespace, kinesis: str, moto: str) -> list[DrainO
     chosen = [c for c in DRAINS if not args.contenders or c in args.contenders.split(",")]
     runs: dict[str, list[DrainOutcome]] = {name: [] for name in chosen}
     env = child_env(kinesis, moto)
-    # Round-robin over the contenders, so a noisy spell of the machine is not one's alone.
+    # Round-robin over the contenders, the order rotated each round, so that a noisy spell of
+    # the machine (or going first) is not one contender's alone.
     for round_ in range(args.repeat):
-        for n, name in enumerate(chosen):
+        turn = round_ % len(chosen)
+        for name in chosen[turn:] + chosen[:turn]:
+            n = chosen.index(name)
             command = [
                 sys.executable,
                 __file__,
@@ -521,15 +518,14 @@ def run_drains(args: argparse.Namespace, kinesis: str, moto: str) -> list[DrainO
 
 
 def median_drain(outcomes: list[DrainOutcome]) -> DrainOutcome:
-    """The run of median throughput with the median CPU; any failed run fails the contender."""
-    ranked = sorted(outcomes, key=lambda o: o.records_per_second)
-    middle = ranked[len(ranked) // 2]
+    """Medians of the rounds' wall and CPU seconds (of two rounds: their mean); any failed
+    round fails the contender."""
     failed = next((o for o in outcomes if not o.verified), None)
-    base = failed or middle
+    base = failed or outcomes[0]
     return DrainOutcome(
-        middle.contender,
-        middle.records,
-        middle.seconds,
+        base.contender,
+        base.records,
+        statistics.median(o.seconds for o in outcomes),
         statistics.median(o.cpu_seconds for o in outcomes),
         base.distinct,
         base.missing,
@@ -540,11 +536,11 @@ def median_drain(outcomes: list[DrainOutcome]) -> DrainOutcome:
     )
 
 
-def drain_table(outcomes: list[DrainOutcome], args: argparse.Namespace) -> str:
+def drain_table(outcomes: list[DrainOutcome], args: argparse.Namespace, order: str) -> str:
     base = next((o for o in outcomes if o.contender.startswith("boto3") and o.verified), None)
     lines = [
         f"Drain: {args.records:,} records x {args.size} B from 4 shards (Kinesis on kinesalite, "
-        f"leases on moto), median of {args.repeat} round(s)",
+        f"leases on moto), median of {args.repeat} round(s), {order}",
         "",
         "| consumer | records/s | vs boto3 loop | CPU-s per 100k | vs boto3 loop | verified |",
         "|---|---:|---:|---:|---:|---|",
@@ -725,7 +721,6 @@ def parent(args: argparse.Namespace) -> None:
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     parts = args.parts.split(",")
     payload_out: dict[str, Any] = {"benchmark": "consumer", "args": vars(args)}
-    tables: list[str] = []
     # The shard limit of kinesalite is for all streams together.
     with KinesaliteServer(shard_limit=args.scale_shards + 100) as kinesalite, MotoServer() as moto:
         kinesis, dynamodb = kinesalite.endpoint_url, moto.endpoint_url
@@ -742,7 +737,7 @@ def parent(args: argparse.Namespace) -> None:
             print(f"preloaded {args.records:,} records ({rate:,.0f} records/s)", flush=True)
         if "drain" in parts:
             drains = run_drains(args, kinesis, dynamodb)
-            tables.append(drain_table(drains, args))
+            payload_out["drain_order"] = ROTATED
             payload_out["drain"] = [
                 asdict(o)
                 | {
@@ -753,22 +748,43 @@ def parent(args: argparse.Namespace) -> None:
                 for o in drains
             ]
         if "first" in parts:
-            first = run_first_records(args, kinesis, dynamodb)
-            tables.append(first_record_table(first, args))
-            payload_out["first_record"] = first
+            payload_out["first_record"] = run_first_records(args, kinesis, dynamodb)
         if "scale" in parts:
             scale = run_scale(args, kinesis, dynamodb)
-            tables.append(scale_table(scale, args))
             payload_out["scale"] = scale | {
                 "failover_time": SCALE_FAILOVER,
                 "idle_time": SCALE_IDLE_TIME,
             }
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    text = "\n\n".join([*tables, KCL_REFERENCE, f"({machine})"])
-    print("\n" + text)
+    payload_out |= {
+        "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+    }
+    print("\n" + render(payload_out))
     RESULTS.mkdir(exist_ok=True)
-    payload_out |= {"when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"), "table": text}
     (RESULTS / "consumer.json").write_text(json.dumps(payload_out, indent=2) + "\n")
+
+
+ROTATED = "order rotated each round"
+
+
+def drains_of(result: dict[str, Any]) -> list[DrainOutcome]:
+    names = [f.name for f in fields(DrainOutcome)]
+    return [DrainOutcome(**{k: d[k] for k in names}) for d in result.get("drain", [])]
+
+
+def render(result: dict[str, Any]) -> str:
+    """The tables of one run, from its JSON (bench/tables.py puts them into the docs)."""
+    args = argparse.Namespace(**result["args"])
+    tables = []
+    if "drain" in result:
+        order = result.get("drain_order", "same order every round")
+        tables.append(drain_table(drains_of(result), args, order))
+    if "first_record" in result:
+        tables.append(first_record_table(result["first_record"], args))
+    if "scale" in result:
+        tables.append(scale_table(result["scale"], args))
+    return "\n\n".join([*tables, f"({result['machine']})"])
 
 
 def main() -> None:

@@ -25,14 +25,16 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+# make bench (the short mode) writes elsewhere: only full runs are the docs' figures.
+RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
 REGION = "us-east-1"
 STREAM = "bench-parallel"
 
@@ -172,11 +174,20 @@ def preload(endpoint: str, records: int, keys: int) -> None:
             batch = [e for e, r in zip(batch, answer["Records"], strict=True) if "ErrorCode" in r]
 
 
-def table(outcomes: list[Outcome], args: argparse.Namespace) -> str:
+def render(result: dict[str, Any]) -> str:
+    """The table of one run, from its JSON (bench/tables.py puts it into the docs)."""
+    names = [f.name for f in fields(Outcome)]
+    outcomes = [Outcome(**{k: o[k] for k in names}) for o in result["outcomes"]]
+    order = result.get("order", "each contender's rounds in a row")
+    args = argparse.Namespace(**result["args"])
+    return f"{table(outcomes, args, order)}\n\n({result['machine']})"
+
+
+def table(outcomes: list[Outcome], args: argparse.Namespace, order: str) -> str:
     baseline = next((o.seconds for o in outcomes if o.contender == "no-op"), None)
     lines = [
         f"{args.records:,} records on 1 shard (kinesalite; leases on moto), {args.keys:,} keys, "
-        f"handler awaits {args.latency_ms} ms, median of {args.repeat} round(s)",
+        f"handler awaits {args.latency_ms} ms, median of {args.repeat} round(s), {order}",
         "",
         f"One `await asyncio.sleep({args.latency_ms / 1000})` alone, in the same process, took "
         f"{args.measured_latency_ms:.2f} ms on average (400 in a row, no consumer): shard mode "
@@ -216,23 +227,30 @@ async def run_all(args: argparse.Namespace, chosen: list[Contender]) -> list[Out
     # A first drain pays for imports, connections and moto's first table: not reported.
     warm_up = await drain(CONTENDERS[0], args, 0)
     print(f"warm-up (no-op, not reported): {warm_up.seconds:.2f} s", flush=True)
-    outcomes = []
-    for index, contender in enumerate(chosen, start=1):
-        rounds = []
-        for round_ in range(args.repeat):
+    rounds: dict[str, list[Outcome]] = {c.name: [] for c in chosen}
+    # Round-robin over the contenders, the order rotated each round, so that a noisy spell of
+    # the shared machine (or going first) is not one contender's alone.
+    for round_ in range(args.repeat):
+        turn = round_ % len(chosen)
+        for contender in chosen[turn:] + chosen[:turn]:
+            index = chosen.index(contender) + 1
             outcome = await drain(contender, args, index * 100 + round_)
             print(
-                f"{contender.name}: {outcome.seconds:.2f} s "
+                f"round {round_ + 1}: {contender.name}: {outcome.seconds:.2f} s "
                 f"({'verified' if outcome.verified else outcome.error})",
                 flush=True,
             )
-            rounds.append(outcome)
-        # The median round (the faster one of two), every round verified alike.
-        rounds.sort(key=lambda o: o.seconds)
-        median = rounds[(len(rounds) - 1) // 2]
-        failed = next((o for o in rounds if not o.verified), None)
-        outcomes.append(failed or median)
-    return outcomes
+            rounds[contender.name].append(outcome)
+    return [median_outcome(rounds[c.name]) for c in chosen]
+
+
+def median_outcome(rounds: list[Outcome]) -> Outcome:
+    """The median of the rounds' seconds (of two rounds: their mean); a failed round fails the
+    contender."""
+    failed = next((o for o in rounds if not o.verified), None)
+    if failed is not None:
+        return failed
+    return replace(rounds[0], seconds=statistics.median(o.seconds for o in rounds))
 
 
 def main() -> None:
@@ -263,19 +281,19 @@ def main() -> None:
         print(f"preloaded {args.records:,} records", flush=True)
         outcomes = asyncio.run(run_all(args, chosen))
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    text = f"{table(outcomes, args)}\n\n({machine})"
-    print("\n" + text)
-    RESULTS.mkdir(exist_ok=True)
     payload: dict[str, Any] = {
         "benchmark": "parallel",
         "args": vars(args),
         "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+        "machine": machine,
+        "order": "order rotated each round",
         "outcomes": [
             asdict(o) | {"records_per_second": o.records_per_second, "verified": o.verified}
             for o in outcomes
         ],
-        "table": text,
     }
+    print("\n" + render(payload))
+    RESULTS.mkdir(exist_ok=True)
     (RESULTS / "parallel.json").write_text(json.dumps(payload, indent=2) + "\n")
 
 

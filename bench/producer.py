@@ -26,12 +26,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+# make bench (the short mode) writes elsewhere: only full runs are the docs' figures.
+RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
 UNLIMITED = 1e12
 
 
@@ -192,10 +193,12 @@ def parent(args: argparse.Namespace) -> None:
     runs: dict[str, list[Outcome]] = {name: [] for name in chosen}
     with KinesaliteServer() as kinesalite:
         endpoint = kinesalite.endpoint_url
-        # Round-robin over the contenders, each round in turn, so that a noisy spell of the
-        # shared machine does not fall on one contender only; the table shows medians.
+        # Round-robin over the contenders, the order rotated each round, so that a noisy spell
+        # of the shared machine (or going first) does not fall on one contender only.
         for round_ in range(args.repeat):
-            for n, name in enumerate(chosen):
+            turn = round_ % len(chosen)
+            for name in chosen[turn:] + chosen[:turn]:
+                n = chosen.index(name)
                 stream = f"bench-producer-{round_}-{n}"
                 create_stream(endpoint, stream, args.shards)
                 command = [
@@ -236,27 +239,54 @@ def parent(args: argparse.Namespace) -> None:
 
 
 def median_outcome(outcomes: list[Outcome]) -> Outcome:
-    """The run with the median throughput (its own CPU figure kept with it); worst verification."""
-    ranked = sorted(outcomes, key=lambda o: o.records_per_second)
-    middle = ranked[len(ranked) // 2]
-    cpu = statistics.median(o.cpu_seconds for o in outcomes)
+    """Medians of the rounds' wall and CPU seconds (of two rounds: their mean); the worst
+    verification of any round."""
+    first = outcomes[0]
     return Outcome(
-        middle.contender,
-        middle.records,
-        middle.seconds,
-        cpu,
+        first.contender,
+        first.records,
+        statistics.median(o.seconds for o in outcomes),
+        statistics.median(o.cpu_seconds for o in outcomes),
         min(o.verified for o in outcomes),
         max(o.duplicates for o in outcomes),
         max(o.missing for o in outcomes),
     )
 
 
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
 def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
+    payload = {
+        "benchmark": "producer",
+        "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+        "machine": machine(),
+        "args": vars(args),
+        "results": [
+            asdict(o) | {"records_per_second": o.records_per_second, "cpu_per_100k": o.cpu_per_100k}
+            for o in outcomes
+        ],
+    }
+    print("\n" + render(payload))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "producer.json").write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def outcomes_of(result: dict[str, Any]) -> list[Outcome]:
+    names = [f.name for f in fields(Outcome)]
+    return [Outcome(**{k: r[k] for k in names}) for r in result["results"]]
+
+
+def render(result: dict[str, Any]) -> str:
+    """The table of one run, from its JSON (bench/tables.py puts it into the docs)."""
+    args = result["args"]
+    outcomes = outcomes_of(result)
     base = next((o for o in outcomes if o.contender.startswith("boto3")), outcomes[0])
     lines = [
-        f"{args.records:,} records x {args.size} B into {args.shards} shards on kinesalite, "
-        f"median of {args.repeat} round(s) "
-        f"({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()})",
+        f"{args['records']:,} records x {args['size']} B into {args['shards']} shards on "
+        f"kinesalite, median of {args['repeat']} round(s), order rotated each round "
+        f"({result['machine']})",
         "",
         "| producer | records/s | vs boto3 loop | CPU-s per 100k | vs boto3 loop | verified |",
         "|---|---:|---:|---:|---:|---|",
@@ -268,21 +298,7 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
             f"{o.cpu_per_100k / base.cpu_per_100k:.2f}x | "
             f"{'all' if o.missing == 0 else f'{o.missing} MISSING'} |"
         )
-    table = "\n".join(lines)
-    print("\n" + table)
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    payload = {
-        "benchmark": "producer",
-        "when": stamp,
-        "args": vars(args),
-        "results": [
-            asdict(o) | {"records_per_second": o.records_per_second, "cpu_per_100k": o.cpu_per_100k}
-            for o in outcomes
-        ],
-        "table": table,
-    }
-    (RESULTS / "producer.json").write_text(json.dumps(payload, indent=2) + "\n")
+    return "\n".join(lines)
 
 
 def main() -> None:

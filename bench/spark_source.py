@@ -43,7 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+# make bench (the short mode) writes elsewhere: only full runs are the docs' figures.
+RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
 REGION = "us-east-1"
 UNLIMITED = 1e12
 
@@ -298,42 +299,49 @@ def main() -> None:
                 print(json.dumps(idle), flush=True)
         spark.stop()
 
-    print()
-    print(
-        f"{args.records:,} x {args.size} B records, {args.shards} shards, kinesalite, "
-        f"Spark local[2], median of {args.repeat} round(s), order rotated each round"
-    )
-    print("| variant | contender | rows/s | vs boto3 loop | seconds |")
-    print("|---|---|---:|---:|---:|")
-    for r in results:
+    payload = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "records": args.records,
+        "record_bytes": args.size,
+        "shards": args.shards,
+        "rounds": args.repeat,
+        "results": results,
+        "idle_trigger": idle,
+    }
+    print("\n" + render(payload))
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "spark_source.json"
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+def render(result: dict[str, Any]) -> str:
+    """The table of one run, from its JSON (bench/tables.py puts it into the docs)."""
+    lines = [
+        f"{result['records']:,} x {result['record_bytes']} B records, {result['shards']} shards, "
+        f"kinesalite, Spark local[2], median of {result['rounds']} round(s), order rotated "
+        "each round",
+        "",
+        "| variant | contender | rows/s | vs boto3 loop | seconds |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in result["results"]:
         rate = "failed" if r["rows_per_second"] is None else f"{r['rows_per_second']:,}"
         ratio = "" if r["ratio_to_boto3"] is None else f"{r['ratio_to_boto3']:.2f}x"
-        print(f"| {r['variant']} | {r['contender']} | {rate} | {ratio} | {r['seconds']} |")
+        lines.append(
+            f"| {r['variant']} | {r['contender']} | {rate} | {ratio} | {r['seconds']:.2f} |"
+        )
+    idle = result["idle_trigger"]
     if idle.get("median_trigger_ms") is not None:
-        print(
-            f"\nidle trigger ({args.shards} shards, no data, no batch planned): median "
+        lines.append(
+            f"\nidle trigger ({result['shards']} shards, no data, no batch planned): median "
             f"{idle['median_trigger_ms']} ms per trigger, of which latestOffset "
             f"{idle['median_latest_offset_ms']} ms ({idle['idle_triggers']} triggers)"
         )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "spark_source.json"
-    out.write_text(
-        json.dumps(
-            {
-                "when": datetime.now(UTC).isoformat(timespec="seconds"),
-                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                "records": args.records,
-                "record_bytes": args.size,
-                "shards": args.shards,
-                "rounds": args.repeat,
-                "results": results,
-                "idle_trigger": idle,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {out}")
+    machine = result["machine"]
+    lines.append(f"\n({machine['cpus']} cores, Python {machine['python']})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

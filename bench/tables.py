@@ -1,0 +1,187 @@
+"""The benchmark tables of README.md and docs/, rendered from bench/results/*.json.
+
+A table sits between two markers, ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``; what
+is between them is generated, never edited by hand. NAME is a bench script: ``bench/NAME.py``
+defines ``render(result) -> str`` and its results are ``bench/results/NAME.json`` (the JSON is
+the truth, the script's ``render`` the only way to print it, the same function the bench uses
+for its own output); ``NAME.PART`` is another table of the same JSON, ``render_PART(result)``. ``headline`` is the short table of README.md, built here from several
+benches' JSON.
+
+    .venv/bin/python bench/tables.py           # rewrite every table from the JSON
+    .venv/bin/python bench/tables.py --check   # exit 1 if a table differs from its JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS = BENCH / "results"
+MARKED = re.compile(
+    r"(?P<open><!-- bench:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(?P<close><!-- /bench:(?P=name) -->)",
+    re.DOTALL,
+)
+OPENING = re.compile(r"<!-- bench:([\w.-]+) -->")
+
+
+class TableError(Exception):
+    """A marker without its closing marker, or naming no bench."""
+
+
+def documents(root: Path = ROOT) -> list[Path]:
+    """Where tables may live: the README and every page of the docs site."""
+    found = [root / "README.md"] if (root / "README.md").exists() else []
+    return found + sorted((root / "docs").rglob("*.md"))
+
+
+@cache
+def bench_module(name: str) -> ModuleType:
+    """bench/NAME.py, imported by path (bench/ is a folder of scripts, not a package)."""
+    path = BENCH / f"{name}.py"
+    if not path.is_file() or name == "tables":
+        raise TableError(f"no bench script {path.name} for the marker 'bench:{name}'")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    if spec is None or spec.loader is None:
+        raise TableError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "render", None)):
+        raise TableError(f"bench/{name}.py has no render(result) -> str")
+    return module
+
+
+def result(name: str, results: Path = RESULTS) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((results / f"{name}.json").read_text())
+    return loaded
+
+
+def headline(results: Path = RESULTS) -> str:
+    """README's short table: one figure per bench, each against its same-run baseline."""
+
+    def row(rows: list[dict[str, Any]], contender: str) -> dict[str, Any]:
+        return next(r for r in rows if r["contender"] == contender)
+
+    producer = result("producer", results)["results"]
+    drain = result("consumer", results)["drain"]
+    handoff = {(o["scenario"], o["mode"]): o for o in result("handoff", results)["outcomes"]}
+    spark = [r for r in result("spark_source", results)["results"] if r["variant"] == "plain"]
+    put_loop, get_loop = (
+        row(producer, "boto3 put_records loop"),
+        row(drain, "boto3 GetRecords loop"),
+    )
+    aggregated, plain = row(producer, "shardflow (aggregated)"), row(producer, "shardflow")
+    consumer = row(drain, "shardflow consumer")
+    pause = handoff["a", "baseline"]["gap_max"] / max(handoff["a", "handoff"]["gap_max"], 1e-3)
+    rows = [
+        (
+            "producer, KPL-aggregated, vs a boto3 `put_records` loop",
+            f"{aggregated['records_per_second'] / put_loop['records_per_second']:.2f}x the records/s",
+            "producer",
+        ),
+        (
+            "producer CPU per record, plain records, vs a boto3 `put_records` loop",
+            f"{plain['cpu_per_100k'] / put_loop['cpu_per_100k']:.2f}x",
+            "producer",
+        ),
+        (
+            "consumer drain vs a boto3 GetRecords loop",
+            f"{consumer['records_per_second'] / get_loop['records_per_second']:.2f}x the records/s",
+            "consumer",
+        ),
+        (
+            "consumer CPU per record vs a boto3 GetRecords loop",
+            f"{consumer['cpu_per_100k'] / get_loop['cpu_per_100k']:.2f}x",
+            "consumer",
+        ),
+        (
+            "rolling restart, longest pause of a shard: KCL-2.x-style baseline / handoff",
+            f"{pause:.1f}x",
+            "handoff",
+        ),
+        (
+            "Spark source (readStream) vs a boto3 GetRecords loop",
+            f"{row(spark, 'source, readStream AvailableNow')['ratio_to_boto3']:.2f}x the rows/s",
+            "spark_source",
+        ),
+    ]
+    lines = ["| what | result | printed by |", "|---|---|---|"]
+    lines += [f"| {what} | {value} | `bench/{bench}.py` |" for what, value, bench in rows]
+    return "\n".join(lines)
+
+
+def renderer(name: str, results: Path = RESULTS) -> Callable[[], str]:
+    if name == "headline":
+        return lambda: headline(results)
+    bench, _, part = name.partition(".")
+    function = getattr(bench_module(bench), f"render_{part}" if part else "render", None)
+    if not callable(function):
+        raise TableError(f"bench/{bench}.py has no render_{part}(result) -> str")
+    return lambda: str(function(result(bench, results)))
+
+
+def render_document(text: str, results: Path = RESULTS) -> str:
+    """The document with every marked table rendered afresh."""
+    opened = OPENING.findall(text)
+    closed = [m.group("name") for m in MARKED.finditer(text)]
+    if sorted(opened) != sorted(closed):
+        unclosed = sorted(set(opened) - set(closed)) or opened
+        raise TableError(f"a bench marker without its closing marker: {unclosed}")
+
+    def fill(match: re.Match[str]) -> str:
+        table = renderer(match.group("name"), results)().strip("\n")
+        return f"{match.group('open')}{table}\n{match.group('close')}"
+
+    return MARKED.sub(fill, text)
+
+
+def stale(paths: Iterable[Path], results: Path = RESULTS) -> list[Path]:
+    """The documents whose tables differ from what the JSON renders to."""
+    return [p for p in paths if render_document(p.read_text(), results) != p.read_text()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 on drift")
+    parser.add_argument(
+        "--print",
+        metavar="DIR",
+        type=Path,
+        help="print the tables of the results in DIR (e.g. make bench's short runs); touch no file",
+    )
+    args = parser.parse_args(argv)
+    if args.print:
+        for path in sorted(args.print.glob("*.json")):
+            print(f"== {path.stem}\n\n{renderer(path.stem, args.print)()}\n")
+        return 0
+    paths = documents()
+    if args.check:
+        drifted = stale(paths)
+        for path in drifted:
+            print(
+                f"{path.relative_to(ROOT)}: tables differ from bench/results (run bench/tables.py)"
+            )
+        return 1 if drifted else 0
+    for path in paths:
+        text = path.read_text()
+        rendered = render_document(text)
+        if rendered != text:
+            path.write_text(rendered)
+            print(f"rewrote the tables of {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The benchmark tables in README.md and docs/ are what bench/results/*.json renders to."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_tables() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+tables = load_tables()
+
+
+def test_every_table_in_the_docs_matches_its_json() -> None:
+    assert tables.stale(tables.documents()) == [], "run .venv/bin/python bench/tables.py"
+
+
+def test_every_bench_has_its_table_somewhere() -> None:
+    text = "\n".join(path.read_text() for path in tables.documents())
+    for result in sorted((ROOT / "bench" / "results").glob("*.json")):
+        assert f"<!-- bench:{result.stem} -->" in text
+
+
+def test_a_table_edited_by_hand_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    rendered = tables.render_document("<!-- bench:producer -->\n<!-- /bench:producer -->\n")
+    page.write_text(rendered.replace("| boto3 put_records loop | ", "| boto3 put_records loop | 9"))
+    assert tables.stale([page]) == [page]
+    page.write_text(rendered)
+    assert tables.stale([page]) == []
+
+
+def test_a_changed_result_is_caught(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "bench" / "results", results)
+    page = tmp_path / "page.md"
+    page.write_text(tables.render_document("<!-- bench:producer -->\n<!-- /bench:producer -->"))
+    producer = json.loads((results / "producer.json").read_text())
+    producer["results"][0]["cpu_seconds"] *= 2
+    (results / "producer.json").write_text(json.dumps(producer))
+    assert tables.stale([page], results) == [page]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<!-- bench:producer -->\nno end",
+        "<!-- bench:nosuchbench -->\n<!-- /bench:nosuchbench -->",
+        "<!-- bench:producer.nosuchpart -->\n<!-- /bench:producer.nosuchpart -->",
+    ],
+)
+def test_a_broken_marker_is_an_error(text: str) -> None:
+    with pytest.raises(tables.TableError):
+        tables.render_document(text)
