@@ -8,7 +8,7 @@ with ``match`` or ``isinstance``. Callbacks receiving them must be quick and mus
 
 Who emits what: the lease coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost,
 LeaseReleased, ShardEnded, WorkerJoined and WorkerLeft; the consumer emits ShardStarted,
-CheckpointWritten, FetchThrottled and SubscriptionRenewed.
+ShardFailed, CheckpointWritten, FetchThrottled and SubscriptionRenewed.
 """
 
 from __future__ import annotations
@@ -99,6 +99,22 @@ class ShardEnded(_ShardEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ShardFailed(_ShardEvent):
+    """A shard stopped because of an error.
+
+    ``parked``: a handler failure under ``on_error="stop_shard"``; the lease is kept and
+    nothing more of the shard is delivered until a restart. Otherwise the error is one that
+    retrying cannot fix (the stream deleted, access denied for too long): the lease was
+    released and the consumer stops. ``error_type`` and ``message`` describe the error.
+    """
+
+    lease_key: str
+    error_type: str
+    message: str
+    parked: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointWritten(_ShardEvent):
     """A checkpoint was stored for the shard."""
 
@@ -154,6 +170,7 @@ DiagnosticEvent = (
     | LeaseReleased
     | ShardStarted
     | ShardEnded
+    | ShardFailed
     | CheckpointWritten
     | FetchThrottled
     | SubscriptionRenewed

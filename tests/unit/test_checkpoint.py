@@ -418,3 +418,59 @@ def test_settings_are_validated() -> None:
         CheckpointSettings(every_n=0)
     with pytest.raises(ValueError, match="interval"):
         CheckpointSettings(interval=0)
+
+
+class BrownoutWriter(FakeWriter):
+    """Fails its first ``failures`` writes with ``error``, then writes (or loses the lease)."""
+
+    def __init__(self, failures: int, error: Exception, then: Exception | None = None) -> None:
+        super().__init__()
+        self.failures = failures
+        self.fault = error
+        self.then = then
+
+    async def write(
+        self,
+        position: ExtendedSequenceNumber,
+        *,
+        completed_state: bytes | None = None,
+        final: bool = False,
+    ) -> None:
+        if self.failures:
+            self.failures -= 1
+            self.calls += 1
+            raise self.fault
+        if self.then is not None:
+            raise self.then
+        await super().write(position, completed_state=completed_state, final=final)
+
+
+async def shard_end_after(writer: FakeWriter) -> Checkpointer:
+    """A checkpointer with every one of three records handled, asked for SHARD_END."""
+    clock = ManualClock()
+    checkpointer = Checkpointer(writer, shard_id=SHARD, clock=clock)
+    for seq in (101, 102, 103):
+        checkpointer.tracker.deliver(Record(b"x", "pk", str(seq), shard_id=SHARD)).ack()
+    final = asyncio.ensure_future(checkpointer.final(shard_end=True))
+    for _ in range(400):
+        await settle()
+        if final.done():
+            break
+        await clock.advance(0.25)
+    await final
+    return checkpointer
+
+
+async def test_the_shard_end_checkpoint_outlasts_a_lease_table_brownout() -> None:
+    writer = BrownoutWriter(40, TransientError("InternalServerError", code="InternalServerError"))
+    checkpointer = await shard_end_after(writer)
+    assert writer.positions == [SHARD_END_POSITION]
+    assert checkpointer.last_written == SHARD_END_POSITION
+    assert writer.calls == 41
+
+
+async def test_the_final_checkpoint_retries_stop_when_the_lease_is_lost() -> None:
+    writer = BrownoutWriter(5, TransientError("throttled"), then=ShardLeaseLost(SHARD))
+    with pytest.raises(ShardLeaseLost):
+        await shard_end_after(writer)
+    assert writer.positions == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -16,9 +17,7 @@ from shardflow.backoff import Backoff
 from shardflow.clock import ManualClock
 from shardflow.errors import (
     AccessDeniedError,
-    ResourceInUseError,
     ResourceNotFoundError,
-    TransientError,
 )
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.fanout import FanOutFetcher, FanOutSettings
@@ -132,8 +131,9 @@ QUICK = FanOutSettings(
     renew_after=60.0,
     event_timeout=10.0,
     read_timeout=20.0,
-    in_use_backoff=Backoff(base=0.5, cap=2.0, max_attempts=4),
-    error_backoff=Backoff(base=0.2, cap=1.0, max_attempts=3),
+    in_use_backoff=Backoff(base=0.5, cap=2.0),
+    error_backoff=Backoff(base=0.2, cap=1.0),
+    denied_for=0.0,
 )
 
 
@@ -357,12 +357,23 @@ async def test_resource_in_use_is_retried_after_a_pause() -> None:
     assert len(kinesis.subscribe_calls) == 3
 
 
-async def test_resource_in_use_that_persists_is_raised_typed() -> None:
+async def test_resource_in_use_is_waited_out_however_long_it_lasts() -> None:
     fetcher, kinesis, clock = make()
-    kinesis.subscribe_errors = [aws_error("ResourceInUseException")] * 10
-    with pytest.raises(ResourceInUseError, match="ResourceInUseException happened"):
+    kinesis.subscribe_errors = [aws_error("ResourceInUseException")] * 40
+    pending = asyncio.ensure_future(anext(fetcher))
+    await wait_for_subscription(kinesis, clock, 1)
+    kinesis.streams[0].push(event([1], continuation=1))
+    assert sequence_numbers(await finish(pending, clock)) == ["1"]
+    assert len(kinesis.subscribe_calls) == 41
+
+
+async def test_access_denied_is_retried_for_denied_for_seconds() -> None:
+    fetcher, kinesis, clock = make(replace(QUICK, denied_for=20.0))
+    kinesis.subscribe_errors = [aws_error("AccessDeniedException")] * 1_000
+    with pytest.raises(AccessDeniedError):
         await finish(anext(fetcher), clock)
-    assert len(kinesis.subscribe_calls) == QUICK.in_use_backoff.max_attempts
+    assert 20.0 <= clock.monotonic() <= 25.0
+    assert len(kinesis.subscribe_calls) > 5
 
 
 @pytest.mark.parametrize(
@@ -394,7 +405,7 @@ async def test_non_retryable_errors_are_raised_at_once(
     assert all(stream.closed for stream in kinesis.streams)
 
 
-async def test_silence_means_a_dead_connection_and_is_eventually_raised() -> None:
+async def test_silence_means_a_dead_connection_and_a_new_subscription_each_time() -> None:
     fetcher, kinesis, clock = make()
     pending = asyncio.ensure_future(anext(fetcher))
     await wait_for_subscription(kinesis, clock, 1)
@@ -403,21 +414,26 @@ async def test_silence_means_a_dead_connection_and_is_eventually_raised() -> Non
     assert kinesis.streams[0].closed
     kinesis.streams[1].push(event([1], continuation=1))
     assert sequence_numbers(await finish(pending, clock)) == ["1"]
-    # A server that never says anything: raised once the error backoff is used up.
-    with pytest.raises(TransientError, match="no event within"):
-        await finish(anext(fetcher), clock, step=1.0)
-    # The second subscription is the first of those attempts.
-    assert len(kinesis.streams) == 1 + QUICK.error_backoff.max_attempts
+    # A server that never says anything: subscribed again and again, never given up.
+    pending = asyncio.ensure_future(anext(fetcher))
+    await wait_for_subscription(kinesis, clock, 6)  # more than any fixed retry count allowed
+    assert not pending.done()
+    assert all(stream.closed for stream in kinesis.streams[:-1])
+    kinesis.streams[-1].push(event([2], continuation=2))
+    assert sequence_numbers(await finish(pending, clock)) == ["2"]
 
 
-async def test_streams_that_end_without_events_are_not_retried_forever() -> None:
+async def test_streams_that_end_without_events_are_retried_after_growing_pauses() -> None:
     fetcher, kinesis, clock = make()
     pending = asyncio.ensure_future(anext(fetcher))
-    for count in range(1, QUICK.error_backoff.max_attempts + 1):
+    for count in range(1, 11):
         await wait_for_subscription(kinesis, clock, count)
         kinesis.streams[-1].push(END)
-    with pytest.raises(TransientError, match="closed by the service"):
-        await finish(pending, clock)
+    started = clock.monotonic()
+    await wait_for_subscription(kinesis, clock, 11)
+    kinesis.streams[-1].push(event([1], continuation=1))
+    assert sequence_numbers(await finish(pending, clock)) == ["1"]
+    assert clock.monotonic() > started  # backed off, not a hot loop
 
 
 async def test_cancelling_a_read_drops_the_subscription_and_keeps_the_position() -> None:

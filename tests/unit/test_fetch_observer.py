@@ -17,7 +17,6 @@ from shardflow.clock import ManualClock
 from shardflow.consumer import ConsumerCollector
 from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.errors import ThrottledError
 from shardflow.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
 from shardflow.fetch import (
     FanOutFetcher,
@@ -113,17 +112,14 @@ async def test_polling_does_not_report_other_failures_as_throttling() -> None:
     assert reports.throttled == []  # ...but it was no throttle
 
 
-async def test_polling_does_not_report_the_throttle_it_gives_up_on() -> None:
+async def test_polling_reports_every_throttle_it_waits_out() -> None:
     shard = FakeShard(SteppingClock(), records=1)
     shard.faults = [get_records_error("ThrottlingException")] * 5
     reports = Reports()
-    fetcher = polling(
-        shard, reports.observer(), throttle_backoff=Backoff(base=0.1, cap=1.0, max_attempts=3)
-    )
-    with pytest.raises(ThrottledError):
-        await anext(fetcher)
-    assert len(shard.call_times) == 3
-    assert len(reports.throttled) == 2  # only those followed by a retry
+    fetcher = polling(shard, reports.observer(), throttle_backoff=Backoff(base=0.1, cap=1.0))
+    assert len((await anext(fetcher)).records) == 1
+    assert len(shard.call_times) == 6
+    assert len(reports.throttled) == 5
 
 
 async def test_polling_reads_on_when_the_observer_raises() -> None:

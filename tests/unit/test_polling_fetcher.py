@@ -12,9 +12,7 @@ from botocore.exceptions import ClientError
 from shardflow.backoff import Backoff
 from shardflow.errors import (
     AccessDeniedError,
-    ExpiredIteratorError,
     ResourceNotFoundError,
-    ThrottledError,
 )
 from shardflow.fetch import FetchedBatch, PollingFetcher, PollingSettings
 from shardflow.positions import StartPosition
@@ -240,17 +238,26 @@ async def test_throttling_is_retried_after_full_jitter_waits() -> None:
     assert len(set(clock.slept)) == 4  # jittered, not a fixed ladder
 
 
-async def test_throttling_that_does_not_pass_is_raised_typed_with_context() -> None:
+@pytest.mark.parametrize(
+    ("code", "status", "cap"),
+    [("ProvisionedThroughputExceededException", 400, 4.0), ("InternalFailure", 500, 2.0)],
+)
+async def test_failures_that_may_pass_are_retried_without_end_at_capped_delays(
+    code: str, status: int, cap: float
+) -> None:
     clock = SteppingClock()
     shard = FakeShard(clock, records=3)
-    shard.faults = [aws_error("ProvisionedThroughputExceededException")] * 10
-    fetcher = fetcher_for(shard, throttle_backoff=Backoff(base=0.5, max_attempts=3))
+    shard.faults = [aws_error(code, status)] * 500  # ~15 minutes of brownout at the cap
+    fetcher = fetcher_for(
+        shard,
+        throttle_backoff=Backoff(base=0.5, cap=4.0, max_attempts=3),
+        error_backoff=Backoff(base=0.1, cap=2.0, max_attempts=3),
+    )
 
-    with pytest.raises(ThrottledError) as raised:
-        await anext(fetcher)
-    assert raised.value.shard_id == "shardId-000000000000"
-    assert raised.value.operation == "GetRecords"
-    assert len(shard.call_times) == 3
+    assert sequence_numbers([await anext(fetcher)]) == [1, 2, 3]
+    assert len(shard.call_times) == 501
+    assert max(clock.slept) <= cap
+    assert sum(clock.slept) > 100 * cap  # it really waited, near the cap, all along
 
 
 async def test_transient_failures_are_retried_with_the_error_backoff() -> None:
@@ -275,24 +282,35 @@ async def test_success_resets_the_count_of_consecutive_failures() -> None:
     assert fetcher.last_sequence_number == "4"
 
 
-@pytest.mark.parametrize(
-    ("code", "error_type"),
-    [
-        ("ResourceNotFoundException", ResourceNotFoundError),
-        ("AccessDeniedException", AccessDeniedError),
-    ],
-)
-async def test_errors_that_retrying_cannot_fix_are_raised_at_once(
-    code: str, error_type: type[Exception]
-) -> None:
+async def test_a_missing_stream_is_raised_at_once() -> None:
     clock = SteppingClock()
     shard = FakeShard(clock, records=2)
-    shard.faults = [aws_error(code)]
+    shard.faults = [aws_error("ResourceNotFoundException")]
     fetcher = fetcher_for(shard)
-    with pytest.raises(error_type):
+    with pytest.raises(ResourceNotFoundError):
         await anext(fetcher)
     assert len(shard.call_times) == 1
     assert clock.slept == []
+
+
+@pytest.mark.parametrize("code", ["AccessDeniedException", "ExpiredTokenException"])
+async def test_access_denied_is_retried_for_denied_for_seconds_then_raised(code: str) -> None:
+    clock = SteppingClock()
+    shard = FakeShard(clock, records=2)
+    shard.faults = [aws_error(code)] * 1_000
+    fetcher = fetcher_for(shard, denied_for=30.0, error_backoff=Backoff(base=0.1, cap=2.0))
+    with pytest.raises(AccessDeniedError):
+        await anext(fetcher)
+    assert 30.0 <= sum(clock.slept) <= 32.0
+    assert len(shard.call_times) > 10
+
+
+async def test_credentials_refreshed_within_denied_for_go_on_reading() -> None:
+    clock = SteppingClock()
+    shard = FakeShard(clock, records=2)
+    shard.faults = [aws_error("ExpiredTokenException")] * 5
+    fetcher = fetcher_for(shard, denied_for=60.0)
+    assert sequence_numbers([await anext(fetcher)]) == [1, 2]
 
 
 async def test_an_expired_iterator_is_renewed_after_the_last_delivered_record() -> None:
@@ -320,14 +338,31 @@ async def test_an_iterator_expired_before_any_delivery_restarts_at_the_start_pos
     assert {r["StartingSequenceNumber"] for r in shard.iterator_requests} == {"2"}
 
 
-async def test_an_iterator_that_keeps_expiring_is_raised() -> None:
+async def test_an_iterator_that_keeps_expiring_is_renewed_after_pauses() -> None:
     clock = SteppingClock()
     shard = FakeShard(clock, records=5)
     shard.faults = [aws_error("ExpiredIteratorException")] * 10
     fetcher = fetcher_for(shard, max_iterator_renewals=2)
-    with pytest.raises(ExpiredIteratorError):
-        await anext(fetcher)
-    assert len(shard.iterator_requests) == 3
+    assert sequence_numbers([await anext(fetcher)]) == [1, 2, 3, 4, 5]
+    assert len(shard.iterator_requests) == 11
+    assert len(clock.slept) >= 8  # the first two renewals at once, the others after a pause
+
+
+async def test_get_shard_iterator_failures_are_retried_too() -> None:
+    clock = SteppingClock()
+    shard = FakeShard(clock, records=2)
+    failures = [aws_error("InternalFailure", 500)] * 50
+    original = shard.get_shard_iterator
+
+    async def flaky(**params: Any) -> dict[str, Any]:
+        if failures:
+            raise failures.pop()
+        return await original(**params)
+
+    shard.get_shard_iterator = flaky  # type: ignore[method-assign]
+    fetcher = fetcher_for(shard)
+    assert sequence_numbers([await anext(fetcher)]) == [1, 2]
+    assert len(clock.slept) == 50
 
 
 # --- shard end and records -------------------------------------------------------------------

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
+from shardflow.aws.persistence import Patience, Persistence
+from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.acks import AckTracker, PendingCounts
 from shardflow.consumer.completed import (
@@ -24,12 +26,18 @@ from shardflow.consumer.completed import (
     CompletedState,
     encode_completed,
 )
-from shardflow.errors import ShardLeaseLost
+from shardflow.errors import AwsError, ShardLeaseLost
 from shardflow.records import SHARD_END, ExtendedSequenceNumber, Record
 
 log = logging.getLogger(__name__)
 
 SHARD_END_POSITION: Final = ExtendedSequenceNumber(SHARD_END)
+
+FINAL_WRITE_PATIENCE: Final = Patience(
+    throttle_backoff=Backoff(base=0.1, cap=1.0, max_attempts=None),
+    error_backoff=Backoff(base=0.05, cap=1.0, max_attempts=None),
+)
+"""Retries of the final (and SHARD_END) checkpoint: quick, as the lease's deadline bounds them."""
 
 
 class CheckpointWriter(Protocol):
@@ -182,7 +190,7 @@ class Checkpointer:
         """
         await self.stop()
         if shard_end and self._tracker.all_acked:
-            return await self._write("shard_end", shard_end=True)
+            return await self._persist("shard_end", shard_end=True)
         if shard_end:
             log.warning(
                 "shard %s ended with %d unhandled records: checkpointing %s, not SHARD_END",
@@ -190,7 +198,28 @@ class Checkpointer:
                 self._tracker.pending.unacked,
                 self._tracker.safe_position,
             )
-        return await self._write("final")
+        return await self._persist("final")
+
+    async def _persist(
+        self, reason: WriteReason, *, shard_end: bool = False
+    ) -> ExtendedSequenceNumber | None:
+        """A last write that a brownout of the lease table does not stop: failures that may
+        pass are retried until the write succeeds or the lease is lost (the writer then raises
+        :class:`ShardLeaseLost`); only what waiting cannot fix is raised."""
+        persistence = Persistence(FINAL_WRITE_PATIENCE, clock=self._clock)
+        while True:
+            try:
+                return await self._write(reason, shard_end=shard_end)
+            except AwsError as error:
+                pause = persistence.pause(error)  # raises what waiting cannot fix
+                log.warning(
+                    "final checkpoint of shard %s failed (%s); retry %d in %.2fs",
+                    self.shard_id,
+                    error.code or type(error).__name__,
+                    persistence.failures,
+                    pause,
+                )
+                await self._clock.sleep(pause)
 
     def add_hook(self, hook: CheckpointHook) -> None:
         """Call ``hook(event)`` after every successful write (errors in hooks are logged)."""

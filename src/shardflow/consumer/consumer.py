@@ -35,12 +35,15 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
+from shardflow.aws.persistence import Persistence
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer import checkpoint as checkpoints
+from shardflow.consumer.checkpoint import FINAL_WRITE_PATIENCE
 from shardflow.consumer.connections import Connections
 from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
 from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
+from shardflow.consumer.failures import failure_kind
 from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
@@ -54,10 +57,12 @@ from shardflow.consumer.shard_worker import (
 )
 from shardflow.consumer.signals import install_stop_signals
 from shardflow.consumer.status import ConsumerStatus, ShardStatus
+from shardflow.errors import AwsError
 from shardflow.events import (
     CheckpointWritten,
     DiagnosticEvent,
     EventCallback,
+    ShardFailed,
     ShardStarted,
 )
 from shardflow.fetch.observer import FetchObserver
@@ -130,6 +135,7 @@ class Consumer:
         self._workers: dict[str, ShardWorker] = {}
         self._shard_tasks: set[asyncio.Task[None]] = set()
         self._parked: dict[str, BaseException] = {}
+        self._failed: dict[str, BaseException] = {}
         self._fatal: BaseException | None = None
         self._connections: Connections | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -326,7 +332,7 @@ class Consumer:
                     error=worker.failure,
                 )
             )
-        return ConsumerStatus(self.worker_id, tuple(shards), dict(self._parked))
+        return ConsumerStatus(self.worker_id, tuple(shards), dict(self._parked), dict(self._failed))
 
     # --- running -----------------------------------------------------------------------------
 
@@ -344,6 +350,7 @@ class Consumer:
             self._stop_requested.set()
         self._fatal = None
         self._parked = {}
+        self._failed = {}
         threads = self.settings.handler_threads or min(32, (os.cpu_count() or 1) + 4)
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="shardflow-handler")
         try:
@@ -481,6 +488,10 @@ class Consumer:
             await self._conclude(coordinator, owned, result)
         except Exception:
             log.exception("ending shard %s (stream %s) failed", owned.shard_id, owned.stream)
+            if not owned.ended and key not in self._parked:
+                # Never a lease held with nothing processing it.
+                with contextlib.suppress(Exception):
+                    await coordinator.release(owned, why="requested")
         finally:
             if worker is not None and self._workers.get(key) is worker:
                 del self._workers[key]
@@ -498,11 +509,12 @@ class Consumer:
     async def _conclude(
         self, coordinator: LeaseCoordinator, owned: OwnedLease, result: ShardResult
     ) -> None:
-        """What a shard's end means for its lease."""
+        """What a shard's end means for its lease. Every way out lets the lease go, except a
+        parked shard, which keeps it until the consumer stops or the lease is asked for."""
         reason = result.reason
         if reason in (StopReason.SHARD_END, StopReason.ALREADY_ENDED):
             try:
-                await coordinator.shard_ended(owned, result.children)
+                await self._record_shard_end(coordinator, owned, result)
             finally:
                 await coordinator.release(owned, why="shard_done")
         elif reason in (StopReason.GIVEN_UP, StopReason.STOPPED):
@@ -513,18 +525,77 @@ class Consumer:
         elif reason is StopReason.FAILED:
             await self._shard_failed(coordinator, owned, result.error)
 
+    async def _record_shard_end(
+        self, coordinator: LeaseCoordinator, owned: OwnedLease, result: ShardResult
+    ) -> None:
+        """The children's leases, retried through a brownout of the lease table while the
+        lease is held (the next owner does it otherwise: SHARD_END is checkpointed)."""
+        persistence = Persistence(FINAL_WRITE_PATIENCE, clock=self._clock)
+        while True:
+            try:
+                await coordinator.shard_ended(owned, result.children)
+                return
+            except AwsError as error:
+                pause = persistence.pause(error)
+                if not owned.valid():
+                    raise
+                log.warning(
+                    "creating the child leases of shard %s failed (%s); retry in %.2fs",
+                    owned.shard_id,
+                    error.code or type(error).__name__,
+                    pause,
+                )
+                await self._clock.sleep(pause)
+
     async def _shard_failed(
         self, coordinator: LeaseCoordinator, owned: OwnedLease, error: BaseException | None
     ) -> None:
+        """Per :mod:`~shardflow.consumer.failures`: a handler failure parks the shard
+        (``stop_shard``) or stops the consumer; a failure that may pass releases the lease (the
+        shard is taken again); anything else releases it and stops the consumer."""
         error = error or RuntimeError("shard failed")
+        kind = failure_kind(error)
+        if kind == "passing":
+            log.warning(
+                "shard %s (stream %s) stopped by %s; lease released to be taken again",
+                owned.shard_id,
+                owned.stream,
+                error,
+            )
+            await coordinator.release(owned, why="requested")
+            return
+        parked = kind == "handler" and self.settings.on_error == "stop_shard"
         self.metrics.shard_failed(owned.stream)
-        log.error("shard %s (stream %s) stopped: %s", owned.shard_id, owned.stream, error)
+        log.error(
+            "shard %s (stream %s) stopped%s: %s",
+            owned.shard_id,
+            owned.stream,
+            " and parked" if parked else "",
+            error,
+        )
+        self._emit(
+            ShardFailed(
+                worker_id=self.worker_id,
+                at=self._clock.wall(),
+                stream=owned.stream,
+                shard_id=owned.shard_id,
+                lease_key=owned.lease_key,
+                error_type=type(error).__name__,
+                message=str(error),
+                parked=parked,
+            )
+        )
         if self._on_error is not None:
             try:
                 self._on_error(owned.stream, owned.shard_id, error)
             except Exception:
                 log.exception("on_error callback failed")
-        if self.settings.on_error == "stop_consumer":
+        if not parked:
+            if kind == "fatal":
+                self._failed[owned.lease_key] = error
+                # Nothing processes the shard any more: let another worker (or a restart
+                # after the fix) have it at once rather than renewing it for nobody.
+                await coordinator.release(owned, why="requested")
             if self._fatal is None:
                 self._fatal = error
             self._stop_requested.set()
@@ -532,9 +603,13 @@ class Consumer:
         # Parked: keep the lease (renewed by the coordinator) so the shard does not bounce
         # between workers repeating the failure; it is released at stop or when asked for.
         self._parked[owned.lease_key] = error
-        await first_of(owned.lost, owned.giving_up, self._stop_requested)
-        if owned.giving_up.is_set() and not self._stop_requested.is_set():
-            await coordinator.release(owned, why="handoff")
+        self.metrics.shard_parked(owned.stream, +1)
+        try:
+            await first_of(owned.lost, owned.giving_up, self._stop_requested)
+            if owned.giving_up.is_set() and not self._stop_requested.is_set():
+                await coordinator.release(owned, why="handoff")
+        finally:
+            self.metrics.shard_parked(owned.stream, -1)
 
     # --- wiring ------------------------------------------------------------------------------
 

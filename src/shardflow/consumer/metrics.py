@@ -8,7 +8,7 @@
 
 Exported (namespace ``shardflow_consumer``): ``records_total`` and ``bytes_total`` handed to
 handlers, ``records_per_second`` over the last 10 s, ``out_of_range_sub_records_total`` by
-action, ``checkpoints_total``, ``shard_failures_total``, ``fetch_throttles_total`` (reads
+action, ``checkpoints_total``, ``shard_failures_total``, ``parked_shards`` (now), ``fetch_throttles_total`` (reads
 Kinesis throttled), ``subscription_renewals_total`` (fan-out subscriptions opened again),
 ``handler_latency_seconds`` (histogram, one observation per handler call) per stream; per
 owned shard ``millis_behind_latest``, ``checkpoint_age_seconds`` (since this worker last wrote
@@ -130,6 +130,8 @@ class StreamCounters:
     out_of_range_dropped: int = 0
     checkpoints: int = 0
     shard_failures: int = 0
+    parked_shards: int = 0
+    """Shards parked now (a handler failure under ``on_error="stop_shard"``)."""
     fetch_throttles: int = 0
     subscription_renewals: int = 0
     records_per_second: float = 0.0
@@ -189,6 +191,10 @@ class ConsumerMetrics:
     def shard_failed(self, stream: str) -> None:
         self._stream(stream).shard_failures += 1
 
+    def shard_parked(self, stream: str, change: int) -> None:
+        """A shard was parked (+1) or let go after being parked (-1)."""
+        self._stream(stream).parked_shards += change
+
     def fetch_throttled(self, stream: str) -> None:
         self._stream(stream).fetch_throttles += 1
 
@@ -218,6 +224,7 @@ class ConsumerMetrics:
                 out_of_range_dropped=counters.out_of_range_dropped,
                 checkpoints=counters.checkpoints,
                 shard_failures=counters.shard_failures,
+                parked_shards=counters.parked_shards,
                 fetch_throttles=counters.fetch_throttles,
                 subscription_renewals=counters.subscription_renewals,
                 records_per_second=self._rates[name].rate(),
@@ -286,7 +293,7 @@ class ConsumerCollector(Collector):
         yield counter("checkpoints", "Checkpoints written.", lambda c: c.checkpoints)
         yield counter(
             "shard_failures",
-            "Shards stopped by a handler or decoding error.",
+            "Shards stopped by an error (a handler's, or one retrying cannot fix).",
             lambda c: c.shard_failures,
         )
         yield counter(
@@ -309,6 +316,11 @@ class ConsumerCollector(Collector):
             "Aggregated sub-records whose hash key lies outside their shard's range.",
             labels=["stream", "action"],
         )
+        parked = GaugeMetricFamily(
+            f"{ns}_parked_shards",
+            "Shards parked now: stopped by a handler failure, lease kept (on_error=stop_shard).",
+            labels=["stream"],
+        )
         latency = HistogramMetricFamily(
             f"{ns}_handler_latency_seconds",
             "Duration of handler calls (one per record, or one per batch).",
@@ -316,12 +328,14 @@ class ConsumerCollector(Collector):
         )
         for stream, counters in streams:
             rate.add_metric([stream], counters.records_per_second)
+            parked.add_metric([stream], counters.parked_shards)
             out_of_range.add_metric([stream, "delivered"], counters.out_of_range_delivered)
             out_of_range.add_metric([stream, "dropped"], counters.out_of_range_dropped)
             latency.add_metric(
                 [stream], counters.latency.cumulative(), sum_value=counters.latency.total
             )
         yield rate
+        yield parked
         yield out_of_range
         yield latency
 

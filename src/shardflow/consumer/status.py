@@ -33,7 +33,11 @@ class ConsumerStatus:
     worker_id: str
     shards: tuple[ShardStatus, ...]
     parked: Mapping[str, BaseException] = field(default_factory=dict)
-    """Lease keys of shards stopped by an error (``on_error="stop_shard"``), with the error."""
+    """Lease keys of shards stopped by a handler failure (``on_error="stop_shard"``; their
+    leases are kept), with the error."""
+    failed: Mapping[str, BaseException] = field(default_factory=dict)
+    """Lease keys of shards stopped by an error retrying cannot fix (the stream deleted, access
+    denied for too long), with the error; their leases were released and the consumer stops."""
 
     @property
     def caught_up(self) -> bool:

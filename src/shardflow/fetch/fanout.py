@@ -21,6 +21,7 @@ from typing import Any
 from shardflow.aws.classify import classify
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import stream_name_of
+from shardflow.aws.persistence import DEFAULT_DENIED_FOR, Patience, Persistence
 from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ResourceInUseError, ThrottledError, TransientError
@@ -60,10 +61,15 @@ class FanOutSettings:
     ``read_timeout`` is the HTTP read timeout :func:`fanout_client` gives the client; both must
     exceed the heartbeat interval.
 
-    Backoffs count consecutive failures since the last event received; the error is raised
-    when one is used up. ``in_use_backoff``: ResourceInUse, the answer while the previous
-    subscription of the consumer-shard is still active (within ~5 s of it). ``throttle_backoff``:
-    LimitExceeded. ``error_backoff``: 5xx, network failures, silent or empty subscriptions.
+    Failures that may pass are retried for as long as the fetcher is used (its owner stops it
+    when the lease is lost), never a fixed number of times (see
+    :mod:`shardflow.aws.persistence`); backoffs count consecutive failures since the last
+    event received, and only their ``base`` and ``cap`` matter. ``in_use_backoff``:
+    ResourceInUse, the answer while the previous subscription of the consumer-shard is still
+    active (within ~5 s of it). ``throttle_backoff``: LimitExceeded. ``error_backoff``: 5xx,
+    network failures, silent or empty subscriptions. ``denied_for``: how long access denied
+    (or expired credentials) is retried before it is raised; a missing stream or consumer is
+    raised at once.
 
     ``closed_shard_check``: for emulators whose subscriptions never end a closed shard
     (kinesis-local sends neither the final event nor ChildShards): when set, an empty event at
@@ -75,15 +81,16 @@ class FanOutSettings:
     event_timeout: float = 30.0
     read_timeout: float = 60.0
     in_use_backoff: Backoff = field(
-        default_factory=lambda: Backoff(base=0.5, cap=5.0, max_attempts=16)
+        default_factory=lambda: Backoff(base=0.5, cap=5.0, max_attempts=None)
     )
     throttle_backoff: Backoff = field(
-        default_factory=lambda: Backoff(base=0.5, cap=10.0, max_attempts=30)
+        default_factory=lambda: Backoff(base=0.5, cap=10.0, max_attempts=None)
     )
     error_backoff: Backoff = field(
-        default_factory=lambda: Backoff(base=0.2, cap=5.0, max_attempts=8)
+        default_factory=lambda: Backoff(base=0.2, cap=5.0, max_attempts=None)
     )
     closed_shard_check: float | None = None
+    denied_for: float = DEFAULT_DENIED_FOR
 
     def __post_init__(self) -> None:
         if not 0 < self.renew_after < SUBSCRIPTION_LIFETIME:
@@ -93,6 +100,8 @@ class FanOutSettings:
                 raise ValueError(f"{name} must exceed the {HEARTBEAT_INTERVAL:.0f}s heartbeat")
         if self.closed_shard_check is not None and self.closed_shard_check <= 0:
             raise ValueError("closed_shard_check must be positive")
+        if self.denied_for < 0:
+            raise ValueError("denied_for must not be negative")
 
 
 def fanout_client(
@@ -175,6 +184,9 @@ class FanOutFetcher:
         self._ended = False
         self._closed = False
         self._failures: dict[str, int] = {}
+        self._persistence = Persistence(
+            Patience(denied_for=self.settings.denied_for), clock=clock, rng=rng
+        )
         self._returned_at: float | None = None
         self._last_check = float("-inf")
         self.subscriptions = 0
@@ -238,6 +250,7 @@ class FanOutFetcher:
                 await self._after_failure(outcome, called)
                 continue
             self._failures.clear()
+            self._persistence.succeeded()
             if subscription.received == 1:
                 self._report_renewal()
             if "SubscribeToShardEvent" not in outcome:
@@ -339,17 +352,17 @@ class FanOutFetcher:
         await self._back_off(exc)
 
     async def _back_off(self, exc: Exception) -> None:
-        """Sleep before the next subscription attempt, or raise the failure typed if it may not
-        be retried (or its backoff is used up)."""
+        """Sleep before the next subscription attempt, or raise the failure typed if waiting
+        cannot fix it."""
         error = classify(
             exc, operation="SubscribeToShard", stream=self.stream, shard_id=self.shard_id
         )
-        if not error.retryable:
+        try:
+            self._persistence.judge(error)  # the delays are per kind here
+        except AwsError:
             self._raise(error, exc)
         kind, backoff = self._policy(error)
         attempt = self._failures.get(kind, 0)
-        if not backoff.allows(attempt + 1):
-            self._raise(error, exc)
         self._failures[kind] = attempt + 1
         pause = backoff.delay(attempt, self._rng)
         log.debug(

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardflow.aws.backoff import retrying
 from shardflow.aws.classify import classify
 from shardflow.aws.kinesis import stream_name_of, stream_ref
+from shardflow.aws.persistence import DEFAULT_DENIED_FOR, Patience, Persistence
 from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ExpiredIteratorError, ThrottledError
@@ -39,23 +39,28 @@ class PollingSettings:
     costs exactly ``1 / idle_time`` calls per second. While behind, the next call is made at
     once, limited only by ``max_calls_per_second``.
 
-    ``throttle_backoff`` applies to throttling (the read budget of a shard is shared by every
-    application reading it, so being throttled is normal and waits longer); ``error_backoff``
-    to other retryable failures (5xx, timeouts). Their ``max_attempts`` count consecutive
-    failures; the error is raised once they are used up. ``max_iterator_renewals`` bounds
-    consecutive ExpiredIterator recoveries without a successful call in between.
+    Failures that may pass are retried for as long as the fetcher is used (its owner stops it
+    when the lease is lost), never a fixed number of times: see
+    :mod:`shardflow.aws.persistence`. ``throttle_backoff`` applies to throttling (the read
+    budget of a shard is shared by every application reading it, so being throttled is normal
+    and waits longer); ``error_backoff`` to other failures (5xx, timeouts, dropped
+    connections). Only their ``base`` and ``cap`` matter. ``denied_for``: how long access
+    denied (or expired credentials) is retried before it is raised; a missing stream is raised
+    at once. ``max_iterator_renewals``: ExpiredIterator recoveries made at once, without a
+    successful call in between; further ones wait the error backoff first.
     """
 
     max_records: int = GET_RECORDS_LIMIT
     idle_time: float = 1.0
     max_calls_per_second: int = GET_RECORDS_CALLS_PER_SECOND
     throttle_backoff: Backoff = field(
-        default_factory=lambda: Backoff(base=0.5, cap=10.0, max_attempts=30)
+        default_factory=lambda: Backoff(base=0.5, cap=10.0, max_attempts=None)
     )
     error_backoff: Backoff = field(
-        default_factory=lambda: Backoff(base=0.1, cap=5.0, max_attempts=8)
+        default_factory=lambda: Backoff(base=0.1, cap=5.0, max_attempts=None)
     )
     max_iterator_renewals: int = 3
+    denied_for: float = DEFAULT_DENIED_FOR
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_records <= GET_RECORDS_LIMIT:
@@ -68,6 +73,12 @@ class PollingSettings:
             )
         if self.max_iterator_renewals < 0:
             raise ValueError("max_iterator_renewals must not be negative")
+        if self.denied_for < 0:
+            raise ValueError("denied_for must not be negative")
+
+    @property
+    def patience(self) -> Patience:
+        return Patience(self.throttle_backoff, self.error_backoff, self.denied_for)
 
 
 class PollingFetcher:
@@ -77,8 +88,8 @@ class PollingFetcher:
     is read ahead, so the caller's pace bounds memory. Waits happen at the start of the next
     pull: the idle interval while caught up and the per-shard call limit. Throttling and
     transient failures are retried with jittered backoff; an expired iterator is replaced by one
-    AFTER_SEQUENCE_NUMBER of the last record handed out (or at ``start`` if none was); other
-    failures are raised as typed :class:`~shardflow.errors.AwsError`. At the shard's end the last
+    AFTER_SEQUENCE_NUMBER of the last record handed out (or at ``start`` if none was); failures
+    that waiting cannot fix are raised as typed :class:`~shardflow.errors.AwsError`. At the shard's end the last
     batch has ``shard_ended=True`` and iteration stops.
 
     ``observer`` hears of every throttled GetRecords call that is retried, with its delay.
@@ -108,6 +119,7 @@ class PollingFetcher:
         self._rng = rng
         self._observer = observer
         self._limiter = CallRateLimiter(self.settings.max_calls_per_second, clock=clock)
+        self._persistence = Persistence(self.settings.patience, clock=clock, rng=rng)
         self._iterator: str | None = None
         self._last_delivered: str | None = None
         self._next_call_at: float | None = None
@@ -157,7 +169,7 @@ class PollingFetcher:
 
     async def _get_records(self) -> tuple[Mapping[str, Any], float]:
         """One successful GetRecords response and the monotonic time its call started."""
-        throttled = failed = renewals = 0
+        renewals = 0
         while True:
             if self._iterator is None:
                 iterator = await self._new_iterator()
@@ -172,6 +184,7 @@ class PollingFetcher:
                 response: Mapping[str, Any] = await self._kinesis.get_records(
                     ShardIterator=self._iterator, Limit=self.settings.max_records
                 )
+                self._persistence.succeeded()
                 return response, started
             except Exception as exc:
                 # CancelledError is a BaseException and passes through untouched.
@@ -180,28 +193,29 @@ class PollingFetcher:
                 )
                 error.__cause__ = exc
             if isinstance(error, ExpiredIteratorError):
-                renewals += 1
-                if renewals > self.settings.max_iterator_renewals:
-                    raise error
                 log.info(
                     "iterator of %s expired; resuming at %s", self.shard_id, self.resume_position
                 )
                 self._iterator = None
-                continue
-            if isinstance(error, ThrottledError):
-                await self._back_off(error, self.settings.throttle_backoff, throttled)
-                throttled += 1
-            else:
-                await self._back_off(error, self.settings.error_backoff, failed)
-                failed += 1
+                renewals += 1
+                if renewals <= self.settings.max_iterator_renewals:
+                    continue
+            await self._back_off(error)
 
-    async def _back_off(self, error: AwsError, backoff: Backoff, attempt: int) -> None:
-        """Sleep before retry ``attempt + 1``, or raise ``error`` if it may not be retried."""
-        if not error.retryable or not backoff.allows(attempt + 1):
-            raise error
-        pause = backoff.delay(attempt, self._rng)
-        log.debug("GetRecords on %s failed (%s); retry in %.3fs", self.shard_id, error.code, pause)
-        if isinstance(error, ThrottledError):
+    async def _back_off(self, error: AwsError) -> None:
+        """Sleep before the next try, or raise ``error`` if waiting cannot fix it."""
+        pause = self._persistence.pause(error)
+        level = logging.DEBUG if self._persistence.failures < 3 else logging.WARNING
+        log.log(
+            level,
+            "%s on %s failed %d times in a row (%s); retry in %.3fs",
+            error.operation,
+            self.shard_id,
+            self._persistence.failures,
+            error.code,
+            pause,
+        )
+        if isinstance(error, ThrottledError) and error.operation == "GetRecords":
             self._observer.throttled("GetRecords", pause)
         await self._clock.sleep(pause)
 
@@ -211,17 +225,18 @@ class PollingFetcher:
             "ShardId": self.shard_id,
             **self.resume_position.iterator_params(),
         }
-        response = await retrying(
-            lambda: self._kinesis.get_shard_iterator(**params),
-            operation="GetShardIterator",
-            backoff=self.settings.error_backoff,
-            stream=self.stream,
-            shard_id=self.shard_id,
-            sleep=self._clock.sleep,
-            rng=self._rng,
-        )
-        iterator: str | None = response.get("ShardIterator")
-        return iterator
+        while True:
+            try:
+                response = await self._kinesis.get_shard_iterator(**params)
+            except Exception as exc:
+                error = classify(
+                    exc, operation="GetShardIterator", stream=self.stream, shard_id=self.shard_id
+                )
+                error.__cause__ = exc
+                await self._back_off(error)
+                continue
+            iterator: str | None = response.get("ShardIterator")
+            return iterator
 
     def _batch_from(self, response: Mapping[str, Any]) -> FetchedBatch:
         self._iterator = response.get("NextShardIterator")

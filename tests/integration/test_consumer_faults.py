@@ -1,0 +1,140 @@
+"""Faults a consumer meets in production, through the fault proxy in front of moto.
+
+A brownout (every GetRecords answered 500 for longer than any fixed number of retries lasts)
+must not stop a shard: records written after it are handled. A deleted stream, which no
+retry can fix, must end the consumer with the error, its leases released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from shardflow.aws import AwsSettings
+from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
+from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.errors import ResourceNotFoundError
+from shardflow.events import DiagnosticEvent, ShardFailed, ShardStarted
+from shardflow.fetch import PollingSettings
+from shardflow.leases.settings import LeaseSettings
+from shardflow.testing.faults import INTERNAL_FAILURE, ErrorResponse, FaultProxy
+from support.boto import lease_items
+from support.streams import create_stream, kinesis_at, put
+from support.waiting import until
+
+BROWNOUT = 12.0
+"""Longer than the fixed retries of earlier versions could ever last (at most ~11 s)."""
+
+SETTINGS = ConsumerSettings(
+    leases=LeaseSettings(
+        failover_time=2.0, renew_interval=0.4, take_interval=0.5, safety_margin=0.3
+    ),
+    polling=PollingSettings(idle_time=0.2),
+    checkpoint=CheckpointSettings(every_n=10, interval=0.5),
+    drain_timeout=2.0,
+)
+
+
+@pytest.fixture
+def proxy(moto_url: str) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_url, seed=11) as proxy:
+        yield proxy
+
+
+def consumer_at(url: str, stream: str, **options: Any) -> Consumer:
+    return Consumer(
+        stream,
+        f"app-{stream}",
+        settings=replace(SETTINGS, **options.pop("settings", {})),
+        aws=AwsSettings(endpoint_url=url),
+        **options,
+    )
+
+
+def items(tag: str, count: int) -> list[tuple[str, bytes]]:
+    return [(f"key-{i}", f"{tag}-{i}".encode()) for i in range(count)]
+
+
+async def test_records_written_after_a_getrecords_brownout_are_handled(
+    proxy: FaultProxy, moto_url: str, stream_name: str
+) -> None:
+    async with kinesis_at(moto_url) as kinesis:
+        await create_stream(kinesis, stream_name, 2)
+        await put(kinesis, stream_name, items("before", 20))
+    seen: list[bytes] = []
+    events: list[DiagnosticEvent] = []
+
+    async def handle(record: ConsumedRecord[bytes]) -> None:
+        seen.append(record.data)
+
+    consumer = consumer_at(proxy.url, stream_name, on_event=events.append)
+    run = asyncio.create_task(consumer.consume(handle))
+    try:
+        await until(lambda: len(seen) >= 20, 30.0)
+        rule = proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500), operation="GetRecords")
+        started = time.monotonic()
+        await until(lambda: proxy.injected_count(rule) >= 4, 10.0)
+        async with kinesis_at(moto_url) as kinesis:
+            await put(kinesis, stream_name, items("during", 20))
+        await asyncio.sleep(BROWNOUT - (time.monotonic() - started))
+        proxy.remove(rule)
+        async with kinesis_at(moto_url) as kinesis:
+            await put(kinesis, stream_name, items("after", 20))
+        await until(lambda: len(seen) >= 60, 30.0)
+        status = consumer.status()
+        assert len(status.shards) == 2
+        assert not status.parked
+        assert not status.failed
+        # Each shard rode the brownout out in its first worker: none stopped and started again.
+        assert len([e for e in events if isinstance(e, ShardStarted)]) == 2
+    finally:
+        await consumer.stop()
+        await run
+    assert sorted(seen) == sorted(
+        d for tag in ("before", "during", "after") for _, d in items(tag, 20)
+    )
+    assert proxy.injected_count(rule) >= 10
+
+
+async def test_a_deleted_stream_ends_the_consumer_with_the_error_and_releases_its_leases(
+    proxy: FaultProxy, moto_url: str, stream_name: str
+) -> None:
+    async with kinesis_at(moto_url) as kinesis:
+        await create_stream(kinesis, stream_name, 2)
+        await put(kinesis, stream_name, items("r", 10))
+    seen: list[bytes] = []
+    events: list[DiagnosticEvent] = []
+    errors: list[tuple[str, str, BaseException]] = []
+    consumer = consumer_at(
+        proxy.url,
+        stream_name,
+        on_event=events.append,
+        on_error=lambda stream, shard, error: errors.append((stream, shard, error)),
+    )
+
+    async def handle(record: ConsumedRecord[bytes]) -> None:
+        seen.append(record.data)
+
+    run = asyncio.create_task(consumer.consume(handle))
+    await until(lambda: len(seen) >= 10, 30.0)
+    async with kinesis_at(moto_url) as kinesis:
+        await kinesis.delete_stream(StreamName=stream_name, EnforceConsumerDeletion=True)
+    with pytest.raises(ResourceNotFoundError):
+        await asyncio.wait_for(run, 30.0)
+
+    assert errors
+    assert all(isinstance(error, ResourceNotFoundError) for _, _, error in errors)
+    failed = [e for e in events if isinstance(e, ShardFailed)]
+    assert failed
+    assert all(not e.parked for e in failed)
+    status = consumer.status()
+    assert set(status.failed) == {e.lease_key for e in failed}
+    assert consumer.metrics.snapshot().streams[stream_name].shard_failures >= 1
+    table = lease_items(moto_url, f"app-{stream_name}")
+    assert table
+    assert all("leaseOwner" not in item for item in table.values())
