@@ -136,6 +136,7 @@ class Consumer:
         self._shard_tasks: set[asyncio.Task[None]] = set()
         self._parked: dict[str, BaseException] = {}
         self._failed: dict[str, BaseException] = {}
+        self._coordinator: LeaseCoordinator | None = None
         self._fatal: BaseException | None = None
         self._connections: Connections | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -332,7 +333,11 @@ class Consumer:
                     error=worker.failure,
                 )
             )
-        return ConsumerStatus(self.worker_id, tuple(shards), dict(self._parked), dict(self._failed))
+        coordinator = self._coordinator
+        mode = coordinator.fleet_mode if coordinator is not None else "standalone"
+        return ConsumerStatus(
+            self.worker_id, tuple(shards), dict(self._parked), dict(self._failed), fleet_mode=mode
+        )
 
     # --- running -----------------------------------------------------------------------------
 
@@ -392,11 +397,13 @@ class Consumer:
             lease_streams=connections.lease_streams,
         )
         await coordinator.start()
+        self._coordinator = coordinator
         log.info(
-            "consumer %s of %s started as worker %s",
+            "consumer %s of %s started as worker %s (fleet mode %s)",
             self.application_name,
             ", ".join(self.streams),
             self.worker_id,
+            coordinator.fleet_mode,
         )
         return coordinator
 

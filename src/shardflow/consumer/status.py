@@ -38,6 +38,10 @@ class ConsumerStatus:
     failed: Mapping[str, BaseException] = field(default_factory=dict)
     """Lease keys of shards stopped by an error retrying cannot fix (the stream deleted, access
     denied for too long), with the error; their leases were released and the consumer stops."""
+    fleet_mode: str = "standalone"
+    """How this worker shares the lease table: "standalone" (shardflow's own rules, also with
+    KCL 2.x workers), "kcl3" (a KCL 3.x leader assigns leases; this worker defers) or
+    "kcl3-takeover" (a KCL 3.x application whose KCL workers are all gone)."""
 
     @property
     def caught_up(self) -> bool:

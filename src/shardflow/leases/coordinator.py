@@ -90,6 +90,8 @@ from shardflow.events import (
 )
 from shardflow.leases.balance import PlannedTake
 from shardflow.leases.concurrency import run_bounded
+from shardflow.leases.dynamodb import DynamoDBLeaseStore
+from shardflow.leases.fleet import REPORT_EVERY, FleetMode, KclFleet
 from shardflow.leases.model import Lease
 from shardflow.leases.moves import LeaseMoves
 from shardflow.leases.owned import OwnedLease
@@ -169,6 +171,9 @@ class LeaseCoordinator:
             wake_taker=self._take_soon.set,
             lease_streams=lease_streams,
         )
+        self._fleet: KclFleet | None = None
+        self._taker.defers = self._defers_to_kcl
+        self._moves.kcl_workers = self._live_kcl_workers
         self._sync_wanted = asyncio.Event()
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -198,6 +203,12 @@ class LeaseCoordinator:
     def running(self) -> bool:
         return self._started and not self._stopped.is_set()
 
+    @property
+    def fleet_mode(self) -> FleetMode:
+        """ "standalone", "kcl3" (a KCL 3.x leader assigns) or "kcl3-takeover" (a KCL 3.x
+        application with no live KCL worker left); see :mod:`shardflow.leases.fleet`."""
+        return self._fleet.mode if self._fleet is not None else "standalone"
+
     def owned(self) -> Mapping[str, OwnedLease]:
         """The leases held now, by lease key (a read-only live view)."""
         return MappingProxyType(self._owned)
@@ -219,6 +230,7 @@ class LeaseCoordinator:
                 stream_view=pickup == "stream", stream_if_created=pickup == "auto"
             )
             changes = self._moves.changes(table.stream_arn)
+            await self._join_fleet()
             await self._streams.resolve(self._kinesis)
             leases = await self._store.list_leases()
             specs = self._streams.specs
@@ -234,6 +246,8 @@ class LeaseCoordinator:
         self._spawn(self._sync_loop(listed=len(empty) == len(specs)), "shard-sync")
         if changes is not None:
             self._spawn(self._pickup_loop(changes), "pickup")
+        if self._fleet is not None and self._fleet.kcl3:
+            self._spawn(self._fleet_loop(self._fleet), "fleet")
 
     async def acquisitions(self) -> AsyncIterator[OwnedLease]:
         """The leases this worker takes, as it takes them, until :meth:`stop`."""
@@ -325,6 +339,8 @@ class LeaseCoordinator:
             )
             if self._settings.handoff and self._started:
                 await self._moves.pass_on_inbound()
+        if self._fleet is not None:
+            await self._fleet.withdraw()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -423,6 +439,32 @@ class LeaseCoordinator:
             await owned.release("shutdown")
         except ShardflowError as exc:
             log.warning("releasing lease %s at shutdown failed: %s", owned.lease_key, exc)
+
+    # --- a KCL 3.x fleet -----------------------------------------------------------------------
+
+    async def _join_fleet(self) -> None:
+        """On a DynamoDB lease table of a KCL 3.x application: publish this worker's metrics
+        so the KCL leader counts it, and learn whether a KCL worker is alive."""
+        if not isinstance(self._store, DynamoDBLeaseStore):
+            return
+        fleet = KclFleet(
+            self._store.client, self._store.table_name, self._worker_id, clock=self._clock
+        )
+        if await fleet.detect():
+            await fleet.report()
+        self._fleet = fleet
+        log.info("worker %s starts in fleet mode %s", self._worker_id, fleet.mode)
+
+    async def _fleet_loop(self, fleet: KclFleet) -> None:
+        while True:
+            await self._clock.sleep(REPORT_EVERY)
+            await self._guarded("worker metrics", fleet.report())
+
+    def _defers_to_kcl(self) -> bool:
+        return self._fleet is not None and self._fleet.defers
+
+    def _live_kcl_workers(self) -> frozenset[str]:
+        return self._fleet.kcl_workers if self._fleet is not None else frozenset()
 
     # --- loops --------------------------------------------------------------------------------
 

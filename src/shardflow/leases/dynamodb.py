@@ -75,6 +75,11 @@ class DynamoDBLeaseStore(LeaseStoreBase):
         self._scan_page_size = scan_page_size
         self._table_wait = table_wait
 
+    @property
+    def client(self) -> Any:
+        """The aiobotocore DynamoDB client (the KCL 3.x fleet tables are read with it too)."""
+        return self._client
+
     @classmethod
     @asynccontextmanager
     async def connect(

@@ -30,6 +30,7 @@ class ExpiryTracker:
             raise ValueError(f"failover_time must be positive, got {failover_time}")
         self._failover = failover_time
         self._seen: dict[str, _Sighting] = {}
+        self._renewed: dict[str, float] = {}
 
     def observe(self, leases: Iterable[Lease], now: float, *, complete: bool = True) -> None:
         """Record a table scan taken at ``now`` (monotonic seconds of this observer).
@@ -43,6 +44,16 @@ class ExpiryTracker:
             # Owner changes are counted as changes too: a handoff moves the lease without
             # bumping the counter, and the new holder deserves a fresh failover time.
             if (
+                previous is not None
+                and lease.lease_owner is not None
+                and previous.counter != lease.lease_counter
+                and previous.owner == lease.lease_owner
+                and previous.checkpoint_owner == lease.checkpoint_owner
+            ):
+                # The same owner wrote again: a renewal or a checkpoint, so it was alive now.
+                # (A handover or an assignment changes the owner or checkpoint owner too.)
+                self._renewed[lease.lease_owner] = now
+            if (
                 previous is None
                 or previous.counter != lease.lease_counter
                 or previous.owner != lease.lease_owner
@@ -54,6 +65,12 @@ class ExpiryTracker:
         if complete:
             for key in self._seen.keys() - present:
                 del self._seen[key]
+
+    def renewed_within(self, worker_id: str, now: float, seconds: float) -> bool:
+        """Whether this observer saw ``worker_id`` write one of its own leases again (renew or
+        checkpoint) in the last ``seconds``: proof of life that a handover to it is not."""
+        last = self._renewed.get(worker_id)
+        return last is not None and now - last <= seconds
 
     def unchanged_since(self, lease_key: str) -> float | None:
         """When this observer first saw the lease as it is now (None: never seen)."""

@@ -105,13 +105,18 @@ def successors(
     *,
     worker_id: str,
     is_expired: Callable[[Lease], bool],
+    also: Iterable[str] = (),
+    seen_alive: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """Who should get ``count`` leases of leaving worker ``worker_id``: least loaded first.
 
-    Candidates are the owners of live (unexpired) leases and the workers that asked for a
-    lease (a joining worker holds nothing yet), except this worker and workers that are
-    handing leases away themselves (leaving too). Each pick counts towards the picked
-    worker's load. Empty when there is nobody to hand to (the leases are then released).
+    Candidates are the owners of live (unexpired) leases, the workers that asked for a
+    lease (a joining worker holds nothing yet) and ``also`` (live KCL 3.x workers, which may
+    hold nothing yet either), except this worker and workers that are handing leases away
+    themselves (leaving too). When ``seen_alive`` confirms some candidates (they were seen
+    renewing lately), only those are picked: a KCL worker that stopped keeps its metrics item
+    and looks live for a while. Each pick counts towards the picked worker's load. Empty when
+    there is nobody to hand to (the leases are then released).
     """
     leases = list(leases)
     loads: Counter[str] = Counter()
@@ -125,8 +130,14 @@ def successors(
         request = handoff_request_of(lease)
         if request is not None and request.fresh_for(lease):
             loads[request.requester] += 0
+    for worker in also:
+        loads[worker] += 0
     for worker in leaving:
         loads.pop(worker, None)
+    if seen_alive is not None:
+        confirmed = Counter({worker: n for worker, n in loads.items() if seen_alive(worker)})
+        if confirmed:
+            loads = confirmed
     picks: list[str] = []
     for _ in range(count if loads else 0):
         chosen = min(loads, key=lambda worker: (loads[worker], worker))

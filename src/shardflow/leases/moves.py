@@ -63,6 +63,8 @@ class LeaseMoves:
         self._handing: set[str] = set()
         self.leaving = False
         """Set once the worker leaves: nothing is claimed, taken or handed over any more."""
+        self.kcl_workers: Callable[[], frozenset[str]] = frozenset
+        """Live KCL 3.x workers: candidates to hand leases to even while they hold none."""
         self.pickup_source = "off"
         """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`changes`)."""
 
@@ -86,6 +88,10 @@ class LeaseMoves:
             len(held),
             worker_id=self._worker_id,
             is_expired=lambda lease: tracker.is_expired(lease, now),
+            also=self.kcl_workers(),
+            seen_alive=lambda worker: tracker.renewed_within(
+                worker, now, self._settings.failover_time * 0.75
+            ),
         )
         started = 0
 

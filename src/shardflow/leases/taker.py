@@ -80,6 +80,9 @@ class LeaseTaker:
         self._free_left = False
         self.enabled = True
         """False stops taking (at shutdown), even in a cycle under way."""
+        self.defers: Callable[[], bool] = lambda: False
+        """True while a KCL 3.x leader assigns leases: take free and expired leases only,
+        never steal or ask for a live one (see :mod:`shardflow.leases.fleet`)."""
 
     @property
     def tracker(self) -> ExpiryTracker:
@@ -131,6 +134,8 @@ class LeaseTaker:
             self._book.update({lease.lease_key: lease for lease in active}, now)
             taken += await self._take_overdue(active, now)
             max_steal = max(max_steal - self._book.open_requests, 0)
+        if self.defers():
+            max_steal = 0  # the KCL leader balances; a steal would fight it
         plan = plan_takes(
             active,
             worker_id=self._worker_id,
