@@ -59,6 +59,7 @@ bench: setup
 	$(SHORT) $(HEAVY) $(BIN)/python bench/parallel.py --records 2000 --keys 200
 	$(SHORT) $(HEAVY) $(BIN)/python bench/handoff.py --scenarios a
 	$(SHORT) $(HEAVY) $(BIN)/python bench/spark_source.py --records 100000 --repeat 1 --idle-seconds 5
+	$(SHORT) $(HEAVY) $(BIN)/python bench/kcl_fleet.py --short
 	$(BIN)/python bench/tables.py --print .bench/short
 
 bench-full: setup
@@ -67,6 +68,7 @@ bench-full: setup
 	$(HEAVY) $(BIN)/python bench/parallel.py --repeat 2
 	$(HEAVY) $(BIN)/python bench/handoff.py
 	$(HEAVY) $(BIN)/python bench/spark_source.py
+	$(HEAVY) $(BIN)/python bench/kcl_fleet.py
 	$(BIN)/python bench/tables.py
 
 clean:

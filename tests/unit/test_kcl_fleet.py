@@ -68,3 +68,32 @@ def test_a_leaver_hands_to_workers_seen_renewing_when_there_are_any() -> None:
         seen_alive=set().__contains__,
     )
     assert fallback == ["K3", "K1"]
+
+
+def test_deferring_to_a_kcl_leader_takes_every_orphan_and_steals_nothing() -> None:
+    from shardflow.leases.balance import plan_takes
+
+    leases = [lease(key, "K1", 1) for key in "abcd"] + [lease(key, "K2", 1) for key in "ef"]
+    dead = set("abcd")
+
+    def expired(candidate: Lease) -> bool:
+        return candidate.lease_key in dead
+
+    greedy = plan_takes(
+        leases, worker_id="S1", held=(), is_expired=expired, max_steal=0, orphans_beyond_target=True
+    )
+    assert sorted(p.lease.lease_key for p in greedy.takes) == ["a", "b", "c", "d"]
+    # Without it: up to the target only (ceil(6 leases / 2 live workers) = 3).
+    assert len(plan_takes(leases, worker_id="S1", held=(), is_expired=expired).takes) == 3
+    capped = plan_takes(
+        leases,
+        worker_id="S1",
+        held=(),
+        is_expired=expired,
+        max_steal=0,
+        max_leases_per_worker=2,
+        orphans_beyond_target=True,
+    )
+    assert len(capped.takes) == 2  # the per-worker cap still holds
+    live = plan_takes(leases, worker_id="S1", held=(), is_expired=lambda _: False, max_steal=0)
+    assert live.takes == ()

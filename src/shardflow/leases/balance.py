@@ -65,13 +65,17 @@ def plan_takes(
     max_leases_per_worker: int | None = None,
     max_steal: int = 1,
     rng: random.Random | None = None,
+    orphans_beyond_target: bool = False,
 ) -> TakePlan:
     """The leases ``worker_id`` should take now.
 
     ``leases`` are the leases to balance (finished shards and other applications' streams
     already left out); ``held`` the keys this worker holds; ``is_expired`` the observer's
     judgement (free leases count as expired). ``rng`` shuffles candidates so that workers
-    starting together do not all race for the same leases.
+    starting together do not all race for the same leases. ``orphans_beyond_target`` takes
+    every free and expired lease up to ``max_leases_per_worker`` whatever the target (in a
+    KCL 3.x fleet, whose leader spreads them again by graceful handoff: a dead worker's shards
+    then wait no longer than its failover time for the leader's next pass).
     """
     chooser = rng or random.Random()
     held_keys = set(held)
@@ -99,6 +103,9 @@ def plan_takes(
     live = frozenset(loads)
     target = target_for(len(leases), len(live), max_leases_per_worker)
     need = target - mine
+    if orphans_beyond_target:
+        cap = max_leases_per_worker if max_leases_per_worker is not None else len(leases)
+        need = cap - mine
 
     def plan(takes: list[PlannedTake]) -> TakePlan:
         return TakePlan(tuple(takes), target, mine, live, dict(loads))

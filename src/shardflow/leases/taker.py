@@ -134,7 +134,8 @@ class LeaseTaker:
             self._book.update({lease.lease_key: lease for lease in active}, now)
             taken += await self._take_overdue(active, now)
             max_steal = max(max_steal - self._book.open_requests, 0)
-        if self.defers():
+        defers = self.defers()
+        if defers:
             max_steal = 0  # the KCL leader balances; a steal would fight it
         plan = plan_takes(
             active,
@@ -144,6 +145,7 @@ class LeaseTaker:
             max_leases_per_worker=self._settings.max_leases_per_worker,
             max_steal=max_steal,
             rng=self._rng,
+            orphans_beyond_target=defers,
         )
         self._note_peers(plan.live_workers)
         planned_keys = {planned.lease.lease_key for planned in plan.takes}

@@ -25,6 +25,7 @@ from support.kcl.handled import Handled, duplicated, duplicates, longest_gaps, r
 from support.kcl.install import (
     KCL_2,
     KCL_3,
+    RELEASES,
     KclInstall,
     KclRelease,
     KclUnavailable,
@@ -35,6 +36,7 @@ from support.kcl.proxy import H2cProxy
 __all__ = [
     "KCL_2",
     "KCL_3",
+    "RELEASES",
     "H2cProxy",
     "Handled",
     "KclInstall",
