@@ -41,6 +41,8 @@ from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer import checkpoint as checkpoints
 from shardflow.consumer.checkpoint import FINAL_WRITE_PATIENCE
 from shardflow.consumer.connections import Connections
+from shardflow.consumer.dead_letter_log import ObservedSink
+from shardflow.consumer.dispatch.contracts import DeadLetterSink
 from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
 from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
 from shardflow.consumer.failures import failure_kind
@@ -188,7 +190,7 @@ class Consumer:
                 drive = self._dispatched = dispatched_driver(
                     handler,  # type: ignore[arg-type]  # a record handler, as refused above
                     dispatch,
-                    sink=as_sink(dead_letters, dispatch),
+                    sink=self._observed(as_sink(dead_letters, dispatch)),
                     executor=self._executor,
                     clock=self._clock,
                 )
@@ -198,6 +200,12 @@ class Consumer:
                 self._dispatched = None
         if self._fatal is not None:
             raise self._fatal
+
+    def _observed(self, sink: DeadLetterSink[Any] | None) -> DeadLetterSink[Any] | None:
+        """Every stored dead letter counted in the metrics and logged (rate-limited)."""
+        if sink is None:
+            return None
+        return ObservedSink(sink, self.metrics.dead_lettered, clock=self._clock)
 
     async def shards(self) -> AsyncIterator[ShardSession]:
         """Each shard this worker comes to own, as a :class:`ShardSession`, until :meth:`stop`.
@@ -574,11 +582,13 @@ class Consumer:
         parked = kind == "handler" and self.settings.on_error == "stop_shard"
         self.metrics.shard_failed(owned.stream)
         log.error(
-            "shard %s (stream %s) stopped%s: %s",
+            "shard %s (stream %s) stopped%s: %s. %s",
             owned.shard_id,
             owned.stream,
             " and parked" if parked else "",
             error,
+            _what_next(kind, parked),
+            exc_info=error if kind == "handler" else None,  # the handler's file and line, once
         )
         self._emit(
             ShardFailed(
@@ -675,3 +685,21 @@ class Consumer:
             self._on_event(event)
         except Exception:
             log.exception("diagnostic event callback failed on %s", type(event).__name__)
+
+
+def _what_next(kind: str, parked: bool) -> str:
+    """What a handler failure leads to, and the settings that choose otherwise."""
+    if kind != "handler":
+        return "The lease is released and the consumer stops."
+    if parked:
+        return (
+            "This worker reads no more of the shard until it restarts, then from the last "
+            "checkpoint (the failed record included); other shards go on. Otherwise: "
+            'on_error="stop_consumer" (--on-error stop-consumer) stops the worker; '
+            'dispatch with retries and on_failure="skip" and dead letters '
+            "(--ordering shard --on-failure skip --dead-letters file:PATH) moves past the record."
+        )
+    return (
+        'The consumer stops (on_error="stop_consumer"); a restart starts from the last '
+        'checkpoint. on_error="stop_shard" (--on-error stop-shard) parks only the shard.'
+    )

@@ -134,6 +134,8 @@ class StreamCounters:
     """Shards parked now (a handler failure under ``on_error="stop_shard"``)."""
     fetch_throttles: int = 0
     subscription_renewals: int = 0
+    dead_letters: int = 0
+    """Records written to the dead letters (acknowledged without being handled)."""
     records_per_second: float = 0.0
     latency: _Histogram = field(default_factory=_Histogram)
 
@@ -195,6 +197,9 @@ class ConsumerMetrics:
         """A shard was parked (+1) or let go after being parked (-1)."""
         self._stream(stream).parked_shards += change
 
+    def dead_lettered(self, stream: str) -> None:
+        self._stream(stream).dead_letters += 1
+
     def fetch_throttled(self, stream: str) -> None:
         self._stream(stream).fetch_throttles += 1
 
@@ -227,6 +232,7 @@ class ConsumerMetrics:
                 parked_shards=counters.parked_shards,
                 fetch_throttles=counters.fetch_throttles,
                 subscription_renewals=counters.subscription_renewals,
+                dead_letters=counters.dead_letters,
                 records_per_second=self._rates[name].rate(),
                 latency=latency,
             )
@@ -295,6 +301,11 @@ class ConsumerCollector(Collector):
             "shard_failures",
             "Shards stopped by an error (a handler's, or one retrying cannot fix).",
             lambda c: c.shard_failures,
+        )
+        yield counter(
+            "dead_letters",
+            "Records written to the dead letters (acknowledged without being handled).",
+            lambda c: c.dead_letters,
         )
         yield counter(
             "fetch_throttles",

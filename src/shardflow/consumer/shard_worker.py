@@ -290,7 +290,8 @@ class ShardWorker:
             if self._metrics is not None and outcome.latencies:
                 self._metrics.handler_latencies(self.stream, outcome.latencies)
             if outcome.error is not None:
-                log.error("shard %s: %s", self.shard_id, outcome.error)
+                # Logged once, with its traceback, where the consumer decides what follows.
+                log.debug("shard %s: %s", self.shard_id, outcome.error)
                 self.fail(outcome.error)
         # With automatic acks nothing is acknowledged after the handler returned: no drain.
         return await self.finish(drain_timeout=0.0 if adapter.auto_ack else None)

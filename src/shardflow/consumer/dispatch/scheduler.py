@@ -355,7 +355,8 @@ class ShardDispatcher(Generic[R]):
         if self._failure is None:
             self._failure = error
             self._stopped.set()
-            log.error("shard %s: %s", self.shard_id, error)
+            # Logged once, with its traceback, where the consumer decides what follows.
+            log.debug("shard %s: %s", self.shard_id, error)
             if self._on_stop is not None:
                 try:
                     self._on_stop(error)
