@@ -24,6 +24,7 @@ from shardflow.producer import (
     PutResult,
     SyncProducer,
 )
+from shardflow.testing.faults import INTERNAL_FAILURE, ErrorResponse, FaultProxy
 from support.boto import make_stream, user_records
 
 SHARDS = 4
@@ -205,25 +206,58 @@ def test_sync_producer_round_trip(moto_url: str, stream: str) -> None:
         producer.put(b"late", "k")
 
 
-def test_sync_producer_left_open_delivers_at_interpreter_exit(moto_url: str, stream: str) -> None:
-    script = f"""
-from shardflow.aws import AwsSettings
+# A producer left open at exit, on connections that are never reused: every request opens a
+# new connection, which resolves its host in the loop's thread pool, so the exit flush only
+# works if it runs before Python shuts the thread pools down.
+LEFT_OPEN = """
+import sys
+from typing import Any
+from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.producer import ProducerSettings, SyncProducer
+
+class FreshConnections(ClientFactory):
+    def config(self, **overrides: Any) -> Any:
+        args = {"keepalive_timeout": 0.001, "use_dns_cache": False}
+        return super().config(connector_args=args, **overrides)
+
+url, stream, exit_timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
 producer = SyncProducer(
-    {stream!r},
-    settings=ProducerSettings(linger=60.0, max_concurrent_requests=1),
-    aws=AwsSettings(endpoint_url={moto_url!r}),
+    stream,
+    settings=ProducerSettings(linger=60.0),
+    clients=FreshConnections(AwsSettings(endpoint_url=url)),
+    exit_timeout=exit_timeout,
 )
 producer.start()
 for i in range(300):
-    producer.put(f"{{i}}".encode(), f"k{{i % 7}}")
+    producer.put(f"{i}".encode(), f"k{i % 7}")
 # no close: the interpreter exits with everything still lingering in the buffer
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, timeout=60, check=False
+
+
+def leave_open(url: str, stream: str, exit_timeout: float) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-c", LEFT_OPEN, url, stream, str(exit_timeout)],
+        capture_output=True,
+        timeout=120,
+        check=False,
     )
+
+
+def test_sync_producer_left_open_delivers_at_interpreter_exit(moto_url: str, stream: str) -> None:
+    done = leave_open(moto_url.replace("127.0.0.1", "localhost"), stream, 30.0)
     assert done.returncode == 0, done.stderr.decode()
     assert sorted(int(r.data) for r in read_back(moto_url, stream)) == list(range(300))
+    assert b"could not be delivered" not in done.stderr
+
+
+def test_sync_producer_left_open_says_what_it_could_not_deliver(moto_url: str, stream: str) -> None:
+    with FaultProxy(moto_url) as proxy:
+        proxy.add(ErrorResponse(INTERNAL_FAILURE), operation="PutRecords")
+        done = leave_open(proxy.url, stream, 2.0)
+    assert done.returncode == 0, done.stderr.decode()
+    assert read_back(moto_url, stream) == []
+    assert b"300 record(s) put on " + stream.encode() in done.stderr, done.stderr.decode()
+    assert b"before the interpreter exit could not be delivered" in done.stderr
 
 
 def test_sync_producer_reports_a_wrong_stream_at_start(moto_url: str, stream_name: str) -> None:

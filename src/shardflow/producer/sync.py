@@ -16,17 +16,17 @@ the producer's own buffer is full: backpressure reaches the caller.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Self
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.errors import ProducerClosedError, ProducerError
+from shardflow.producer.exit import run_at_exit
 from shardflow.producer.metrics import ProducerMetricsSnapshot
 from shardflow.producer.producer import MetricsCallback, Producer
 from shardflow.producer.results import PutResult
@@ -58,8 +58,10 @@ class SyncProducer:
     """A :class:`Producer` driven from ordinary threads; futures are ``concurrent.futures``.
 
     Thread-safe: any number of threads may ``put`` at once. Call :meth:`close` (or use
-    ``with``); a producer still open when the interpreter exits is closed then (waiting at
-    most ``exit_timeout`` seconds), so records put are not silently lost.
+    ``with``); a producer still open when the interpreter exits is closed then, before Python
+    shuts its thread pools down, waiting at most ``exit_timeout`` seconds: records put are
+    delivered, and those that could not be are counted in a warning on the
+    ``shardflow.producer`` logger, never dropped silently.
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class SyncProducer:
         self._inbox_ready: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
+        self._cancel_exit_close: Callable[[], None] | None = None
         self._close_marker = _Marker(_CLOSE)
         self._closed = self._close_marker.future
 
@@ -107,7 +110,7 @@ class SyncProducer:
         except BaseException:
             self._closing = True
             raise
-        atexit.register(self._close_at_exit)
+        self._cancel_exit_close = run_at_exit(self._close_at_exit)
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record put so far has its result."""
@@ -132,13 +135,32 @@ class SyncProducer:
         # The loop thread gives up at ``timeout`` itself; the margin covers the abort.
         self._closed.result(None if timeout is None else timeout + 30)
         self._thread.join(timeout)
-        atexit.unregister(self._close_at_exit)
+        if self._cancel_exit_close is not None:
+            self._cancel_exit_close()
 
     def _close_at_exit(self) -> None:
+        """Deliver what was put before the interpreter exit; say how much could not be."""
+        try:
+            before = self.metrics(timeout=5.0)
+        except Exception:
+            before = None
         try:
             self.close(self._exit_timeout)
         except Exception:
             log.exception("closing the producer of %s at exit failed", self.stream)
+        after = self._producer.metrics()  # the loop thread has ended (or is stuck): read as is
+        without_result = after.records_put - after.records_succeeded - after.records_failed
+        failed = after.records_failed - (before.records_failed if before else 0)
+        if failed or without_result:
+            log.warning(
+                "%d record(s) put on %s before the interpreter exit could not be delivered "
+                "(%d failed, %d without a result after %g s)",
+                failed + without_result,
+                self.stream,
+                failed,
+                without_result,
+                self._exit_timeout,
+            )
 
     def __enter__(self) -> Self:
         self.start()
