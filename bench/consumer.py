@@ -274,7 +274,7 @@ def scale_child(args: argparse.Namespace) -> None:
         LeaseLost,
         LeaseRenewed,
     )
-    from shardflow.fetch.polling import PollingSettings
+    from shardflow.fetch.polling import Polling
     from shardflow.leases import DynamoDBLeaseStore
     from shardflow.leases.settings import LeaseSettings
 
@@ -282,7 +282,7 @@ def scale_child(args: argparse.Namespace) -> None:
     collector = Collector(probe.records)
     settings = ConsumerSettings(
         leases=LeaseSettings(failover_time=SCALE_FAILOVER),
-        polling=PollingSettings(idle_time=SCALE_IDLE_TIME),
+        fetch=Polling(idle_time=SCALE_IDLE_TIME),
     )
 
     async def main() -> dict[str, Any]:

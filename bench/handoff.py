@@ -79,7 +79,7 @@ def worker_child(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(created).3f %(name)s %(message)s")
     logging.getLogger("shardflow").setLevel(logging.INFO)
     from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-    from shardflow.fetch import PollingSettings
+    from shardflow.fetch import Polling
     from shardflow.leases.settings import LeaseSettings
 
     handoff = args.mode == "handoff"
@@ -93,7 +93,7 @@ def worker_child(args: argparse.Namespace) -> None:
     settings = ConsumerSettings(
         worker_id=args.worker_id,
         leases=leases,
-        polling=PollingSettings(idle_time=IDLE_TIME),
+        fetch=Polling(idle_time=IDLE_TIME),
         drain_timeout=5.0,
     )
     fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

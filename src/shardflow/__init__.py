@@ -51,7 +51,7 @@ from shardflow.errors import (
     TransientError,
 )
 from shardflow.events import DiagnosticEvent
-from shardflow.fetch import FanOutSettings, PollingSettings
+from shardflow.fetch import FanOut, Polling
 from shardflow.idempotency import DynamoDBIdempotencyGuard, MemoryIdempotencyGuard
 from shardflow.leases.settings import LeaseSettings
 from shardflow.positions import StartPosition
@@ -83,7 +83,7 @@ __all__ = [
     "DynamoDBIdempotencyGuard",
     "ExtendedSequenceNumber",
     "FailurePolicy",
-    "FanOutSettings",
+    "FanOut",
     "Handler",
     "HandlerError",
     "Idempotency",
@@ -92,7 +92,7 @@ __all__ = [
     "LeaseSettings",
     "MemoryIdempotencyGuard",
     "OrderingMode",
-    "PollingSettings",
+    "Polling",
     "Producer",
     "ProducerClosedError",
     "ProducerSettings",

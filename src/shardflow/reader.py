@@ -19,7 +19,7 @@ from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import list_shards
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.fetch.polling import PollingFetcher, PollingSettings
+from shardflow.fetch.polling import Polling, PollingFetcher
 from shardflow.positions import PositionKind, StartPosition
 from shardflow.records import Record
 from shardflow.shards import ChildShard, ShardInfo
@@ -35,7 +35,7 @@ async def read_stream(
     start: StartPosition | None = None,
     follow: bool = False,
     deaggregate: bool = True,
-    polling: PollingSettings | None = None,
+    polling: Polling | None = None,
     max_buffered_batches: int = 8,
     shard_sync_interval: float = DEFAULT_SHARD_SYNC_INTERVAL,
     kinesis: Any | None = None,
@@ -52,7 +52,7 @@ async def read_stream(
     With ``follow=False`` reading stops once every shard is caught up (an empty batch at the
     tip) or ended; with ``follow=True`` it goes on until the caller stops iterating, and lists
     the shards every ``shard_sync_interval`` seconds to find new ones. ``deaggregate`` unpacks
-    KPL aggregated records. ``polling`` defaults to :class:`PollingSettings`, without an idle
+    KPL aggregated records. ``polling`` defaults to :class:`Polling`, without an idle
     interval when not following (reading stops at the first caught-up poll anyway). At most
     ``max_buffered_batches`` batches wait between the shard readers and the caller. Pass
     ``kinesis`` to use an open client instead of building one from ``aws``. Close the iterator
@@ -86,10 +86,10 @@ async def read_stream(
             await run.stop()
 
 
-def _default_polling(follow: bool) -> PollingSettings:
+def _default_polling(follow: bool) -> Polling:
     # Without follow, the call after the last records only confirms the shard is caught up:
     # make it at once (the per-shard call limit still applies) instead of an idle interval later.
-    return PollingSettings() if follow else PollingSettings(idle_time=0.0)
+    return Polling() if follow else Polling(idle_time=0.0)
 
 
 async def read_all(stream: str, *, limit: int | None = None, **options: Any) -> list[Record]:
@@ -188,7 +188,7 @@ class _StreamRun:
         start: StartPosition,
         follow: bool,
         deaggregate: bool,
-        polling: PollingSettings,
+        polling: Polling,
         queue_size: int,
         shard_sync_interval: float,
         clock: Clock,

@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 from shardflow.aws import AwsSettings
 from shardflow.cli import app
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.fetch import PollingSettings
+from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from support.boto import make_stream, put_records
 
 SETTINGS = ConsumerSettings(
     leases=LeaseSettings(failover_time=2.0, renew_interval=0.4, take_interval=0.5),
-    polling=PollingSettings(idle_time=0.1),
+    fetch=Polling(idle_time=0.1),
 )
 
 

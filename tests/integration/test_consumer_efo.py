@@ -7,15 +7,14 @@ from dataclasses import replace
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.fetch import FanOutSettings
+from shardflow.fetch import FanOut
 from shardflow.fetch.registration import describe_consumer, stream_arn_of
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from support.streams import create_stream, put
 
 SETTINGS = ConsumerSettings(
-    fetch="efo",
-    fanout=FanOutSettings(renew_after=120.0, event_timeout=8.0, read_timeout=10.0),
+    fetch=FanOut(renew_after=120.0, event_timeout=8.0, read_timeout=10.0),
     leases=LeaseSettings(failover_time=3.0, renew_interval=0.5, take_interval=0.5),
     drain_timeout=1.0,
 )
@@ -35,7 +34,9 @@ async def test_consumes_every_record_through_subscriptions(
         consumer = Consumer(
             stream_name,
             app,
-            settings=replace(SETTINGS, efo_consumer_name=f"efo-{stream_name}"[:128]),
+            settings=replace(
+                SETTINGS, fetch=replace(SETTINGS.fetch, consumer_name=f"efo-{stream_name}"[:128])
+            ),
             aws=AwsSettings(endpoint_url=kinesis_local_url),
             lease_store=DynamoDBLeaseStore(dynamodb, app),
         )
@@ -55,4 +56,4 @@ async def test_consumes_every_record_through_subscriptions(
             name=f"efo-{stream_name}"[:128],
         )
     assert sorted(r.data for r in seen) == sorted(d for _, d in written)
-    assert registered.is_active  # kept for the next run (deregister_efo_on_stop=False)
+    assert registered.is_active  # kept for the next run (deregister_on_stop=False)

@@ -11,7 +11,7 @@ from shardflow.aws import AwsSettings, Backoff, ClientFactory
 from shardflow.aws.kinesis import list_shards
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
-from shardflow.fetch import FanOutSettings, PollingSettings
+from shardflow.fetch import FanOut, Polling
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy
@@ -45,7 +45,7 @@ async def test_throttled_get_records_reach_on_event_as_fetch_throttled(
     settings = ConsumerSettings(
         worker_id="worker-throttled",
         leases=LEASES,
-        polling=PollingSettings(
+        fetch=Polling(
             idle_time=0.1,
             throttle_backoff=Backoff(base=0.05, cap=THROTTLE_CAP, max_attempts=10),
         ),
@@ -100,9 +100,7 @@ async def test_renewed_subscriptions_reach_on_event_as_subscription_renewed(
     events: list[DiagnosticEvent] = []
     seen: list[ConsumedRecord[bytes]] = []
     settings = ConsumerSettings(
-        fetch="efo",
-        efo_consumer_name=efo_name,
-        fanout=FanOutSettings(renew_after=2.0, event_timeout=8.0, read_timeout=10.0),
+        fetch=FanOut(consumer_name=efo_name, renew_after=2.0, event_timeout=8.0, read_timeout=10.0),
         leases=LEASES,
         drain_timeout=1.0,
     )

@@ -21,7 +21,7 @@ from shardflow.aws import AwsSettings
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseReleased
-from shardflow.fetch import PollingSettings
+from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from support.boto import lease_items
 from support.streams import create_stream, kinesis_at, put
@@ -40,7 +40,7 @@ LEASES = LeaseSettings(
 )
 SETTINGS = ConsumerSettings(
     leases=LEASES,
-    polling=PollingSettings(idle_time=0.1),
+    fetch=Polling(idle_time=0.1),
     checkpoint=CheckpointSettings(every_n=20, interval=0.5),
     drain_timeout=2.0,
 )

@@ -19,7 +19,7 @@ from shardflow.aggregation import aggregate
 from shardflow.aws import AwsSettings
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.fetch import PollingSettings
+from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from shardflow.positions import StartPosition
 from support.boto import lease_items
@@ -32,7 +32,7 @@ SETTINGS = ConsumerSettings(
     leases=LeaseSettings(
         failover_time=2.0, renew_interval=0.4, take_interval=0.5, safety_margin=0.3
     ),
-    polling=PollingSettings(idle_time=0.1),
+    fetch=Polling(idle_time=0.1),
     checkpoint=CheckpointSettings(every_n=25, interval=0.5),
     drain_timeout=2.0,
 )

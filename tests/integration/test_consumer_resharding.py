@@ -19,7 +19,7 @@ from shardflow.aws.kinesis import list_shards, wait_for_active
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.events import CheckpointWritten, DiagnosticEvent, ShardStarted
-from shardflow.fetch import PollingSettings
+from shardflow.fetch import Polling
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from support.streams import create_stream, kinesis_at, put
@@ -36,7 +36,7 @@ SETTINGS = ConsumerSettings(
         shard_sync_interval=1.0,
         parent_poll_interval=0.1,
     ),
-    polling=PollingSettings(idle_time=0.1),
+    fetch=Polling(idle_time=0.1),
     checkpoint=CheckpointSettings(every_n=10, interval=0.5),
     drain_timeout=2.0,
 )

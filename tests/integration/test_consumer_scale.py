@@ -18,7 +18,7 @@ from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseRenewed
-from shardflow.fetch import PollingSettings
+from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from support.waiting import until
 
@@ -81,7 +81,7 @@ async def test_one_consumer_holds_200_leases_and_reads_every_shard(
                 app,
                 settings=ConsumerSettings(
                     leases=LeaseSettings(failover_time=FAILOVER),
-                    polling=PollingSettings(idle_time=5.0),
+                    fetch=Polling(idle_time=5.0),
                 ),
                 aws=AwsSettings(endpoint_url=moto_url),
                 kinesis=kinesis,

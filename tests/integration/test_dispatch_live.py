@@ -42,7 +42,7 @@ from shardflow.consumer.dispatch import (
     OrderingMode,
 )
 from shardflow.deadletter import DeadLetter, JsonLinesDestination
-from shardflow.fetch import PollingSettings
+from shardflow.fetch import Polling
 from shardflow.leases import Lease
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
@@ -54,7 +54,7 @@ BASE = ConsumerSettings(
     leases=LeaseSettings(
         failover_time=2.0, renew_interval=0.4, take_interval=0.5, safety_margin=0.3
     ),
-    polling=PollingSettings(idle_time=0.05),
+    fetch=Polling(idle_time=0.05),
     checkpoint=CheckpointSettings(every_n=4, interval=0.1, store_completed=True),
     drain_timeout=1.0,
 )

@@ -20,8 +20,8 @@ from shardflow.aws.kinesis import list_shards, wait_for_active
 from shardflow.errors import ResourceNotFoundError
 from shardflow.fetch import (
     ConsumerRegistration,
+    FanOut,
     FanOutFetcher,
-    FanOutSettings,
     FetchedBatch,
     SubscriptionPacer,
     deregister_consumer,
@@ -34,13 +34,11 @@ from shardflow.shards import MAX_HASH_KEY
 from support.streams import create_stream, put
 
 #: Renewal, silence and retries scaled down so that tests take seconds.
-FAST = FanOutSettings(renew_after=120.0, event_timeout=8.0, read_timeout=10.0)
+FAST = FanOut(renew_after=120.0, event_timeout=8.0, read_timeout=10.0)
 
 
 @asynccontextmanager
-async def kinesis_at(
-    url: str, shards: int = 0, settings: FanOutSettings = FAST
-) -> AsyncIterator[Any]:
+async def kinesis_at(url: str, shards: int = 0, settings: FanOut = FAST) -> AsyncIterator[Any]:
     factory = ClientFactory(AwsSettings(endpoint_url=url))
     async with fanout_client(factory, settings, shards=shards) as client:
         yield client
@@ -51,8 +49,9 @@ def fetcher_for(
     stream: str,
     shard_id: str,
     consumer_arn: str,
-    settings: FanOutSettings = FAST,
+    settings: FanOut = FAST,
     pacer: SubscriptionPacer | None = None,
+    closed_shard_check: float | None = None,
 ) -> FanOutFetcher:
     return FanOutFetcher(
         kinesis,
@@ -62,6 +61,7 @@ def fetcher_for(
         settings,
         consumer_arn=consumer_arn,
         pacer=pacer or SubscriptionPacer(),
+        closed_shard_check=closed_shard_check,
     )
 
 
@@ -150,7 +150,7 @@ async def test_every_record_of_two_shards_arrives_once_in_order_including_later_
 
 
 async def test_renewals_lose_and_repeat_no_record(kinesis_local_url: str, stream_name: str) -> None:
-    settings = FanOutSettings(renew_after=2.0, event_timeout=8.0, read_timeout=10.0)
+    settings = FanOut(renew_after=2.0, event_timeout=8.0, read_timeout=10.0)
     async with kinesis_at(kinesis_local_url) as kinesis:
         await create_stream(kinesis, stream_name, 1)
         consumer = await register_consumer(kinesis, stream_name, "renewer")
@@ -186,7 +186,7 @@ async def test_a_caller_slower_than_the_read_timeout_reads_on_without_errors(
 ) -> None:
     # The HTTP read timeout is shorter than the caller's pause: the connection must neither
     # time out nor be replaced (KCL's complaint: read timeouts with slow processors).
-    settings = FanOutSettings(renew_after=120.0, event_timeout=8.0, read_timeout=6.0)
+    settings = FanOut(renew_after=120.0, event_timeout=8.0, read_timeout=6.0)
     async with kinesis_at(kinesis_local_url, settings=settings) as kinesis:
         await create_stream(kinesis, stream_name, 1)
         placed = [seq for _, seq in await put(kinesis, stream_name, [("a", b"1"), ("b", b"2")])]
@@ -217,9 +217,7 @@ async def test_a_caller_slower_than_the_read_timeout_reads_on_without_errors(
 async def test_a_split_parent_ends_with_its_children(
     kinesis_local_url: str, stream_name: str
 ) -> None:
-    settings = FanOutSettings(
-        renew_after=120.0, event_timeout=8.0, read_timeout=10.0, closed_shard_check=1.0
-    )
+    settings = FanOut(renew_after=120.0, event_timeout=8.0, read_timeout=10.0)
     async with kinesis_at(kinesis_local_url) as kinesis:
         await create_stream(kinesis, stream_name, 1)
         (parent,) = await list_shards(kinesis, stream_name)
@@ -240,7 +238,9 @@ async def test_a_split_parent_ends_with_its_children(
         assert len(children) == 2
 
         consumer = await register_consumer(kinesis, stream_name, "splitter")
-        fetcher = fetcher_for(kinesis, stream_name, parent.shard_id, consumer.arn, settings)
+        fetcher = fetcher_for(
+            kinesis, stream_name, parent.shard_id, consumer.arn, settings, closed_shard_check=1.0
+        )
         seen, batches = await read_until(fetcher, {"never-a-sequence-number"}, limit=15.0)
         assert seen == [seq for _, seq in before]
         assert batches[-1].shard_ended

@@ -11,13 +11,13 @@ import pytest
 from shardflow.aws import Backoff
 from shardflow.aws.kinesis import list_shards, wait_for_active
 from shardflow.errors import ResourceNotFoundError
-from shardflow.fetch import FetchedBatch, PollingFetcher, PollingSettings
+from shardflow.fetch import FetchedBatch, Polling, PollingFetcher
 from shardflow.positions import StartPosition
 from shardflow.shards import partition_key_hash
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy
 from support.streams import create_stream, kinesis_at, put
 
-FAST = PollingSettings(idle_time=0.05)
+FAST = Polling(idle_time=0.05)
 
 
 async def drain(fetcher: PollingFetcher, *, max_batches: int = 200) -> list[FetchedBatch]:
@@ -60,7 +60,7 @@ async def test_fetchers_read_every_shard_in_sequence_order(
         items = [(f"key-{i}", f"record-{i}".encode()) for i in range(300)]
         placed = await put(kinesis, stream_name, items)
         shards = await list_shards(kinesis, stream_name)
-        settings = PollingSettings(max_records=40, idle_time=0.05)
+        settings = Polling(max_records=40, idle_time=0.05)
 
         read: dict[str, list[tuple[str, bytes]]] = {}
         for shard in shards:
@@ -153,7 +153,7 @@ async def test_an_expired_iterator_is_renewed_without_loss_or_repeat(
             ErrorResponse("ExpiredIteratorException"), operation="GetRecords", skip=1, times=1
         )
         fetcher = PollingFetcher(
-            kinesis, stream_name, shard_id, None, PollingSettings(max_records=4, idle_time=0.05)
+            kinesis, stream_name, shard_id, None, Polling(max_records=4, idle_time=0.05)
         )
         batches = await drain(fetcher)
 
@@ -168,7 +168,7 @@ async def test_throttled_reads_are_retried_until_they_pass(moto_url: str, stream
         await put(kinesis, stream_name, [("k", f"r{i}".encode()) for i in range(6)])
         shard_id = (await list_shards(kinesis, stream_name))[0].shard_id
 
-    settings = PollingSettings(idle_time=0.05, throttle_backoff=Backoff(base=0.02, max_attempts=5))
+    settings = Polling(idle_time=0.05, throttle_backoff=Backoff(base=0.02, max_attempts=5))
     async with FaultProxy(moto_url) as proxy, kinesis_at(proxy.url) as kinesis:
         proxy.add(ErrorResponse(THROTTLED), operation="GetRecords", times=3)
         batches = await drain(PollingFetcher(kinesis, stream_name, shard_id, None, settings))

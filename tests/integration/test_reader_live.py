@@ -13,7 +13,7 @@ from shardflow.aggregation import aggregate
 from shardflow.aws import AwsSettings
 from shardflow.aws.kinesis import list_shards, wait_for_active
 from shardflow.errors import ResourceNotFoundError
-from shardflow.fetch import PollingSettings
+from shardflow.fetch import Polling
 from shardflow.positions import StartPosition
 from shardflow.reader import read_all, read_stream
 from shardflow.records import Record
@@ -47,7 +47,7 @@ async def test_reads_every_record_of_every_shard_once(emulator_url: str, stream_
 
         async with asyncio.timeout(LIMIT):
             records = await read_all(
-                stream_name, kinesis=kinesis, polling=PollingSettings(max_records=50, idle_time=0)
+                stream_name, kinesis=kinesis, polling=Polling(max_records=50, idle_time=0)
             )
 
     assert sorted(r.data for r in records) == sorted(d for _, d in items)
@@ -123,7 +123,7 @@ async def test_moto_closed_shards_that_never_end_still_lead_to_their_children(
 
     async with FaultProxy(moto_url) as proxy, kinesis_at(proxy.url) as kinesis:
         reader = read_stream(
-            stream_name, kinesis=kinesis, follow=follow, polling=PollingSettings(idle_time=0.05)
+            stream_name, kinesis=kinesis, follow=follow, polling=Polling(idle_time=0.05)
         )
         payloads: list[bytes] = []
 
@@ -181,7 +181,7 @@ async def test_following_from_latest_gets_new_records_only(moto_url: str, stream
             kinesis=kinesis,
             start=StartPosition.latest(),
             follow=True,
-            polling=PollingSettings(idle_time=0.05),
+            polling=Polling(idle_time=0.05),
         )
         got: list[Record] = []
 
@@ -256,7 +256,7 @@ async def test_following_crosses_a_split_made_while_reading(
         await create_stream(kinesis, stream_name, 1)
         await put(kinesis, stream_name, before)
         reader = read_stream(
-            stream_name, kinesis=kinesis, follow=True, polling=PollingSettings(idle_time=0.05)
+            stream_name, kinesis=kinesis, follow=True, polling=Polling(idle_time=0.05)
         )
         got: list[Record] = []
         async with contextlib.aclosing(reader), asyncio.timeout(LIMIT):

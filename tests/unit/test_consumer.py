@@ -27,6 +27,7 @@ from shardflow.events import (
     LeaseReleased,
     ShardStarted,
 )
+from shardflow.fetch import Polling
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
@@ -295,7 +296,7 @@ def test_settings_refuse_nonsense() -> None:
         ConsumerSettings(prefetch_records=0)
     with pytest.raises(ValueError, match="out_of_range"):
         ConsumerSettings(out_of_range_sub_records="keep")  # type: ignore[arg-type]
-    assert ConsumerSettings(prefetch_records=500).polling_for_prefetch().max_records == 500
+    assert ConsumerSettings(prefetch_records=500).polling_for_prefetch(Polling()).max_records == 500
 
 
 def test_a_consumed_record_is_the_record_plus_value_and_ack() -> None:

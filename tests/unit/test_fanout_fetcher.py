@@ -20,7 +20,7 @@ from shardflow.errors import (
     ResourceNotFoundError,
 )
 from shardflow.fetch.batch import FetchedBatch
-from shardflow.fetch.fanout import FanOutFetcher, FanOutSettings
+from shardflow.fetch.fanout import FanOut, FanOutFetcher
 from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.fetch.pacing import SubscriptionPacer
 from shardflow.positions import StartPosition
@@ -127,7 +127,7 @@ class FakeKinesis:
         return [call["StartingPosition"] for call in self.subscribe_calls]
 
 
-QUICK = FanOutSettings(
+QUICK = FanOut(
     renew_after=60.0,
     event_timeout=10.0,
     read_timeout=20.0,
@@ -138,9 +138,10 @@ QUICK = FanOutSettings(
 
 
 def make(
-    settings: FanOutSettings = QUICK,
+    settings: FanOut = QUICK,
     start: StartPosition | None = None,
     observer: FetchObserver = NO_OBSERVER,
+    closed_shard_check: float | None = None,
 ) -> tuple[FanOutFetcher, FakeKinesis, ManualClock]:
     clock = ManualClock(start=0.0)
     kinesis = FakeKinesis()
@@ -155,6 +156,7 @@ def make(
         clock=clock,
         rng=random.Random(7),
         observer=observer,
+        closed_shard_check=closed_shard_check,
     )
     return fetcher, kinesis, clock
 
@@ -274,9 +276,7 @@ async def test_a_subscription_is_renewed_after_renew_after_from_the_last_continu
 
 
 async def test_renewal_happens_while_waiting_for_an_event() -> None:
-    fetcher, kinesis, clock = make(
-        FanOutSettings(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
-    )
+    fetcher, kinesis, clock = make(FanOut(renew_after=8.0, event_timeout=10.0, read_timeout=20.0))
     pending = asyncio.ensure_future(anext(fetcher))
     await wait_for_subscription(kinesis, clock, 1)
     kinesis.streams[0].push(event([1], continuation=1))
@@ -504,10 +504,8 @@ async def test_an_event_without_continuation_ends_the_shard_with_its_children() 
 
 
 async def test_the_closed_shard_check_ends_a_shard_the_stream_never_ends() -> None:
-    settings = FanOutSettings(
-        renew_after=60.0, event_timeout=10.0, read_timeout=20.0, closed_shard_check=3.0
-    )
-    fetcher, kinesis, clock = make(settings)
+    settings = FanOut(renew_after=60.0, event_timeout=10.0, read_timeout=20.0)
+    fetcher, kinesis, clock = make(settings, closed_shard_check=3.0)
     pending = asyncio.ensure_future(anext(fetcher))
     await wait_for_subscription(kinesis, clock, 1)
     kinesis.streams[0].push(event([4], continuation=4), event(continuation=4))
@@ -547,11 +545,13 @@ async def test_without_the_check_no_get_records_call_is_made() -> None:
 
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="renew_after"):
-        FanOutSettings(renew_after=300.0)
+        FanOut(renew_after=300.0)
     with pytest.raises(ValueError, match="event_timeout"):
-        FanOutSettings(event_timeout=5.0)
+        FanOut(event_timeout=5.0)
     with pytest.raises(ValueError, match="read_timeout"):
-        FanOutSettings(read_timeout=2.0)
+        FanOut(read_timeout=2.0)
     with pytest.raises(ValueError, match="closed_shard_check"):
-        FanOutSettings(closed_shard_check=0.0)
-    assert FanOutSettings().renew_after == 270.0
+        make(closed_shard_check=0.0)
+    with pytest.raises(ValueError, match="consumer_name"):
+        FanOut(consumer_name="")
+    assert FanOut().renew_after == 270.0

@@ -19,11 +19,11 @@ from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
 from shardflow.fetch import (
+    FanOut,
     FanOutFetcher,
-    FanOutSettings,
     FetchObserver,
+    Polling,
     PollingFetcher,
-    PollingSettings,
     RenewalReason,
 )
 from shardflow.positions import StartPosition
@@ -76,7 +76,7 @@ def polling(shard: FakeShard, observer: FetchObserver, **settings: Any) -> Polli
         "orders",
         "shardId-000000000000",
         None,
-        PollingSettings(**settings),
+        Polling(**settings),
         clock=shard.clock,
         rng=random.Random(7),
         observer=observer,
@@ -133,7 +133,7 @@ async def test_polling_reads_on_when_the_observer_raises() -> None:
 
 
 def fanout(
-    observer: FetchObserver, settings: FanOutSettings = QUICK
+    observer: FetchObserver, settings: FanOut = QUICK
 ) -> tuple[FanOutFetcher, FakeKinesis, ManualClock]:
     return make(settings, observer=observer)
 
@@ -168,7 +168,7 @@ async def test_the_first_subscription_is_not_a_renewal() -> None:
 async def test_a_due_renewal_is_reported_with_the_position_it_resumed_from() -> None:
     reports = Reports()
     fetcher, kinesis, clock = fanout(
-        reports.observer(), FanOutSettings(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
+        reports.observer(), FanOut(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
     )
     await first_batch(fetcher, kinesis, clock)
     pending = asyncio.ensure_future(anext(fetcher))
@@ -189,7 +189,7 @@ async def test_a_subscription_refused_inside_its_stream_is_no_renewal() -> None:
     # whose first message is ResourceInUse. Only the subscription after it takes over.
     reports = Reports()
     fetcher, kinesis, clock = fanout(
-        reports.observer(), FanOutSettings(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
+        reports.observer(), FanOut(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
     )
     await first_batch(fetcher, kinesis, clock)
     pending = asyncio.ensure_future(anext(fetcher))
@@ -243,7 +243,7 @@ async def test_silence_and_an_interrupted_read_are_reported_as_such() -> None:
 
 async def test_a_throttled_subscribe_is_reported_with_its_delay_and_is_no_renewal() -> None:
     reports = Reports()
-    settings = FanOutSettings(
+    settings = FanOut(
         renew_after=60.0,
         event_timeout=10.0,
         read_timeout=20.0,
@@ -276,7 +276,7 @@ async def test_a_throttle_inside_the_stream_is_reported_then_the_renewal() -> No
 
 async def test_fanout_reads_on_when_the_observer_raises() -> None:
     fetcher, kinesis, clock = fanout(
-        failing_observer(), FanOutSettings(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
+        failing_observer(), FanOut(renew_after=8.0, event_timeout=10.0, read_timeout=20.0)
     )
     kinesis.subscribe_errors = [subscribe_error("LimitExceededException")]
     await first_batch(fetcher, kinesis, clock)
@@ -361,7 +361,7 @@ async def test_a_consumer_emits_an_event_per_throttled_poll() -> None:
     kinesis.put_many("s", [(f"k{i}", f"{i}".encode()) for i in range(5)])
     events: list[DiagnosticEvent] = []
     settings = fast_settings(
-        polling=PollingSettings(
+        fetch=Polling(
             idle_time=0.005, throttle_backoff=Backoff(base=0.01, cap=0.02, max_attempts=5)
         ),
         worker_id="worker-1",

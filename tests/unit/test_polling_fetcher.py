@@ -14,7 +14,7 @@ from shardflow.errors import (
     AccessDeniedError,
     ResourceNotFoundError,
 )
-from shardflow.fetch import FetchedBatch, PollingFetcher, PollingSettings
+from shardflow.fetch import FetchedBatch, Polling, PollingFetcher
 from shardflow.positions import StartPosition
 from support.clocks import SteppingClock
 
@@ -111,7 +111,7 @@ def fetcher_for(
         "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
         "shardId-000000000000",
         start,
-        PollingSettings(**settings),
+        Polling(**settings),
         clock=shard.clock,
         rng=random.Random(seed),
     )
@@ -425,4 +425,4 @@ def test_caught_up_needs_an_empty_batch_without_lag_or_the_shard_end() -> None:
 )
 def test_settings_outside_kinesis_limits_are_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
-        PollingSettings(**bad)
+        Polling(**bad)

@@ -18,7 +18,7 @@ EVERYDAY_API = {
     "Consumer", "Producer", "SyncProducer", "run_consumer", "read_stream", "read_all", "replay",
     # settings
     "AwsSettings", "Backoff", "ConsumerSettings", "CheckpointSettings", "LeaseSettings",
-    "PollingSettings", "FanOutSettings", "ProducerSettings", "DispatchSettings",
+    "Polling", "FanOut", "ProducerSettings", "DispatchSettings",
     "Idempotency", "OrderingMode", "FailurePolicy",
     # records, positions, results, handlers
     "Record", "ConsumedRecord", "ExtendedSequenceNumber", "StartPosition", "PutResult",

@@ -15,8 +15,10 @@ from shardflow.consumer.completed import CompletedState, encode_completed
 from shardflow.consumer.handlers import HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.records import ConsumedRecord
-from shardflow.consumer.shard_worker import ShardWorker, StopReason, WorkerSettings
+from shardflow.consumer.settings import ConsumerSettings
+from shardflow.consumer.shard_worker import ShardWorker, StopReason
 from shardflow.errors import DeserializationError, HandlerError
+from shardflow.positions import StartPosition
 from shardflow.records import ExtendedSequenceNumber, Record, as_json
 from shardflow.shards import ChildShard, HashKeyRange
 from unit.test_shard_worker_kit import (
@@ -37,7 +39,7 @@ def worker_for(
     metrics: ConsumerMetrics | None = None,
     **settings: Any,
 ) -> ShardWorker:
-    return ShardWorker(lease, fetcher.open, settings=WorkerSettings(**settings), metrics=metrics)
+    return ShardWorker(lease, fetcher.open, settings=ConsumerSettings(**settings), metrics=metrics)
 
 
 def batches_of(count: int, size: int, first: int = 1) -> list[list[Record]]:
@@ -513,7 +515,7 @@ async def test_an_at_timestamp_lease_reads_from_the_configured_moment() -> None:
     async def handler(record: ConsumedRecord[bytes]) -> None:
         return None
 
-    worker = worker_for(lease, fetcher, initial_timestamp=moment)
+    worker = worker_for(lease, fetcher, initial_position=StartPosition.at_timestamp(moment))
     await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
     assert fetcher.start is not None
     assert fetcher.start.timestamp == moment

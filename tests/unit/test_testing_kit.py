@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from shardflow.consumer import ConsumedRecord
-from shardflow.fetch import PollingFetcher, PollingSettings
+from shardflow.fetch import Polling, PollingFetcher
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.positions import StartPosition
 from shardflow.records import ExtendedSequenceNumber
@@ -77,9 +77,7 @@ async def test_the_polling_fetcher_reads_it_to_a_split_shards_end() -> None:
     (parent,) = kinesis.shard_ids("s")
     kinesis.put_many("s", [(f"k{i}", b"x") for i in range(7)])
     await kinesis.split_shard(StreamName="s", ShardToSplit=parent, NewStartingHashKey=str(2**127))
-    fetcher = PollingFetcher(
-        kinesis, "s", parent, settings=PollingSettings(max_records=3, idle_time=0)
-    )
+    fetcher = PollingFetcher(kinesis, "s", parent, settings=Polling(max_records=3, idle_time=0))
     batches = [batch async for batch in fetcher]
     assert sum(len(b.records) for b in batches) == 7
     assert batches[-1].shard_ended

@@ -16,12 +16,19 @@ class AwsSettings:
     """
 
     region: str | None = None
+    """The AWS region (None: from the environment or config files)."""
     profile: str | None = None
+    """A named profile of the shared config and credentials files."""
     endpoint_url: str | None = None
+    """One endpoint for every service (a local stack, say); None: AWS's, or the
+    ``AWS_ENDPOINT_URL*`` variables."""
     connect_timeout: float = 5.0
-    # Long enough for a GetRecords of 10 MiB on a slow link; SubscribeToShard streams set their own.
+    """Seconds to open a connection."""
     read_timeout: float = 30.0
+    """Seconds to wait for a response: long enough for a GetRecords of 10 MiB on a slow link
+    (SubscribeToShard streams set their own)."""
     max_pool_connections: int = 64
-    # botocore's own retries are off by default: shardflow classifies every failure itself and
-    # retries with jittered backoff (see shardflow.aws.backoff), so nothing is retried twice over.
+    """HTTP connections one client keeps, shared by the shards it serves."""
     sdk_max_attempts: int = 1
+    """botocore's own attempts per call. Its retries are off by default: shardflow classifies
+    every failure itself and retries with jittered backoff, so nothing is retried twice over."""

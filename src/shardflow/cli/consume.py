@@ -36,7 +36,7 @@ from shardflow.consumer.handlers import Handler
 from shardflow.consumer.metrics import ConsumerCollector
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.signals import install_stop_signals
-from shardflow.fetch.polling import PollingSettings
+from shardflow.fetch import FanOut, Polling
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore
@@ -237,12 +237,15 @@ def consume(
         fail("--batch cannot be combined with dispatch options (--ordering, ...)", code=2)
     try:
         leases = LeaseSettings(failover_time=failover_time, take_interval=take_interval)
+        fetch_mode: Polling | FanOut = (
+            FanOut(consumer_name=efo_consumer_name)
+            if fetch is FetchName.EFO
+            else Polling(idle_time=idle_time)
+        )
         settings = ConsumerSettings(
             worker_id=worker_id,
             initial_position=parse_start_position(start),
-            fetch=fetch.value,
-            efo_consumer_name=efo_consumer_name,
-            polling=PollingSettings(idle_time=idle_time),
+            fetch=fetch_mode,
             leases=leases,
             checkpoint=CheckpointSettings(
                 every_n=checkpoint_every,

@@ -16,7 +16,7 @@ import typer
 
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, run
 from shardflow.cli.positions import parse_start_position
-from shardflow.fetch.polling import PollingSettings
+from shardflow.fetch.polling import Polling
 from shardflow.reader import read_stream
 from shardflow.records import Record
 
@@ -79,7 +79,7 @@ def tail(
             follow=follow,
             deaggregate=deaggregate,
             # The idle interval matters only while following; without, stop as soon as caught up.
-            polling=PollingSettings(idle_time=idle_time if follow else 0.0),
+            polling=Polling(idle_time=idle_time if follow else 0.0),
         )
         printed = 0
         async with contextlib.aclosing(records):

@@ -63,19 +63,18 @@ class CheckpointWriter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class CheckpointSettings:
-    """When a :class:`Checkpointer` writes on its own; by default only when asked (like KCL).
-
-    ``every_n``: write once this many records were handled since the last write.
-    ``interval``: write handled records at most this many seconds after they became safe.
-    ``store_completed``: also store records handled beyond the first unhandled one (compactly,
-    at most ``max_completed_bytes``) so a restart can skip them; writes then also happen when
-    only that set grew.
-    """
+    """When a :class:`Checkpointer` writes on its own; by default only when asked (like KCL)."""
 
     every_n: int | None = None
+    """Write once this many records were handled since the last write (None: not by count)."""
     interval: float | None = None
+    """Write handled records at most this many seconds after they became safe (None: not by
+    time)."""
     store_completed: bool = False
+    """Also store records handled beyond the first unhandled one, so a restart can skip them;
+    writes then also happen when only that set grew."""
     max_completed_bytes: int = DEFAULT_MAX_COMPLETED_BYTES
+    """The most bytes the stored set of handled records may take (compactly encoded)."""
 
     def __post_init__(self) -> None:
         if self.every_n is not None and self.every_n < 1:

@@ -20,7 +20,7 @@ from shardflow.clock import Clock
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.worker_contract import FetcherFactory
 from shardflow.fetch.batch import FetchedBatch
-from shardflow.fetch.fanout import FanOutFetcher, fanout_client
+from shardflow.fetch.fanout import FanOut, FanOutFetcher, fanout_client
 from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.fetch.polling import PollingFetcher
 from shardflow.fetch.registration import ConsumerRegistration
@@ -68,9 +68,10 @@ class Connections:
     @property
     def efo_consumer_name(self) -> str | None:
         """The registered stream consumer's name (None unless fetching by enhanced fan-out)."""
-        if self._settings.fetch != "efo":
+        fetch = self._settings.fetch
+        if not isinstance(fetch, FanOut):
             return None
-        return self._settings.efo_consumer_name or self._application_name
+        return fetch.consumer_name or self._application_name
 
     async def open(self, stack: AsyncExitStack) -> tuple[Any, LeaseStore]:
         """Open what is missing (closed with ``stack``); returns (kinesis client, lease store)."""
@@ -83,24 +84,25 @@ class Connections:
             self.store = DynamoDBLeaseStore(dynamodb, self._application_name)
             if self._settings.leases.pickup in ("stream", "auto"):
                 self.lease_streams = await stack.enter_async_context(factory.dynamodbstreams())
-        if self._settings.fetch == "efo":
-            await self._register_fanout(stack, factory)
+        if isinstance(self._settings.fetch, FanOut):
+            await self._register_fanout(stack, factory, self._settings.fetch)
         return self.kinesis, self.store
 
-    async def _register_fanout(self, stack: AsyncExitStack, factory: ClientFactory) -> None:
-        settings = self._settings
-        name = settings.efo_consumer_name or self._application_name
+    async def _register_fanout(
+        self, stack: AsyncExitStack, factory: ClientFactory, fanout: FanOut
+    ) -> None:
+        name = fanout.consumer_name or self._application_name
         if self._given_kinesis is None:
             # Subscriptions keep a connection each for minutes: a client of their own.
             self._fetch_kinesis = await stack.enter_async_context(
-                fanout_client(factory, settings.fanout, shards=EFO_POOL_SHARDS)
+                fanout_client(factory, fanout, shards=EFO_POOL_SHARDS)
             )
         for stream in self._streams:
             registration = ConsumerRegistration(
                 self.kinesis,
                 stream,
                 name,
-                deregister_on_exit=settings.deregister_efo_on_stop,
+                deregister_on_exit=fanout.deregister_on_stop,
                 clock=self._clock,
             )
             registered = await stack.enter_async_context(registration)
@@ -113,7 +115,8 @@ class Connections:
         """Opens fetchers of one shard, by fan-out or polling as the settings say; ``observer``
         hears what they report (throttling, renewed subscriptions)."""
         kinesis, settings, clock = self._fetch_kinesis, self._settings, self._clock
-        if settings.fetch == "efo":
+        fetch = settings.fetch
+        if isinstance(fetch, FanOut):
             consumer_arn = self._consumer_arns[stream]
 
             def fanout(start: StartPosition) -> AsyncIterator[FetchedBatch]:
@@ -122,14 +125,14 @@ class Connections:
                     stream,
                     shard_id,
                     start,
-                    settings.fanout,
+                    fetch,
                     consumer_arn=consumer_arn,
                     clock=clock,
                     observer=observer,
                 )
 
             return fanout
-        polling = settings.polling_for_prefetch()
+        polling = settings.polling_for_prefetch(fetch)
 
         def poll(start: StartPosition) -> AsyncIterator[FetchedBatch]:
             return PollingFetcher(

@@ -55,7 +55,6 @@ from shardflow.consumer.shard_worker import (
     ShardResult,
     ShardWorker,
     StopReason,
-    WorkerSettings,
 )
 from shardflow.consumer.signals import install_stop_signals
 from shardflow.consumer.status import ConsumerStatus, ShardStatus
@@ -473,7 +472,7 @@ class Consumer:
                         owned.shard_id,
                         self._fetch_observer(owned, connections.efo_consumer_name),
                     ),
-                    settings=self._worker_settings(),
+                    settings=self.settings,
                     hash_range=await self._hash_range(owned),
                     clock=self._clock,
                     metrics=self.metrics,
@@ -629,19 +628,6 @@ class Consumer:
             self.metrics.shard_parked(owned.stream, -1)
 
     # --- wiring ------------------------------------------------------------------------------
-
-    def _worker_settings(self) -> WorkerSettings:
-        s = self.settings
-        return WorkerSettings(
-            deserializer=s.deserializer,
-            prefetch_records=s.prefetch_records,
-            prefetch_bytes=s.prefetch_bytes,
-            out_of_range_sub_records=s.out_of_range_sub_records,
-            on_malformed_aggregate=s.on_malformed_aggregate,
-            initial_timestamp=s.initial_position.timestamp,
-            drain_timeout=s.drain_timeout,
-            checkpoint=s.checkpoint,
-        )
 
     async def _hash_range(self, owned: OwnedLease) -> HashKeyRange | None:
         """The shard's hash-key range: from the lease, else from a listing (KCL leases may

@@ -18,15 +18,18 @@ from shardflow.aggregation import MalformedPolicy
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.dispatch.settings import DispatchSettings
 from shardflow.consumer.intake import OutOfRangePolicy
-from shardflow.fetch.fanout import FanOutSettings
-from shardflow.fetch.polling import GET_RECORDS_LIMIT, PollingSettings
+from shardflow.fetch.fanout import FanOut
+from shardflow.fetch.polling import GET_RECORDS_LIMIT, Polling
 from shardflow.leases.settings import LeaseSettings, check_initial_position
 from shardflow.positions import StartPosition
 from shardflow.records import Deserializer, as_bytes
 
 MIB: Final = 1024 * 1024
 
-FetchMode = Literal["polling", "efo"]
+FetchMode = Polling | FanOut
+"""How records are fetched: by polling (:class:`~shardflow.fetch.Polling`) or by enhanced
+fan-out (:class:`~shardflow.fetch.FanOut`), each value carrying its own settings."""
+
 ErrorPolicy = Literal["stop_shard", "stop_consumer"]
 
 
@@ -41,65 +44,58 @@ def _default_checkpoint() -> CheckpointSettings:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerSettings:
-    """Everything about a consumer except which streams and which application.
-
-    ``worker_id``: this process in the lease table (default ``hostname:pid:random``).
-    ``initial_position``: where a new application starts: TRIM_HORIZON (default), LATEST or
-    AT_TIMESTAMP. Used only for shards without a lease; after that, checkpoints decide.
-    ``fetch``: ``"polling"`` (GetRecords, ``polling``) or ``"efo"`` (enhanced fan-out:
-    SubscribeToShard through a consumer named ``efo_consumer_name``, default the application
-    name, registered at start and deregistered at stop only with ``deregister_efo_on_stop``).
-    ``leases``: lease timing (see :class:`~shardflow.leases.settings.LeaseSettings`).
-    ``checkpoint``: automatic checkpoints (default: every 1,000 handled records or 5 s);
-    a final checkpoint is always written at shutdown, at shard end and before a lease is
-    given up.
-    ``deserializer``: turns each record into the value handlers get (default: the bytes).
-    ``prefetch_records`` / ``prefetch_bytes``: per shard, the most records fetched and not yet
-    handled (plus the one fetched batch waiting for room: GetRecords asks for at most
-    ``prefetch_records`` Kinesis records, and a call returns at most 10 MiB); a slow handler
-    holds the fetcher back at this bound, and handler batches hold at most half of it.
-    ``out_of_range_sub_records``: aggregated sub-records whose hash key lies outside their
-    shard's range (after a reshard): ``"deliver"`` them (default, nothing lost) or ``"drop"``
-    them as the KCL does; both are counted and logged.
-    ``on_malformed_aggregate``: a KPL aggregate that fails to decode is delivered as one plain
-    record (``"plain"``) or stops the shard (``"raise"``).
-    ``on_error``: when a handler raises or a record cannot be deserialized, ``"stop_shard"``
-    checkpoints what was handled before it and parks the shard (the lease stays held, nothing
-    more is delivered from it until the consumer restarts; other shards go on), or
-    ``"stop_consumer"`` stops the whole consumer gracefully and ``consume`` raises the error.
-    ``drain_timeout``: on stop, how long records handed to user code may still be
-    acknowledged (manual acks) before the final checkpoint.
-    ``handler_threads``: threads for synchronous handlers (default: min(32, CPUs + 4)).
-    ``dispatch``: ordering mode (shard, key, unordered), in-flight bounds, retries and the
-    failure policy for ``consume`` (see :class:`~shardflow.consumer.dispatch.DispatchSettings`);
-    default None: one call at a time per shard, no retries, a failure stops the shard.
-    """
+    """Everything about a consumer except which streams and which application."""
 
     worker_id: str | None = None
+    """This process in the lease table (default ``hostname:pid:random``)."""
     initial_position: StartPosition = field(default_factory=StartPosition.trim_horizon)
-    fetch: FetchMode = "polling"
-    efo_consumer_name: str | None = None
-    deregister_efo_on_stop: bool = False
-    polling: PollingSettings = field(default_factory=PollingSettings)
-    fanout: FanOutSettings = field(default_factory=FanOutSettings)
+    """Where a new application starts: TRIM_HORIZON (default), LATEST or AT_TIMESTAMP. Used
+    only for shards without a lease; after that, checkpoints decide."""
+    fetch: FetchMode = field(default_factory=Polling)
+    """``Polling(...)`` (GetRecords; the default) or ``FanOut(...)`` (enhanced fan-out:
+    SubscribeToShard through a registered stream consumer, registered at start)."""
     leases: LeaseSettings = field(default_factory=LeaseSettings)
+    """Lease timing and balancing (see :class:`~shardflow.leases.settings.LeaseSettings`)."""
     checkpoint: CheckpointSettings = field(default_factory=_default_checkpoint)
+    """Automatic checkpoints (default: every 1,000 handled records or 5 s); a final checkpoint
+    is always written at shutdown, at shard end and before a lease is given up."""
     deserializer: Deserializer[Any] = as_bytes
+    """Turns each record into the value handlers get (default: the bytes)."""
     prefetch_records: int = GET_RECORDS_LIMIT
+    """Per shard, the most records fetched and not yet handled (plus the one fetched batch
+    waiting for room: GetRecords asks for at most this many). A slow handler holds the fetcher
+    back at this bound, and handler batches hold at most half of it."""
     prefetch_bytes: int = 16 * MIB
+    """Per shard, the most bytes fetched and not yet handled (plus the one batch waiting for
+    room; a GetRecords call returns at most 10 MiB)."""
     out_of_range_sub_records: OutOfRangePolicy = "deliver"
+    """Aggregated sub-records whose hash key lies outside their shard's range (after a
+    reshard): ``"deliver"`` them (default, nothing lost) or ``"drop"`` them as the KCL does;
+    both are counted and logged."""
     on_malformed_aggregate: MalformedPolicy = "plain"
+    """A KPL aggregate that fails to decode is delivered as one plain record (``"plain"``) or
+    stops the shard (``"raise"``)."""
     on_error: ErrorPolicy = "stop_shard"
+    """When a handler raises or a record cannot be deserialized: ``"stop_shard"`` checkpoints
+    what was handled before it and parks the shard (the lease stays held, nothing more is
+    delivered from it until the consumer restarts; other shards go on), ``"stop_consumer"``
+    stops the whole consumer gracefully and ``consume`` raises the error."""
     drain_timeout: float = 30.0
+    """On stop: how long records handed to user code may still be acknowledged (manual acks)
+    or finish (dispatch) before the final checkpoint."""
     handler_threads: int | None = None
+    """Threads for synchronous handlers (default: min(32, CPUs + 4))."""
     dispatch: DispatchSettings | None = None
+    """Ordering mode (shard, key, unordered), in-flight bounds, retries and the failure policy
+    for ``consume`` (see :class:`~shardflow.consumer.dispatch.DispatchSettings`); default None:
+    one call at a time per shard, no retries, a failure stops the shard."""
 
     def __post_init__(self) -> None:
         check_initial_position(self.initial_position)
         if self.worker_id is not None and not self.worker_id:
             raise ValueError("worker_id must not be empty (None picks one)")
-        if self.fetch not in ("polling", "efo"):
-            raise ValueError(f"fetch must be 'polling' or 'efo', got {self.fetch!r}")
+        if not isinstance(self.fetch, Polling | FanOut):
+            raise TypeError(f"fetch must be Polling(...) or FanOut(...), got {self.fetch!r}")
         if self.prefetch_records < 1:
             raise ValueError(f"prefetch_records must be at least 1, got {self.prefetch_records}")
         if self.prefetch_bytes < 1:
@@ -115,9 +111,9 @@ class ConsumerSettings:
         if self.handler_threads is not None and self.handler_threads < 1:
             raise ValueError("handler_threads must be at least 1")
 
-    def polling_for_prefetch(self) -> PollingSettings:
-        """The polling settings, with GetRecords never asking for more than the prefetch bound."""
-        limit = min(self.polling.max_records, self.prefetch_records)
-        if limit == self.polling.max_records:
-            return self.polling
-        return replace(self.polling, max_records=limit)
+    def polling_for_prefetch(self, polling: Polling) -> Polling:
+        """``polling``, with GetRecords never asking for more than the prefetch bound."""
+        limit = min(polling.max_records, self.prefetch_records)
+        if limit == polling.max_records:
+            return polling
+        return replace(polling, max_records=limit)

@@ -32,13 +32,13 @@ from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
 from shardflow.consumer.prefetch import Chunk, PrefetchBuffer
 from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.resume import ResumePlan, resume_filter
+from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.shard_reader import ShardReader
 from shardflow.consumer.worker_contract import (
     FetcherFactory,
     ShardLease,
     ShardResult,
     StopReason,
-    WorkerSettings,
 )
 from shardflow.errors import DeserializationError, ShardLeaseLost
 from shardflow.positions import StartPosition
@@ -52,7 +52,6 @@ __all__ = [
     "ShardResult",
     "ShardWorker",
     "StopReason",
-    "WorkerSettings",
 ]
 
 log = logging.getLogger("shardflow.consumer")
@@ -70,7 +69,7 @@ class ShardWorker:
         lease: ShardLease,
         fetchers: FetcherFactory,
         *,
-        settings: WorkerSettings | None = None,
+        settings: ConsumerSettings | None = None,
         hash_range: HashKeyRange | None = None,
         stream_name: str | None = None,
         clock: Clock = SYSTEM_CLOCK,
@@ -78,7 +77,7 @@ class ShardWorker:
         hooks: Iterable[CheckpointHook] = (),
     ) -> None:
         self.lease = lease
-        self.settings = settings or WorkerSettings()
+        self.settings = settings or ConsumerSettings()
         self.shard_id = lease.shard_id
         self.stream = stream_name or lease.stream
         self._clock = clock
@@ -188,7 +187,7 @@ class ShardWorker:
 
     def _start_position(self) -> StartPosition | None:
         try:
-            return self.plan.start_position(self.settings.initial_timestamp)
+            return self.plan.start_position(self.settings.initial_position.timestamp)
         except ValueError:
             # An AT_TIMESTAMP lease made by a worker configured with a moment this one does
             # not know: reading from the horizon loses nothing (it repeats older records).

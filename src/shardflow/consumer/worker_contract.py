@@ -1,21 +1,18 @@
-"""What a shard worker needs (its lease, its fetchers, its settings) and what it reports."""
+"""What a shard worker needs (its lease, its fetchers) and what it reports."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
-from shardflow.aggregation import MalformedPolicy
-from shardflow.consumer.checkpoint import CheckpointSettings, CheckpointWriter
-from shardflow.consumer.intake import OutOfRangePolicy
+from shardflow.consumer.checkpoint import CheckpointWriter
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.leases.model import Lease
 from shardflow.positions import StartPosition
-from shardflow.records import Deserializer, ExtendedSequenceNumber, as_bytes
+from shardflow.records import ExtendedSequenceNumber
 from shardflow.shards import ChildShard, HashKeyRange
 
 MIB: Final = 1024 * 1024
@@ -61,22 +58,6 @@ class ShardLease(Protocol):
 
 FetcherFactory = Callable[[StartPosition], AsyncIterator[FetchedBatch]]
 """Opens a fetcher of the shard at a position (a PollingFetcher or a FanOutFetcher)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSettings:
-    """How a :class:`ShardWorker` delivers (the consumer derives them from its settings)."""
-
-    deserializer: Deserializer[Any] = as_bytes
-    prefetch_records: int = 10_000
-    prefetch_bytes: int = 16 * MIB
-    out_of_range_sub_records: OutOfRangePolicy = "deliver"
-    on_malformed_aggregate: MalformedPolicy = "plain"
-    initial_timestamp: datetime | None = None
-    """The AT_TIMESTAMP moment, for leases whose checkpoint is AT_TIMESTAMP."""
-    drain_timeout: float = 30.0
-    """On stop: how long delivered records may take to be acknowledged before the checkpoint."""
-    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
 
 
 class StopReason(StrEnum):

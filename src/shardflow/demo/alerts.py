@@ -16,14 +16,14 @@ from typing import Any
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.consumer import CheckpointSettings, ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.fetch.polling import PollingSettings
+from shardflow.fetch.polling import Polling
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 
 # Quick hand-overs for a short demo: leases are taken within a second of start.
 SETTINGS = ConsumerSettings(
     leases=LeaseSettings(failover_time=3.0, take_interval=0.5, renew_interval=1.0),
-    polling=PollingSettings(idle_time=0.25),
+    fetch=Polling(idle_time=0.25),
     checkpoint=CheckpointSettings(every_n=50, interval=1.0),
     drain_timeout=5.0,
 )

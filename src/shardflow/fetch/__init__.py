@@ -3,11 +3,11 @@
 from shardflow.events import RenewalReason
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.convert import record_from_kinesis
-from shardflow.fetch.fanout import FanOutFetcher, FanOutSettings, fanout_client
+from shardflow.fetch.fanout import FanOut, FanOutFetcher, fanout_client
 from shardflow.fetch.limiter import CallRateLimiter
 from shardflow.fetch.observer import FetchObserver
 from shardflow.fetch.pacing import SubscriptionPacer
-from shardflow.fetch.polling import PollingFetcher, PollingSettings
+from shardflow.fetch.polling import Polling, PollingFetcher
 from shardflow.fetch.registration import (
     ConsumerRegistration,
     StreamConsumer,
@@ -20,12 +20,12 @@ __all__ = [
     "CallRateLimiter",
     "ChildShard",
     "ConsumerRegistration",
+    "FanOut",
     "FanOutFetcher",
-    "FanOutSettings",
     "FetchObserver",
     "FetchedBatch",
+    "Polling",
     "PollingFetcher",
-    "PollingSettings",
     "RenewalReason",
     "StreamConsumer",
     "SubscriptionPacer",

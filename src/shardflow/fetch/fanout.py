@@ -52,60 +52,63 @@ _LAPSE_REASONS: dict[Lapse, RenewalReason] = {
 
 
 @dataclass(frozen=True, slots=True)
-class FanOutSettings:
-    """How a :class:`FanOutFetcher` subscribes.
+class FanOut:
+    """Fetch by enhanced fan-out (SubscribeToShard), with its settings.
 
-    ``renew_after``: a subscription this old is replaced by a new one at the next read (the
-    service would end it at five minutes). ``event_timeout``: while waiting for an event, this
-    much silence (no records and no heartbeat) means the connection is dead: subscribe again.
-    ``read_timeout`` is the HTTP read timeout :func:`fanout_client` gives the client; both must
-    exceed the heartbeat interval.
-
-    Failures that may pass are retried for as long as the fetcher is used (its owner stops it
-    when the lease is lost), never a fixed number of times (see
-    :mod:`shardflow.aws.persistence`); backoffs count consecutive failures since the last
-    event received, and only their ``base`` and ``cap`` matter. ``in_use_backoff``:
-    ResourceInUse, the answer while the previous subscription of the consumer-shard is still
-    active (within ~5 s of it). ``throttle_backoff``: LimitExceeded. ``error_backoff``: 5xx,
-    network failures, silent or empty subscriptions. ``denied_for``: how long access denied
-    (or expired credentials) is retried before it is raised; a missing stream or consumer is
-    raised at once.
-
-    ``closed_shard_check``: for emulators whose subscriptions never end a closed shard
-    (kinesis-local sends neither the final event nor ChildShards): when set, an empty event at
-    the tip triggers, at most this often, a GetRecords probe at the continuation; a probe that
-    finds the shard's end ends it as Kinesis would. Leave it None for Kinesis.
+    Pass it as ``ConsumerSettings(fetch=FanOut(...))``: the consumer registers the stream
+    consumer ``consumer_name`` at start. A :class:`FanOutFetcher` uses the subscription
+    settings only (it is handed the registered consumer's ARN). Failures that may pass are
+    retried for as long as the fetcher is used (its owner stops it when the lease is lost),
+    never a fixed number of times (see :mod:`shardflow.aws.persistence`); backoffs count
+    consecutive failures since the last event received, and only their ``base`` and ``cap``
+    matter.
     """
 
+    consumer_name: str | None = None
+    """The registered stream consumer (default: the consumer's application name)."""
+    deregister_on_stop: bool = False
+    """Deregister the stream consumer when the consumer stops (default: keep it for the next
+    run; registering takes seconds and counts against a per-stream limit)."""
     renew_after: float = 270.0
+    """A subscription this old is replaced by a new one at the next read (the service would
+    end it at five minutes)."""
     event_timeout: float = 30.0
+    """While waiting for an event, this much silence (no records and no heartbeat) means the
+    connection is dead: subscribe again. Must exceed the 5 s heartbeat."""
     read_timeout: float = 60.0
+    """The HTTP read timeout :func:`fanout_client` gives the client. Must exceed the 5 s
+    heartbeat."""
     in_use_backoff: Backoff = field(
         default_factory=lambda: Backoff(base=0.5, cap=5.0, max_attempts=None)
     )
+    """Pauses after ResourceInUse, the answer while the previous subscription of the
+    consumer-shard is still active (within ~5 s of it)."""
     throttle_backoff: Backoff = field(
         default_factory=lambda: Backoff(base=0.5, cap=10.0, max_attempts=None)
     )
+    """Pauses after LimitExceeded."""
     error_backoff: Backoff = field(
         default_factory=lambda: Backoff(base=0.2, cap=5.0, max_attempts=None)
     )
-    closed_shard_check: float | None = None
+    """Pauses after 5xx, network failures, silent or empty subscriptions."""
     denied_for: float = DEFAULT_DENIED_FOR
+    """How long access denied (or expired credentials) is retried before it is raised; a
+    missing stream or consumer is raised at once."""
 
     def __post_init__(self) -> None:
+        if self.consumer_name is not None and not self.consumer_name:
+            raise ValueError("consumer_name must not be empty (None: the application name)")
         if not 0 < self.renew_after < SUBSCRIPTION_LIFETIME:
             raise ValueError(f"renew_after must be within 0..{SUBSCRIPTION_LIFETIME:.0f}s")
         for name in ("event_timeout", "read_timeout"):
             if getattr(self, name) <= HEARTBEAT_INTERVAL:
                 raise ValueError(f"{name} must exceed the {HEARTBEAT_INTERVAL:.0f}s heartbeat")
-        if self.closed_shard_check is not None and self.closed_shard_check <= 0:
-            raise ValueError("closed_shard_check must be positive")
         if self.denied_for < 0:
             raise ValueError("denied_for must not be negative")
 
 
 def fanout_client(
-    factory: ClientFactory, settings: FanOutSettings | None = None, *, shards: int = 0
+    factory: ClientFactory, settings: FanOut | None = None, *, shards: int = 0
 ) -> AbstractAsyncContextManager[Any]:
     """A Kinesis client fit for subscriptions: ``async with fanout_client(factory) as kinesis``.
 
@@ -113,7 +116,7 @@ def fanout_client(
     connection per subscribed shard (``shards``) besides those for other calls: a subscription
     keeps its connection for minutes, and a pool that is too small would stall new ones.
     """
-    read_timeout = (settings or FanOutSettings()).read_timeout
+    read_timeout = (settings or FanOut()).read_timeout
     pool = max(factory.settings.max_pool_connections, shards + 16)
     client: AbstractAsyncContextManager[Any] = factory.kinesis(
         read_timeout=read_timeout, max_pool_connections=pool
@@ -146,6 +149,12 @@ class FanOutFetcher:
     ``consumer_arn`` is the ARN of a registered consumer (see
     :func:`~shardflow.fetch.registration.register_consumer`); ``kinesis`` an
     aiobotocore client, best made with :func:`fanout_client`.
+
+    ``closed_shard_check`` is for emulators whose subscriptions never end a closed shard
+    (kinesis-local sends neither the final event nor ChildShards): when set, an empty event
+    at the tip triggers, at most every so many seconds, a GetRecords probe at the
+    continuation; a probe that finds the shard's end ends it as Kinesis would. Leave it None
+    for Kinesis.
     """
 
     def __init__(
@@ -154,20 +163,24 @@ class FanOutFetcher:
         stream: str,
         shard_id: str,
         start: StartPosition | None = None,
-        settings: FanOutSettings | None = None,
+        settings: FanOut | None = None,
         *,
         consumer_arn: str,
         pacer: SubscriptionPacer | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         observer: FetchObserver = NO_OBSERVER,
+        closed_shard_check: float | None = None,
     ) -> None:
+        if closed_shard_check is not None and closed_shard_check <= 0:
+            raise ValueError("closed_shard_check must be positive")
+        self._closed_shard_check = closed_shard_check
         self._kinesis = kinesis
         self.stream = stream
         self.shard_id = shard_id
         self.consumer_arn = consumer_arn
         self.start = start or StartPosition.trim_horizon()
-        self.settings = settings or FanOutSettings()
+        self.settings = settings or FanOut()
         self._stream_name = stream_name_of(stream)
         self._pacer = pacer or (
             shared_pacer() if clock is SYSTEM_CLOCK else SubscriptionPacer(clock=clock)
@@ -418,7 +431,7 @@ class FanOutFetcher:
         return batch
 
     def _check_due(self) -> bool:
-        interval = self.settings.closed_shard_check
+        interval = self._closed_shard_check
         if interval is None or self._clock.monotonic() - self._last_check < interval:
             return False
         self._last_check = self._clock.monotonic()

@@ -31,36 +31,41 @@ GET_RECORDS_CALLS_PER_SECOND = 5
 
 
 @dataclass(frozen=True, slots=True)
-class PollingSettings:
-    """How a :class:`PollingFetcher` polls. Defaults follow KCL where a user would compare.
+class Polling:
+    """Fetch by polling (GetRecords), with its settings: the default fetch mode.
 
-    ``idle_time`` is the time between the starts of two GetRecords calls while the shard is
-    caught up (KCL's ``idleTimeBetweenReadsInMillis``, whose default is 1.5 s): an idle shard
-    costs exactly ``1 / idle_time`` calls per second. While behind, the next call is made at
-    once, limited only by ``max_calls_per_second``.
-
-    Failures that may pass are retried for as long as the fetcher is used (its owner stops it
-    when the lease is lost), never a fixed number of times: see
-    :mod:`shardflow.aws.persistence`. ``throttle_backoff`` applies to throttling (the read
-    budget of a shard is shared by every application reading it, so being throttled is normal
-    and waits longer); ``error_backoff`` to other failures (5xx, timeouts, dropped
-    connections). Only their ``base`` and ``cap`` matter. ``denied_for``: how long access
-    denied (or expired credentials) is retried before it is raised; a missing stream is raised
-    at once. ``max_iterator_renewals``: ExpiredIterator recoveries made at once, without a
-    successful call in between; further ones wait the error backoff first.
+    Pass it as ``ConsumerSettings(fetch=Polling(...))``, or to a :class:`PollingFetcher`.
+    Defaults follow the KCL where a user would compare. Failures that may pass are retried for
+    as long as the fetcher is used (its owner stops it when the lease is lost), never a fixed
+    number of times: see :mod:`shardflow.aws.persistence`.
     """
 
     max_records: int = GET_RECORDS_LIMIT
+    """Records one GetRecords call asks for at most (a consumer also keeps it within its
+    ``prefetch_records``)."""
     idle_time: float = 1.0
+    """Seconds between the starts of two GetRecords calls while the shard is caught up (KCL's
+    ``idleTimeBetweenReadsInMillis``, default 1.5 s): an idle shard costs exactly
+    ``1 / idle_time`` calls per second. While behind, the next call is made at once."""
     max_calls_per_second: int = GET_RECORDS_CALLS_PER_SECOND
+    """GetRecords calls per second on one shard at most (Kinesis allows 5, shared by every
+    application reading the shard)."""
     throttle_backoff: Backoff = field(
         default_factory=lambda: Backoff(base=0.5, cap=10.0, max_attempts=None)
     )
+    """Pauses after throttling (normal: a shard's read budget is shared, so it waits longer);
+    only ``base`` and ``cap`` matter (retried while the fetcher is used)."""
     error_backoff: Backoff = field(
         default_factory=lambda: Backoff(base=0.1, cap=5.0, max_attempts=None)
     )
+    """Pauses after other failures that may pass (5xx, timeouts, dropped connections); only
+    ``base`` and ``cap`` matter."""
     max_iterator_renewals: int = 3
+    """ExpiredIterator recoveries made at once, without a successful call in between; further
+    ones wait the error backoff first."""
     denied_for: float = DEFAULT_DENIED_FOR
+    """How long access denied (or expired credentials) is retried before it is raised; a
+    missing stream is raised at once."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_records <= GET_RECORDS_LIMIT:
@@ -103,7 +108,7 @@ class PollingFetcher:
         stream: str,
         shard_id: str,
         start: StartPosition | None = None,
-        settings: PollingSettings | None = None,
+        settings: Polling | None = None,
         *,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
@@ -113,7 +118,7 @@ class PollingFetcher:
         self.stream = stream
         self.shard_id = shard_id
         self.start = start or StartPosition.trim_horizon()
-        self.settings = settings or PollingSettings()
+        self.settings = settings or Polling()
         self._stream_name = stream_name_of(stream)
         self._clock = clock
         self._rng = rng

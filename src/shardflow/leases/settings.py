@@ -29,53 +29,50 @@ _INITIAL_KINDS = frozenset(
 class LeaseSettings:
     """Timing and limits of lease coordination (seconds).
 
-    ``failover_time``: a lease whose counter has not changed for this long, as another worker
-    sees it, may be taken by that worker (KCL ``failoverTimeMillis``).
-    ``renew_interval``: how often held leases are renewed; None: failover/3 - 25 ms (KCL).
-    ``take_interval``: how often the table is scanned to take free, expired or surplus leases;
-    None: (failover + 25 ms) * 2 (KCL 2.x). The first take happens at start, without waiting.
-    ``max_leases_per_worker``: never hold more (None: no limit).
-    ``max_leases_to_steal_at_once``: leases taken from a busier live worker per take cycle.
-    ``shard_sync_interval``: how often shards are listed to create leases for new shards.
-    ``parent_poll_interval``: how often a child shard re-reads its parents' leases.
-    ``safety_margin``: a lease is used only until this long before it could expire for another
-    worker (covers clock-rate differences and the time it takes to stop); None: failover/10.
-    ``renew_concurrency``: lease writes (renewals, takes, creations) in flight at once.
-    ``cleanup_finished_leases``: delete a finished parent's lease once all its children started
-    (as KCL does); the lease table then only holds shards with work left.
-
-    Deploys and scaling (see the README, "Deploys and scaling"):
-
-    ``handoff``: move leases by planned handoff (KCL 3.x ``checkpointOwner``): a leaving worker
-    hands its leases to live peers, a joining worker asks busy workers for leases instead of
-    stealing them, and the owner drains and checkpoints before the next owner starts. False:
-    KCL 2.x behaviour (release at shutdown, steal to balance).
-    ``handoff_timeout``: a handoff its old owner has not completed after this long (as the next
-    owner observes it) is taken over by the next owner; a handoff request not honoured after
-    this long falls back to a steal (e.g. the owner is a KCL worker, which ignores requests).
-    ``pickup``: how lease changes are noticed between take cycles, so that a released or
-    handed-over lease is picked up, a handoff request is seen and an expired lease is taken
-    when it expires: ``"stream"`` reads the lease table's DynamoDB stream (enabled at start if
-    missing), ``"poll"`` scans the table every ``pickup_poll_interval``, ``"auto"`` uses the
-    stream when the table has one and polls otherwise, ``"off"`` waits for take cycles (KCL).
-    ``pickup_poll_interval``: seconds between scans (``"poll"``) or stream reads
-    (``"stream"``).
+    Deploys and scaling: see the guide "Deploys and scaling" (``handoff``, ``pickup``).
     """
 
     failover_time: float = 10.0
+    """A lease whose counter has not changed for this long, as another worker sees it, may be
+    taken by that worker (KCL ``failoverTimeMillis``)."""
     renew_interval: float | None = None
+    """How often held leases are renewed; None: failover/3 - 25 ms (KCL)."""
     take_interval: float | None = None
+    """How often the table is scanned to take free, expired or surplus leases; None:
+    (failover + 25 ms) * 2 (KCL 2.x). The first take happens at start, without waiting."""
     max_leases_per_worker: int | None = None
+    """Never hold more leases than this (None: no limit)."""
     max_leases_to_steal_at_once: int = 1
+    """Leases taken from a busier live worker per take cycle."""
     shard_sync_interval: float = 60.0
+    """How often shards are listed to create leases for new shards."""
     parent_poll_interval: float = 10.0
+    """How often a child shard re-reads its parents' leases."""
     safety_margin: float | None = None
+    """A lease is used only until this long before it could expire for another worker (covers
+    clock-rate differences and the time it takes to stop); None: failover/10."""
     renew_concurrency: int = 32
+    """Lease writes (renewals, takes, creations) in flight at once."""
     cleanup_finished_leases: bool = True
+    """Delete a finished parent's lease once all its children started (as KCL does); the lease
+    table then only holds shards with work left."""
     handoff: bool = True
+    """Move leases by planned handoff (KCL 3.x ``checkpointOwner``): a leaving worker hands its
+    leases to live peers, a joining worker asks busy workers for leases instead of stealing
+    them, and the owner drains and checkpoints before the next owner starts. False: KCL 2.x
+    behaviour (release at shutdown, steal to balance)."""
     handoff_timeout: float = 30.0
+    """A handoff its old owner has not completed after this long (as the next owner observes
+    it) is taken over by the next owner; a handoff request not honoured after this long falls
+    back to a steal (e.g. the owner is a KCL worker, which ignores requests)."""
     pickup: PickupMode = "auto"
+    """How lease changes are noticed between take cycles (a released or handed-over lease
+    picked up, a handoff request seen, an expired lease taken when it expires): ``"stream"``
+    reads the lease table's DynamoDB stream (enabled at start if missing), ``"poll"`` scans
+    the table every ``pickup_poll_interval``, ``"auto"`` uses the stream when the table has
+    one and polls otherwise, ``"off"`` waits for take cycles (KCL)."""
     pickup_poll_interval: float = 0.25
+    """Seconds between scans (``"poll"``) or stream reads (``"stream"``)."""
 
     def __post_init__(self) -> None:
         if self.pickup not in _PICKUP_MODES:
@@ -141,17 +138,16 @@ class LeaseSettings:
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """A stream whose shards the coordinator leases.
-
-    ``name`` is the stream's name or ARN, as Kinesis calls take it. ``identifier`` is its KCL
-    multi-stream identifier (``account:name:creation-epoch``), which prefixes lease keys when
-    the coordinator handles several streams; None: looked up with DescribeStreamSummary at
-    start when needed. ``initial_position`` overrides the coordinator's for this stream.
-    """
+    """A stream whose shards the coordinator leases."""
 
     name: str
+    """The stream's name or ARN, as Kinesis calls take it."""
     identifier: StreamIdentifier | None = None
+    """Its KCL multi-stream identifier (``account:name:creation-epoch``), which prefixes lease
+    keys when the coordinator handles several streams; None: looked up with
+    DescribeStreamSummary at start when needed."""
     initial_position: StartPosition | None = None
+    """Overrides the coordinator's initial position for this stream."""
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -34,7 +34,9 @@ class ProducerSettings:
     linger: float = 0.05
     """Longest time (s) a record waits for its request to fill before it is sent anyway."""
     max_request_records: int = MAX_REQUEST_RECORDS
+    """Records in one PutRecords request at most (Kinesis allows 500)."""
     max_request_bytes: int = MAX_REQUEST_BYTES
+    """Bytes in one PutRecords request at most (Kinesis allows 5 MiB)."""
     max_record_bytes: int = MAX_RECORD_BYTES
     """Limit for one record's data plus UTF-8 partition key (raise for streams that opted in)."""
 
@@ -58,7 +60,9 @@ class ProducerSettings:
 
     # --- pacing (per shard; AIMD adaption to throttling)
     shard_records_per_second: float = SHARD_RECORDS_PER_SECOND
+    """Records per second written to one shard at most (Kinesis allows 1,000)."""
     shard_bytes_per_second: float = SHARD_BYTES_PER_SECOND
+    """Bytes per second written to one shard at most (Kinesis allows 1 MiB)."""
     rate_burst_seconds: float = 0.25
     """Seconds' worth of a shard's rate that may be sent at once after an idle spell.
 
@@ -85,6 +89,7 @@ class ProducerSettings:
     buffer_max_records: int = 50_000
     """Records accepted but without a result yet; ``put`` waits while this many are pending."""
     buffer_max_bytes: int = 64 * MiB
+    """Bytes accepted but without a result yet; ``put`` waits while this many are pending."""
 
     # --- shard map and metrics
     shard_refresh_interval: float = 60.0

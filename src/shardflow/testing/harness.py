@@ -31,7 +31,7 @@ from shardflow.consumer.consumer import Consumer
 from shardflow.consumer.handlers import Handler
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.status import ConsumerStatus
-from shardflow.fetch.polling import PollingSettings
+from shardflow.fetch.polling import Polling
 from shardflow.leases.memory import InMemoryLeaseStore
 from shardflow.leases.model import Lease
 from shardflow.leases.settings import LeaseSettings
@@ -52,7 +52,7 @@ def fast_settings(**overrides: Any) -> ConsumerSettings:
     """Consumer settings for in-memory tests (fast leases and polls); ``overrides`` win."""
     base = ConsumerSettings(
         leases=FAST_LEASES,
-        polling=PollingSettings(idle_time=0.005, max_calls_per_second=5),
+        fetch=Polling(idle_time=0.005, max_calls_per_second=5),
         checkpoint=CheckpointSettings(every_n=100, interval=0.05),
         drain_timeout=1.0,
     )

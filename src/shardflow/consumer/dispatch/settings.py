@@ -71,7 +71,9 @@ class Idempotency:
     """
 
     guard: IdempotencyGuard
+    """The guard: one process's memory, or a DynamoDB table shared by all workers."""
     key: IdempotencyKey = by_position
+    """Names a record to the guard (default: its stream/shard/sequence position)."""
 
     def __post_init__(self) -> None:
         for method in ("claim", "complete", "release"):
@@ -83,30 +85,27 @@ class Idempotency:
 
 @dataclass(frozen=True, slots=True)
 class DispatchSettings:
-    """Ordering, bounds, retries and the failure policy of one consumer (see the module doc).
-
-    ``ordering``: ``"shard"`` (default), ``"key"`` or ``"unordered"``.
-    ``key``: the ordering key of a record (default: its partition key); also the key that
-    ``"block-key"`` blocks, in every mode.
-    ``max_in_flight_per_shard``: records of one shard accepted and not yet finished (waiting
-    for their key's turn, running, retrying or being dead-lettered); ``submit`` waits at this
-    bound. Default 256.
-    ``retry``: handler calls per record and the pauses between them (default 3 calls).
-    ``on_failure``: ``"stop-shard"`` (default), ``"skip"`` or ``"block-key"``; the last two
-    need a dead-letter destination.
-    ``max_in_flight_per_worker``: handler calls running at once across all shards of a
-    consumer (default None: no bound beyond the per-shard one).
-    ``idempotency``: an idempotency guard around handler calls (:class:`Idempotency`; default
-    None: none).
-    """
+    """Ordering, bounds, retries and the failure policy of one consumer (see the module doc)."""
 
     ordering: OrderingMode = "shard"
+    """``"shard"`` (default), ``"key"`` or ``"unordered"``."""
     key: KeyFunction | None = None
+    """The ordering key of a record (default: its partition key); also the key that
+    ``"block-key"`` blocks, in every mode."""
     max_in_flight_per_shard: int = 256
+    """Records of one shard accepted and not yet finished (waiting for their key's turn,
+    running, retrying or being dead-lettered); ``submit`` waits at this bound."""
     retry: Backoff = field(default_factory=_default_retry)
+    """Handler calls per record (``max_attempts``, default 3; None: until one succeeds) and the
+    pauses between them."""
     on_failure: FailurePolicy = "stop-shard"
+    """``"stop-shard"`` (default), ``"skip"`` or ``"block-key"``; the last two need a
+    dead-letter destination."""
     max_in_flight_per_worker: int | None = None
+    """Handler calls running at once across all shards of a consumer (default None: no bound
+    beyond the per-shard one)."""
     idempotency: Idempotency | None = None
+    """An idempotency guard around handler calls (:class:`Idempotency`; default None: none)."""
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERING_MODES:

@@ -19,7 +19,7 @@ from shardflow.aggregation import deaggregate as deaggregate_record
 from shardflow.errors import DataLossError, InvalidArgumentError, SourceMetadataError
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.fanout import FanOutFetcher
-from shardflow.fetch.polling import GET_RECORDS_LIMIT, PollingFetcher, PollingSettings
+from shardflow.fetch.polling import GET_RECORDS_LIMIT, Polling, PollingFetcher
 from shardflow.positions import StartPosition
 from shardflow.records import Record
 from shardflow.spark.source.metadata import DataLoss, ShardBatchEnd, StopReason
@@ -77,7 +77,7 @@ def fetcher_factory(plan: ShardReadPlan, kinesis: Any) -> FetcherFactory:
         plan.shard_id,
         start,
         # No idle wait: a task stops at the tip instead of waiting there.
-        PollingSettings(max_records=limit, idle_time=0.0),
+        Polling(max_records=limit, idle_time=0.0),
     )
 
 
