@@ -20,7 +20,7 @@ from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.errors import ResourceNotFoundError
 from shardflow.events import DiagnosticEvent, ShardFailed, ShardStarted
-from shardflow.fetch import PollingSettings
+from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from shardflow.testing.faults import INTERNAL_FAILURE, ErrorResponse, FaultProxy
 from support.boto import lease_items
@@ -34,7 +34,7 @@ SETTINGS = ConsumerSettings(
     leases=LeaseSettings(
         failover_time=2.0, renew_interval=0.4, take_interval=0.5, safety_margin=0.3
     ),
-    polling=PollingSettings(idle_time=0.2),
+    fetch=Polling(idle_time=0.2),
     checkpoint=CheckpointSettings(every_n=10, interval=0.5),
     drain_timeout=2.0,
 )
