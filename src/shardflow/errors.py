@@ -79,12 +79,24 @@ class AccessDeniedError(AwsError):
     """The credentials lack a permission (or KMS access) for this call."""
 
 
+class MissingCredentialsError(AccessDeniedError):
+    """No AWS credentials were found anywhere the standard chain looks."""
+
+
 class InvalidArgumentError(AwsError):
     """The request was rejected as invalid; retrying the same request will not help."""
 
 
 class ConditionFailedError(AwsError):
     """A conditional DynamoDB write found the item changed (someone else wrote it first)."""
+
+
+class ConfigurationError(ShardflowError):
+    """The AWS configuration is incomplete; the message names what to set."""
+
+
+class MissingRegionError(ConfigurationError):
+    """No AWS region is configured (argument, environment, profile)."""
 
 
 # --- Records and aggregation -----------------------------------------------------------------

@@ -13,6 +13,7 @@ from shardflow.errors import (
     ConditionFailedError,
     ExpiredIteratorError,
     InvalidArgumentError,
+    MissingCredentialsError,
     ResourceInUseError,
     ResourceNotFoundError,
     ThrottledError,
@@ -148,9 +149,24 @@ def test_aiohttp_disconnects_without_botocore_wrapping_are_transient() -> None:
 )
 def test_missing_credentials_are_access_errors(exc: Exception, code: str) -> None:
     error = classify(exc, operation="ListShards")
-    assert type(error) is AccessDeniedError
+    assert isinstance(error, AccessDeniedError)
     assert not error.retryable
     assert error.code == code
+    if code == "NoCredentials":  # typed, naming the variables to set
+        assert isinstance(error, MissingCredentialsError)
+        assert "AWS_ACCESS_KEY_ID" in str(error)
+        assert "AWS_PROFILE" in str(error)
+
+
+def test_connection_refused_on_loopback_suggests_the_local_stack() -> None:
+    exc = boto.EndpointConnectionError(endpoint_url="http://127.0.0.1:9/")
+    error = classify(exc, operation="ListStreams")
+    assert "shardflow local status" in str(error)
+    remote = classify(
+        boto.EndpointConnectionError(endpoint_url="https://kinesis.eu-west-1.amazonaws.com/"),
+        operation="ListStreams",
+    )
+    assert "local" not in str(remote)
 
 
 def test_invalid_parameters_are_invalid_arguments() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Final
+from urllib.parse import urlsplit
 
 from botocore import exceptions as boto
 
@@ -19,6 +20,7 @@ from shardflow.errors import (
     ConditionFailedError,
     ExpiredIteratorError,
     InvalidArgumentError,
+    MissingCredentialsError,
     ResourceInUseError,
     ResourceNotFoundError,
     ThrottledError,
@@ -150,11 +152,12 @@ def classify(
         message = str(err.get("Message") or code or "AWS call failed")
         return make(error_class_for_code(code, status), message, code, status)
     if isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError):
-        return make(AccessDeniedError, "no usable AWS credentials found", "NoCredentials")
+        return make(MissingCredentialsError, NO_CREDENTIALS, "NoCredentials")
     if isinstance(exc, boto.CredentialRetrievalError):
         return make(AccessDeniedError, "AWS credentials could not be retrieved", "Credentials")
     if isinstance(exc, _NETWORK_ERRORS):
-        return make(TransientError, f"{type(exc).__name__}: {exc}", type(exc).__name__)
+        message = f"{type(exc).__name__}: {exc}{_local_stack_hint(exc)}"
+        return make(TransientError, message, type(exc).__name__)
     if isinstance(exc, OSError):
         return make(TransientError, f"{type(exc).__name__}: {exc}", type(exc).__name__)
     if isinstance(exc, boto.ParamValidationError):
@@ -167,3 +170,24 @@ def classify(
     }:
         return make(TransientError, f"{type(exc).__name__}: {exc}", type(exc).__name__)
     return make(AwsError, f"{type(exc).__name__}: {exc}", type(exc).__name__)
+
+
+NO_CREDENTIALS = (
+    "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE "
+    "(a profile of ~/.aws/credentials), or run where a role provides them; for the local stack: "
+    'eval "$(shardflow local up --quiet)"'
+)
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def _local_stack_hint(exc: BaseException) -> str:
+    """For a connection refused on a loopback endpoint: the local stack is probably down."""
+    if not isinstance(exc, boto.EndpointConnectionError):
+        return ""
+    url = str(exc.kwargs.get("endpoint_url", ""))
+    if urlsplit(url).hostname not in _LOOPBACK_HOSTS:
+        return ""
+    return (
+        f"; nothing answers at {url}: is the local stack running? "
+        "`shardflow local status` shows it (`shardflow local up` starts it)"
+    )

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession, get_session
+from botocore.exceptions import NoRegionError
 
 from shardflow.aws.redaction import register_secret
 from shardflow.aws.settings import AwsSettings
+from shardflow.errors import MissingRegionError
+
+NO_REGION = (
+    "no AWS region configured: set AWS_REGION (or AWS_DEFAULT_REGION), pass "
+    "AwsSettings(region=...) or --region, or set region in your profile in ~/.aws/config"
+)
 
 Service = Literal["kinesis", "dynamodb", "dynamodbstreams", "cloudwatch"]
 
@@ -57,7 +64,13 @@ class ClientFactory:
             kwargs["region_name"] = self.settings.region
         if self.settings.endpoint_url:
             kwargs["endpoint_url"] = self.settings.endpoint_url
-        async with self.session.create_client(service, **kwargs) as client:
+        async with AsyncExitStack() as stack:
+            try:
+                client = await stack.enter_async_context(
+                    self.session.create_client(service, **kwargs)
+                )
+            except NoRegionError:
+                raise MissingRegionError(NO_REGION) from None
             yield client
 
     def kinesis(self, **config_overrides: Any) -> Any:

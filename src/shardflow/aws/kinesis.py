@@ -114,6 +114,29 @@ async def describe_stream_summary(kinesis: Any, stream: str) -> dict[str, Any]:
     return summary
 
 
+def where(client: Any) -> str:
+    """``region us-east-1 at http://127.0.0.1:4567``: where a client sends its calls."""
+    meta = getattr(client, "meta", None)
+    region = getattr(meta, "region_name", None)
+    endpoint = getattr(meta, "endpoint_url", None)
+    parts = [f"region {region}" if region else "", f"at {endpoint}" if endpoint else ""]
+    return " ".join(part for part in parts if part) or "this client's account"
+
+
+async def require_stream(kinesis: Any, stream: str) -> dict[str, Any]:
+    """The stream's summary; a missing stream raises :class:`ResourceNotFoundError` saying
+    which stream and where it was looked for."""
+    try:
+        return await describe_stream_summary(kinesis, stream)
+    except ResourceNotFoundError as error:
+        raise ResourceNotFoundError(
+            f"stream {stream!r} not found in {where(kinesis)}",
+            operation=error.operation,
+            code=error.code,
+            stream=stream,
+        ) from error
+
+
 async def wait_for_active(
     kinesis: Any, stream: str, *, max_wait: float = 60.0, poll: float = 0.1
 ) -> dict[str, Any]:

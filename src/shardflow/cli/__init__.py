@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from shardflow.cli import consume, dlq, leases, local, produce, streams, tail
+from shardflow.cli import aws_options, consume, dlq, leases, local, produce, streams, tail
 
 app = typer.Typer(
     name="shardflow",
-    help="Kinesis Data Streams from Python: local stack, streams, producer, tail.",
+    help="Kinesis Data Streams from Python: run a local stack, create and inspect streams, "
+    "produce, tail, consume with a handler, show an application's leases, and show or replay "
+    "dead letters.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals could hold credentials
 )
+
+
+@app.callback()
+def _options(
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="On an error, show the traceback, not only its one line."),
+    ] = False,
+) -> None:
+    aws_options.DEBUG = debug
+
+
 app.add_typer(local.app, name="local")
 app.add_typer(streams.app, name="stream")
 app.command("produce")(produce.produce)

@@ -12,11 +12,20 @@ from rich.console import Console
 from rich.markup import escape
 
 from shardflow.aws.classify import classify
+from shardflow.aws.clients import NO_REGION
 from shardflow.aws.redaction import redact
 from shardflow.aws.settings import AwsSettings
-from shardflow.errors import AccessDeniedError, ResourceNotFoundError, ShardflowError
+from shardflow.errors import (
+    AccessDeniedError,
+    MissingCredentialsError,
+    ResourceNotFoundError,
+    ShardflowError,
+)
 
 T = TypeVar("T")
+
+DEBUG = False
+"""``shardflow --debug``: failures raise with their traceback instead of one line."""
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -54,22 +63,29 @@ def failure_message(exc: ShardflowError) -> str:
     """The one-line report of a failed command, with a hint for the usual causes."""
     if isinstance(exc, ResourceNotFoundError):
         return f"{exc} - check the name, the region and the endpoint"
-    if isinstance(exc, AccessDeniedError):
+    if isinstance(exc, AccessDeniedError) and not isinstance(exc, MissingCredentialsError):
         return f"{exc} - check the credentials and their permissions"
     return str(exc)
 
 
 def run(work: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; failures become one line on stderr and a non-zero exit."""
+    """Run a command's coroutine; failures become one line on stderr and a non-zero exit
+    (with ``shardflow --debug``: the traceback)."""
     try:
         return asyncio.run(work)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    except NoRegionError:
-        fail("no AWS region configured: pass --region or set AWS_DEFAULT_REGION")
-    except ShardflowError as exc:
-        fail(failure_message(exc))
-    except BotoCoreError as exc:
-        fail(str(classify(exc, operation="")))
-    except TimeoutError as exc:
-        fail(str(exc) or "timed out")
+    except (ShardflowError, BotoCoreError, TimeoutError) as exc:
+        if DEBUG:
+            raise
+        fail(_one_line(exc))
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, NoRegionError):
+        return NO_REGION
+    if isinstance(exc, ShardflowError):
+        return failure_message(exc)
+    if isinstance(exc, BotoCoreError):
+        return str(classify(exc, operation=""))
+    return str(exc) or "timed out"

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from shardflow.aws.backoff import retrying
 from shardflow.aws.clients import ClientFactory
-from shardflow.aws.kinesis import stream_ref
+from shardflow.aws.kinesis import stream_ref, where
 from shardflow.aws.settings import AwsSettings
 from shardflow.backoff import Backoff
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, run
@@ -139,7 +139,15 @@ async def lease_rows(
 ) -> list[dict[str, Any]]:
     """One dict per lease, sorted by lease key, with the lag when it can be measured."""
     async with ClientFactory(lease_aws).dynamodb() as dynamodb:
-        leases = await DynamoDBLeaseStore(dynamodb, application).list_leases()
+        try:
+            leases = await DynamoDBLeaseStore(dynamodb, application).list_leases()
+        except ResourceNotFoundError as error:
+            raise ResourceNotFoundError(
+                f"lease table {application!r} not found in {where(dynamodb)}: "
+                "has an application of that name run there?",
+                operation=error.operation,
+                code=error.code,
+            ) from error
     lags: dict[str, Lag] = {}
     if with_lag and leases:
         async with ClientFactory(kinesis_aws).kinesis() as kinesis:

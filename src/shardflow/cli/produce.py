@@ -99,7 +99,7 @@ def produce(
         Path | None,
         typer.Option(
             "--file",
-            "-f",
+            "-i",
             exists=True,
             dir_okay=False,
             readable=True,

@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from shardflow.aws.clients import ClientFactory
-from shardflow.aws.kinesis import list_shards
+from shardflow.aws.kinesis import list_shards, require_stream
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import Clock
 from shardflow.consumer.settings import ConsumerSettings
@@ -78,6 +78,10 @@ class Connections:
         factory = ClientFactory(self._aws)
         if self.kinesis is None:
             self.kinesis = await stack.enter_async_context(factory.kinesis())
+        for stream in self._streams:
+            # Before anything is created (lease table, fan-out consumer): a wrong stream name
+            # fails here and leaves nothing behind.
+            await require_stream(self.kinesis, stream)
         self._fetch_kinesis = self.kinesis
         if self.store is None:
             dynamodb = await stack.enter_async_context(factory.dynamodb())

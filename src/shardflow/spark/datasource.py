@@ -30,7 +30,11 @@ class ShardflowDataSource(DataSource):
 
     def schema(self) -> StructType | str:
         from shardflow.spark.schema import RECORD_SCHEMA
+        from shardflow.spark.source.options import check_options
 
+        # Spark asks for the schema when a source is defined (.load()): the earliest moment a
+        # bad option can be reported. Which of read / readStream it is shows only later.
+        check_options(dict(self.options))
         return RECORD_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -86,3 +86,10 @@ def test_a_bad_option_fails_naming_it(
     )
     with pytest.raises(Exception, match="option metadataPath: required for streaming"):
         query.awaitTermination(30)
+
+
+def test_a_bad_option_fails_where_the_source_is_defined(spark: SparkSession) -> None:
+    reader = spark.readStream.format("shardflow").option("streamName", "orders")
+    with pytest.raises(Exception, match="option maxRecordsPerTrigger") as caught:
+        reader.option("maxRecordsPerTrigger", "many").load()  # not at .start()
+    assert "SparkOptionError" in str(caught.value)

@@ -107,6 +107,17 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     )
 
 
+def check_options(options: Mapping[str, str]) -> None:
+    """Raise :class:`SparkOptionError` for an option that is wrong for reads of either kind.
+
+    What depends on the kind (``metadataPath`` for streaming, ``endingPosition`` for batch,
+    ``LATEST`` for streaming) is checked when the query is planned.
+    """
+    neutral = {k: v for k, v in options.items() if k.lower() != "endingposition"}
+    neutral.setdefault("metadataPath", "checked later")
+    parse_options(neutral, streaming=True)
+
+
 def _consumer_type(options: Mapping[str, str]) -> ConsumerType:
     text = (lookup(options, "consumerType") or "polling").strip().lower()
     try:
