@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,7 +18,15 @@ from rich.table import Table
 
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, fail, run
 from shardflow.cli.tail import payload_text
-from shardflow.deadletter import DeadLetter, DeadLetterSource, LetterFilter, read_letters, replay
+from shardflow.deadletter import (
+    DeadLetter,
+    DeadLetterSource,
+    LetterFilter,
+    ReplayJournal,
+    ReplaySummary,
+    read_letters,
+    replay,
+)
 from shardflow.deadletter.replay import select
 
 app = typer.Typer(help="Dead letters: show them, replay them onto a stream.", no_args_is_help=True)
@@ -80,6 +89,15 @@ def replay_command(
     since: Since = None,
     until: Until = None,
     key: Keys = None,
+    journal: Annotated[
+        Path | None,
+        typer.Option(
+            "--journal",
+            help="File noting every record put back, so a re-run skips them (default: "
+            "PATH.replayed next to a file source, DLQ-NAME.replayed here for a stream).",
+            show_default=False,
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count what would be replayed; write nothing.")
     ] = False,
@@ -87,29 +105,56 @@ def replay_command(
     region: Region = None,
     profile: Profile = None,
 ) -> None:
-    """Put the records of dead letters back on a stream: original data and keys, in order."""
+    """Put the records of dead letters back on a stream: original data and keys, in order.
+
+    Letters that cannot be read or whose record is refused are skipped and reported; records
+    already put back by an earlier run (the journal) are skipped, so the command can be run
+    again after a stop or a failure without duplicating records.
+    """
     letters_from = _source(source)
     letter_filter = _filter(since, until, key)
     aws = aws_settings(endpoint_url, region, profile)
-    summary = run(
-        replay(
-            read_letters(letters_from, aws=aws),
-            to,
-            letter_filter=letter_filter,
-            dry_run=dry_run,
-            aws=aws,
+    summary = ReplaySummary(target=to, dry_run=dry_run)
+    record = ReplayJournal(journal or _default_journal(letters_from))
+
+    def progress(so_far: ReplaySummary) -> None:
+        print(
+            f"  read {so_far.read}, selected {so_far.selected}, "
+            f"already replayed {so_far.already_replayed}",
+            file=sys.stderr,
         )
-    )
+
+    with record:
+        run(
+            replay(
+                read_letters(letters_from, aws=aws, on_malformed=summary.malformed_letter),
+                to,
+                letter_filter=letter_filter,
+                dry_run=dry_run,
+                aws=aws,
+                journal=record,
+                summary=summary,
+                on_progress=progress,
+            )
+        )
     verb = "would replay" if summary.dry_run else "replayed"
-    done = summary.selected if summary.dry_run else summary.replayed
+    done = summary.selected - summary.already_replayed if summary.dry_run else summary.replayed
     print(
-        f"{verb} {done} of {summary.read} dead letters from {letters_from} to {to}"
-        + (f"; {summary.failed} failed" if summary.failed else "")
+        f"{verb} {done} of {summary.read} dead letters from {letters_from} to {to}; "
+        f"already replayed {summary.already_replayed}, unreadable {summary.malformed}, "
+        f"refused {summary.refused}, failed {summary.failed} (journal {record.path})"
     )
     if not summary.ok:
         for message in summary.errors:
             print(f"  {message}", file=sys.stderr)
-        fail(f"{summary.failed} record(s) could not be put on {to}")
+        skipped = summary.malformed + summary.refused
+        fail(f"{summary.failed} record(s) could not be put on {to}, {skipped} letter(s) skipped")
+
+
+def _default_journal(source: DeadLetterSource) -> Path:
+    if source.kind == "file":
+        return Path(f"{source.location}.replayed")
+    return Path(f"dlq-{source.location}.replayed")
 
 
 @app.command("show")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from shardflow.deadletter.model import DeadLetter
-from shardflow.errors import DeadLetterWriteError
+from shardflow.errors import DeadLetterWriteError, MalformedDeadLetterError
+
+MalformedCallback = Callable[[MalformedDeadLetterError], None]
+"""Told about each letter that cannot be read (it is skipped)."""
 
 
 class JsonLinesDestination:
@@ -55,7 +58,10 @@ class JsonLinesDestination:
         if self._file is None:
             created = not self.path.exists()
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "ab")  # noqa: SIM115 - kept open across writes
+            # Owner only: letters hold records' data. Kept open across writes.
+            self._file = os.fdopen(
+                os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab"
+            )
             if created:
                 # The new file's directory entry must survive a crash as well as its content.
                 _fsync_directory(self.path.parent)
@@ -94,12 +100,23 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def read_json_lines(path: str | os.PathLike[str]) -> Iterator[DeadLetter]:
+def read_json_lines(
+    path: str | os.PathLike[str], *, on_malformed: MalformedCallback | None = None
+) -> Iterator[DeadLetter]:
     """The letters of a JSON-lines file, in file order; blank lines are skipped.
 
-    Raises :class:`~shardflow.errors.MalformedDeadLetterError` naming the file and line of a bad letter.
+    A bad letter raises :class:`~shardflow.errors.MalformedDeadLetterError` naming the file and
+    line, or, with ``on_malformed``, is handed to it and skipped.
     """
     with open(path, "rb") as file:
         for number, line in enumerate(file, start=1):
-            if line.strip():
-                yield DeadLetter.from_json(line, where=f"{path}:{number}")
+            if not line.strip():
+                continue
+            try:
+                letter = DeadLetter.from_json(line, where=f"{path}:{number}")
+            except MalformedDeadLetterError as exc:
+                if on_malformed is None:
+                    raise
+                on_malformed(exc)
+                continue
+            yield letter
