@@ -84,3 +84,24 @@ def test_a_missing_table_is_a_one_line_error(moto_url: str, stream_name: str) ->
     )
     assert result.exit_code == 1
     assert "error:" in result.output
+
+
+async def test_the_stream_is_found_from_the_lease_table(moto_url: str, stream_name: str) -> None:
+    application = f"app-{stream_name}"
+    kinesis = make_stream(moto_url, stream_name, 1)
+    put(kinesis, stream_name, 3)
+    seen: list[ConsumedRecord[bytes]] = []
+    consumer = Consumer(
+        stream_name, application, settings=SETTINGS, aws=AwsSettings(endpoint_url=moto_url)
+    )
+    run = asyncio.create_task(consumer.consume(lambda r: seen.append(r)))
+    try:
+        async with asyncio.timeout(30):
+            while len(seen) < 3:  # noqa: ASYNC110 - filled by the consumer's tasks
+                await asyncio.sleep(0.05)
+    finally:
+        await consumer.stop()
+        await run
+    put(kinesis, stream_name, 2)
+    (row,) = await asyncio.to_thread(leases_json, moto_url, application)  # no --stream
+    assert row["lag"].endswith("behind"), row

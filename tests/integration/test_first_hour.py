@@ -180,6 +180,7 @@ def test_getting_started_as_written(
     seen = _run(f"{_EVAL_UP}\n{look_around.text}", user_env, workdir, shells)
     assert sum('"customer"' in line for line in seen) == 2, seen  # tail printed both records
     assert "billing" in "\n".join(seen), seen
+    assert "no --stream" not in "\n".join(seen), seen  # the stream comes from the lease table
 
     second = _start(f"{_EVAL_UP}\n{restart.text}", user_env, workdir, shells)
     second.wait_for(1, "shardId-", timeout=120)

@@ -265,7 +265,9 @@ def consume(
 
     async def work() -> None:
         async with (
-            _lease_store(application, lease_aws, separate=lease_endpoint_url is not None) as store,
+            _lease_store(
+                application, lease_aws, streams, separate=lease_endpoint_url is not None
+            ) as store,
             open_dead_letters(letters_target, aws) as letters,
         ):
             consumer = Consumer(streams, application, settings=settings, aws=aws, lease_store=store)
@@ -306,14 +308,14 @@ def _leave(code: int) -> NoReturn:
 
 @contextlib.asynccontextmanager
 async def _lease_store(
-    application: str, aws: AwsSettings, *, separate: bool
+    application: str, aws: AwsSettings, streams: list[str], *, separate: bool
 ) -> AsyncIterator[LeaseStore | None]:
     """A lease store at a separate DynamoDB endpoint, or None (the consumer opens its own)."""
     if not separate:
         yield None
         return
     async with ClientFactory(aws).dynamodb() as dynamodb:
-        yield DynamoDBLeaseStore(dynamodb, application)
+        yield DynamoDBLeaseStore(dynamodb, application, streams=streams)
 
 
 @contextlib.contextmanager

@@ -139,8 +139,9 @@ async def lease_rows(
 ) -> list[dict[str, Any]]:
     """One dict per lease, sorted by lease key, with the lag when it can be measured."""
     async with ClientFactory(lease_aws).dynamodb() as dynamodb:
+        store = DynamoDBLeaseStore(dynamodb, application)
         try:
-            leases = await DynamoDBLeaseStore(dynamodb, application).list_leases()
+            leases = await store.list_leases()
         except ResourceNotFoundError as error:
             raise ResourceNotFoundError(
                 f"lease table {application!r} not found in {where(dynamodb)}: "
@@ -148,6 +149,9 @@ async def lease_rows(
                 operation=error.operation,
                 code=error.code,
             ) from error
+        if stream is None and with_lag:
+            recorded = await store.recorded_streams()
+            stream = recorded[0] if len(recorded) == 1 else None
     lags: dict[str, Lag] = {}
     if with_lag and leases:
         async with ClientFactory(kinesis_aws).kinesis() as kinesis:

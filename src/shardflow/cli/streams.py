@@ -19,7 +19,10 @@ app = typer.Typer(help="Create, inspect, reshard and delete streams.", no_args_i
 
 Name = Annotated[str, typer.Argument(help="Stream name or ARN.", show_default=False)]
 Wait = Annotated[
-    bool, typer.Option("--wait/--no-wait", help="Wait until the stream is ACTIVE again.")
+    bool,
+    typer.Option(
+        "--wait/--no-wait", help="Wait until the stream is ACTIVE (again, after a change)."
+    ),
 ]
 WaitTimeout = Annotated[float, typer.Option("--wait-timeout", help="Seconds to wait at most.")]
 
@@ -30,7 +33,7 @@ def create(
     shards: Annotated[
         int | None,
         typer.Option(
-            "--shards", min=1, help="Provisioned stream with this many shards [default: 1]."
+            "--shards", min=1, help="Provisioned stream with this many shards (default 1)."
         ),
     ] = None,
     on_demand: Annotated[

@@ -85,7 +85,7 @@ class Connections:
         self._fetch_kinesis = self.kinesis
         if self.store is None:
             dynamodb = await stack.enter_async_context(factory.dynamodb())
-            self.store = DynamoDBLeaseStore(dynamodb, self._application_name)
+            self.store = DynamoDBLeaseStore(dynamodb, self._application_name, streams=self._streams)
             if self._settings.leases.pickup in ("stream", "auto"):
                 self.lease_streams = await stack.enter_async_context(factory.dynamodbstreams())
         if isinstance(self._settings.fetch, FanOut):

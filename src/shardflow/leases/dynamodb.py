@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -39,6 +39,11 @@ class _Rejected:
     item: Item | None
 
 
+STREAMS_TAG = "shardflow:streams"
+"""Tag of a lease table shardflow created: its application's streams, space-separated."""
+_MAX_TAG_VALUE = 256
+
+
 def _error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -58,6 +63,8 @@ class DynamoDBLeaseStore(LeaseStoreBase):
     ``client`` is an open aiobotocore DynamoDB client (see :meth:`connect` to open one from a
     :class:`~shardflow.aws.ClientFactory`). ``scan_page_size`` limits items per Scan page
     (None: DynamoDB's 1 MB pages). ``table_wait`` bounds the wait for the table to be ACTIVE.
+    ``streams``: the application's streams, recorded in a tag of the table this store creates
+    (``shardflow leases APP`` reads it to measure lag; KCL-made tables have none).
     """
 
     def __init__(
@@ -68,8 +75,10 @@ class DynamoDBLeaseStore(LeaseStoreBase):
         backoff: Backoff = LEASE_BACKOFF,
         scan_page_size: int | None = None,
         table_wait: float = 300.0,
+        streams: Sequence[str] = (),
     ) -> None:
         super().__init__(table_name)
+        self._streams_tag = " ".join(streams)
         self._client = client
         self._backoff = backoff
         self._scan_page_size = scan_page_size
@@ -100,13 +109,26 @@ class DynamoDBLeaseStore(LeaseStoreBase):
     async def _create(self, stream_view: bool) -> bool:
         """Create the table; False if another worker of the application created it first."""
         stream = {"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE}
+        extra: dict[str, Any] = {"StreamSpecification": stream} if stream_view else {}
+        if self._streams_tag and len(self._streams_tag) <= _MAX_TAG_VALUE:
+            extra["Tags"] = [{"Key": STREAMS_TAG, "Value": self._streams_tag}]
         return await create_table(
-            self._client,
-            self._table_name,
-            key=LEASE_KEY,
-            backoff=self._backoff,
-            extra={"StreamSpecification": stream} if stream_view else None,
+            self._client, self._table_name, key=LEASE_KEY, backoff=self._backoff, extra=extra
         )
+
+    async def recorded_streams(self) -> list[str]:
+        """The streams recorded when shardflow created the table (empty if none were)."""
+        table = await self._describe()
+        arn = (table or {}).get("TableArn")
+        if not arn:
+            return []
+        answer = await self._call(
+            "ListTagsOfResource", lambda: self._client.list_tags_of_resource(ResourceArn=arn)
+        )
+        for tag in answer.get("Tags", []):
+            if tag.get("Key") == STREAMS_TAG:
+                return str(tag.get("Value", "")).split()
+        return []
 
     async def _wait_active(self) -> dict[str, Any]:
         return await wait_until_active(
