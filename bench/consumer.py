@@ -204,7 +204,18 @@ DRAINS: dict[str, Callable[[argparse.Namespace, Collector], None]] = {
     "shardflow consumer (batch handler)": lambda a, c: drain_shardflow(a, c, batch=True),
     "async-kinesis consumer": drain_async_kinesis,
 }
+# The real KCL (bench/kcl_runs.py), by the name of its release in tests/support/kcl.
+KCL_RELEASES = {"KCL 2.5.8 MultiLangDaemon": "KCL_2", "KCL 3.1.3 MultiLangDaemon": "KCL_3"}
+KCL_BASELINE = "KCL 2.5.8 MultiLangDaemon"
+KCL_NOTE = (
+    "Python record processors (kclpy, one process per shard) under the MultiLangDaemon JVM, "
+    "polling, checkpoint every 1,000 records or 5 s, KCL 2.x's lease table seeded as a previous "
+    "run leaves it (KCL 3.x makes its own); timed from its first record processor's start (a lease taken, nothing read yet) to its "
+    "last record handled (JVM start excluded), "
+    "CPU of the JVM and its processors"
+)
 DRAIN_NOTES = {
+    **dict.fromkeys(KCL_RELEASES, KCL_NOTE),
     "boto3 GetRecords loop": "sequential over the shards, Limit 10,000, no leases or checkpoints",
     "shardflow consumer": "default settings (polling, 10,000 per call, leases and checkpoints "
     "every 1,000 records or 5 s on moto; the time includes creating the lease table); "
@@ -235,6 +246,7 @@ def drain_child(args: argparse.Namespace) -> None:
     print(
         json.dumps(
             {"seconds": done_at - t0, "cpu_seconds": cpu_at - cpu0, "error": error}
+            | {"rss_mib": rss_mib()}
             | collector.verdict()
         )
     )
@@ -454,6 +466,8 @@ class DrainOutcome:
     duplicates: int
     leases_lost: int
     error: str | None
+    rss_mib: float | None = None
+    """Resident memory at the end of the drain (the KCL: its JVM and processors)."""
 
     @property
     def verified(self) -> bool:
@@ -461,15 +475,16 @@ class DrainOutcome:
 
     @property
     def records_per_second(self) -> float:
-        return self.records / self.seconds
+        return self.records / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def cpu_per_100k(self) -> float:
         return self.cpu_seconds * 100_000 / self.records
 
 
-def run_drains(args: argparse.Namespace, kinesis: str, moto: str) -> list[DrainOutcome]:
-    chosen = [c for c in DRAINS if not args.contenders or c in args.contenders.split(",")]
+def run_drains(args: argparse.Namespace, kinesis: str, moto: str, kcl: Any) -> list[DrainOutcome]:
+    everyone = [*DRAINS, *(KCL_RELEASES if args.kcl else ())]
+    chosen = [c for c in everyone if not args.contenders or c in args.contenders.split(",")]
     runs: dict[str, list[DrainOutcome]] = {name: [] for name in chosen}
     env = child_env(kinesis, moto)
     # Round-robin over the contenders, the order rotated each round, so that a noisy spell of
@@ -492,7 +507,14 @@ def run_drains(args: argparse.Namespace, kinesis: str, moto: str) -> list[DrainO
                 "--records",
                 str(args.records),
             ]
-            m = run_child(command, env, timeout=600)
+            if name in KCL_RELEASES:
+                application = f"bench-kcl-{os.getpid()}-{round_}-{n}"
+                release = KCL_RELEASES[name]
+                m = kcl.drain(
+                    release, application, args.records, STALL_SECONDS, args.kcl_first_timeout
+                )
+            else:
+                m = run_child(command, env, timeout=600)
             outcome = DrainOutcome(
                 name,
                 args.records,
@@ -504,6 +526,7 @@ def run_drains(args: argparse.Namespace, kinesis: str, moto: str) -> list[DrainO
                 m["duplicates"],
                 m["leases_lost"],
                 m["error"],
+                m.get("rss_mib"),
             )
             runs[name].append(outcome)
             check = "verified" if outcome.verified else f"NOT VERIFIED ({outcome.error})"
@@ -533,31 +556,37 @@ def median_drain(outcomes: list[DrainOutcome]) -> DrainOutcome:
         max(o.duplicates for o in outcomes),
         sum(o.leases_lost for o in outcomes),
         base.error,
+        None if failed else statistics.median(o.rss_mib or 0.0 for o in outcomes),
     )
 
 
 def drain_table(outcomes: list[DrainOutcome], args: argparse.Namespace, order: str) -> str:
     base = next((o for o in outcomes if o.contender.startswith("boto3") and o.verified), None)
+    kcl = next((o for o in outcomes if o.contender == KCL_BASELINE and o.verified), None)
     lines = [
         f"Drain: {args.records:,} records x {args.size} B from 4 shards (Kinesis on kinesalite, "
         f"leases on moto), median of {args.repeat} round(s), {order}",
         "",
-        "| consumer | records/s | vs boto3 loop | CPU-s per 100k | vs boto3 loop | verified |",
-        "|---|---:|---:|---:|---:|---|",
+        "| consumer | records/s | vs boto3 loop | CPU-s per 100k | vs boto3 loop | vs KCL 2.5.8 "
+        "| RSS | verified |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for o in outcomes:
         if not o.verified:
             why = o.error or f"{o.missing:,} missing, {o.unexpected:,} unexpected"
-            lines.append(f"| {o.contender} | - | - | - | - | NO: {why} |")
+            why = why if why.startswith("not run") else f"NO: {why}"
+            lines.append(f"| {o.contender} | - | - | - | - | - | - | {why} |")
             continue
         speed = f"{o.records_per_second / base.records_per_second:.2f}x" if base else "-"
         cost = f"{o.cpu_per_100k / base.cpu_per_100k:.2f}x" if base else "-"
+        vs_kcl = f"{o.cpu_per_100k / kcl.cpu_per_100k:.2f}x" if kcl else "-"
+        rss = f"{o.rss_mib:.0f} MiB" if o.rss_mib else "-"
         dup = f", {o.duplicates:,} duplicates" if o.duplicates else ""
         if o.leases_lost:
             dup += f", {o.leases_lost} leases lost (all rounds)"
         lines.append(
             f"| {o.contender} | {o.records_per_second:,.0f} | {speed} | {o.cpu_per_100k:.2f} | "
-            f"{cost} | all {o.distinct:,} ids{dup} |"
+            f"{cost} | {vs_kcl} | {rss} | all {o.distinct:,} ids{dup} |"
         )
     lines.append("")
     lines += [f"- {name}: {DRAIN_NOTES[name]}" for name in (o.contender for o in outcomes)]
@@ -595,7 +624,32 @@ def run_first_records(args: argparse.Namespace, kinesis: str, moto: str) -> dict
     }
 
 
-def first_record_table(results: dict[str, Any], args: argparse.Namespace) -> str:
+def run_kcl_first_records(args: argparse.Namespace, kcl: Any) -> dict[str, dict[str, Any]]:
+    """The KCL's time to first record, from the JVM's spawn, once per kind (it takes long)."""
+    from support.kcl import KclUnavailable
+
+    results: dict[str, dict[str, Any]] = {}
+    for name, release in KCL_RELEASES.items():
+        try:
+            kcl.install(release)
+        except KclUnavailable as exc:
+            results[name] = {"not run": exc.reason}
+            continue
+        results[name] = {}
+        for kind, seeded in (("new application", False), ("existing lease table", True)):
+            application = f"bench-kcl-first-{os.getpid()}-{release}-{int(seeded)}"
+            seconds = kcl.first_record(
+                release, application, seeded=seeded, timeout=args.kcl_first_timeout
+            )
+            results[name][kind] = seconds
+            shown = "not within the timeout" if seconds is None else f"{seconds:.2f} s"
+            print(f"first record, {name}, {kind}: {shown} after spawn", flush=True)
+    return results
+
+
+def first_record_table(
+    results: dict[str, Any], args: argparse.Namespace, kcl: dict[str, dict[str, Any]]
+) -> str:
     lines = [
         f"Time to first record (fresh process, default settings, median of {args.first_repeat})",
         "",
@@ -609,6 +663,19 @@ def first_record_table(results: dict[str, Any], args: argparse.Namespace) -> str
             f"| {kind} | **{r['total']:.2f} s** | {r['interpreter_and_import']:.2f} s | "
             f"{r['to_first_lease']:.2f} s | {r['first_lease_to_first_record']:.2f} s | {runs} |"
         )
+    for name, kinds in kcl.items():
+        if "not run" in kinds:
+            lines.append(f"| {name} | not run: {kinds['not run']} | - | - | - | - |")
+            continue
+        for kind, seconds in kinds.items():
+            shown = (
+                f"not within {args.kcl_first_timeout:.0f} s"
+                if seconds is None
+                else f"{seconds:.2f} s"
+            )
+            lines.append(
+                f"| {name}, {kind} | **{shown}** (JVM spawn -> first record) | - | - | - | 1 |"
+            )
     lines += [
         "",
         "- new application: the lease table is created, shards listed, leases created and "
@@ -735,8 +802,13 @@ def parent(args: argparse.Namespace) -> None:
                 ],
             )
             print(f"preloaded {args.records:,} records ({rate:,.0f} records/s)", flush=True)
+        kcl = None
+        if args.kcl and ("drain" in parts or "first" in parts):
+            from kcl_runs import KclBench
+
+            kcl = KclBench(kinesis, dynamodb, DRAIN_STREAM)
         if "drain" in parts:
-            drains = run_drains(args, kinesis, dynamodb)
+            drains = run_drains(args, kinesis, dynamodb, kcl)
             payload_out["drain_order"] = ROTATED
             payload_out["drain"] = [
                 asdict(o)
@@ -749,6 +821,10 @@ def parent(args: argparse.Namespace) -> None:
             ]
         if "first" in parts:
             payload_out["first_record"] = run_first_records(args, kinesis, dynamodb)
+            if kcl is not None:
+                payload_out["first_record_kcl"] = run_kcl_first_records(args, kcl)
+        if kcl is not None:
+            kcl.close()
         if "scale" in parts:
             scale = run_scale(args, kinesis, dynamodb)
             payload_out["scale"] = scale | {
@@ -770,7 +846,7 @@ ROTATED = "order rotated each round"
 
 def drains_of(result: dict[str, Any]) -> list[DrainOutcome]:
     names = [f.name for f in fields(DrainOutcome)]
-    return [DrainOutcome(**{k: d[k] for k in names}) for d in result.get("drain", [])]
+    return [DrainOutcome(**{k: d[k] for k in names if k in d}) for d in result.get("drain", [])]
 
 
 def render(result: dict[str, Any]) -> str:
@@ -781,7 +857,8 @@ def render(result: dict[str, Any]) -> str:
         order = result.get("drain_order", "same order every round")
         tables.append(drain_table(drains_of(result), args, order))
     if "first_record" in result:
-        tables.append(first_record_table(result["first_record"], args))
+        kcl = result.get("first_record_kcl", {})
+        tables.append(first_record_table(result["first_record"], args, kcl))
     if "scale" in result:
         tables.append(scale_table(result["scale"], args))
     return "\n\n".join([*tables, f"({result['machine']})"])
@@ -796,6 +873,15 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3, help="drain rounds (medians)")
     parser.add_argument("--contenders", default="", help="comma-separated names (default: all)")
+    parser.add_argument(
+        "--kcl",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the real KCL (2.5.8, 3.1.3) as drain contenders and in time to first record",
+    )
+    parser.add_argument(
+        "--kcl-first-timeout", type=float, default=240.0, help="seconds a KCL may take to start"
+    )
     parser.add_argument("--first-repeat", type=int, default=3)
     parser.add_argument("--scale-shards", type=int, default=1_000)
     parser.add_argument("--scale-records", type=int, default=5, help="records per shard")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import total_ordering
 from typing import Any, Final, Generic, TypeVar
@@ -99,6 +99,36 @@ class Record:
     def size(self) -> int:
         """Bytes counted against Kinesis limits: data plus UTF-8 partition key."""
         return len(self.data) + len(self.partition_key.encode())
+
+
+RECORD_FIELDS: Final = tuple(f.name for f in fields(Record))
+"""Record's fields in declaration order: the arguments of :func:`build_record`."""
+
+R = TypeVar("R")
+
+
+def slot_builder(cls: type[R], names: Sequence[str]) -> Callable[..., R]:
+    """``build(*values)``: a new ``cls`` (a frozen slots dataclass) with ``names`` (all its
+    fields, in order) set to ``values``, written straight into the slots.
+
+    A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``: on the
+    per-record path (hundreds of thousands of records a second) that is about half the cost of
+    a record. The built object is the same as ``cls(*values)``, without its checks.
+    """
+    arguments = ", ".join(f"v{i}" for i in range(len(names)))
+    writes = "".join(f"    w{i}(o, v{i})\n" for i in range(len(names)))
+    source = f"def build({arguments}):\n    o = new(cls)\n{writes}    return o\n"
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    scope |= {f"w{i}": getattr(cls, name).__set__ for i, name in enumerate(names)}
+    exec(source, scope)  # generated from field names only, as dataclasses does
+    build: Callable[..., R] = scope["build"]
+    return build
+
+
+build_record: Callable[..., Record] = slot_builder(Record, RECORD_FIELDS)
+"""``build_record(data, partition_key, sequence_number, sub_sequence_number, explicit_hash_key,
+approximate_arrival_timestamp, shard_id, stream_name, aggregated, last_sub_sequence_number)``:
+a :class:`Record`, every field given in order, made at half the cost of ``Record(...)``."""
 
 
 Deserializer = Callable[[Record], T]

@@ -153,7 +153,7 @@ def test_many_records_in_random_order_with_compaction() -> None:
             assert tracker.safe_position == (records[prefix - 1].position if prefix else None)
     assert tracker.safe_position == records[-1].position
     # The acked prefix was dropped from memory, not kept around.
-    assert len(tracker._positions) < len(records)
+    assert len(tracker._records) < len(records)
 
 
 def test_aggregate_sub_records_each_count() -> None:

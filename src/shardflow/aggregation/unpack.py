@@ -33,7 +33,7 @@ from shardflow.aggregation._messages import (
     new_aggregated_record,
 )
 from shardflow.errors import AggregationError
-from shardflow.records import Record
+from shardflow.records import Record, build_record
 from shardflow.shards import MAX_HASH_KEY
 
 MalformedPolicy = Literal["plain", "raise"]
@@ -241,17 +241,17 @@ class Unpacking:
                 else None
             )
             made.append(
-                Record(
-                    data=sub.data,
-                    partition_key=partition_keys[sub.partition_key_index],
-                    sequence_number=outer.sequence_number,
-                    sub_sequence_number=index,
-                    explicit_hash_key=explicit_hash_key,
-                    approximate_arrival_timestamp=outer.approximate_arrival_timestamp,
-                    shard_id=outer.shard_id,
-                    stream_name=outer.stream_name,
-                    aggregated=True,
-                    last_sub_sequence_number=last,
+                build_record(
+                    sub.data,
+                    partition_keys[sub.partition_key_index],
+                    outer.sequence_number,
+                    index,
+                    explicit_hash_key,
+                    outer.approximate_arrival_timestamp,
+                    outer.shard_id,
+                    outer.stream_name,
+                    True,
+                    last,
                 )
             )
         return made

@@ -20,6 +20,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -60,12 +61,16 @@ class PendingCounts:
 class AckHandle:
     """The acknowledgement of one delivered record; :meth:`ack` may be called from any thread."""
 
-    __slots__ = ("_index", "_tracker", "position")
+    __slots__ = ("_index", "_record", "_tracker")
 
-    def __init__(self, tracker: AckTracker, index: int, position: ExtendedSequenceNumber) -> None:
+    def __init__(self, tracker: AckTracker, index: int, record: Record) -> None:
         self._tracker = tracker
         self._index = index
-        self.position = position
+        self._record = record
+
+    @property
+    def position(self) -> ExtendedSequenceNumber:
+        return self._record.position
 
     def ack(self) -> None:
         """Mark the record as handled. Idempotent, never blocks, never fails."""
@@ -86,18 +91,18 @@ class AckTracker:
         self, shard_id: str = "", *, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
         self.shard_id = shard_id
-        # Slots from global index ``_base`` on; slots before ``_head`` form the acked prefix.
-        self._positions: list[ExtendedSequenceNumber] = []
+        # Delivered records from global index ``_base`` on, in shard order (so an ack by
+        # position is a binary search: no per-record index to build); the slots before
+        # ``_head`` form the acked prefix. Positions are made only when asked for.
+        self._records: list[Record] = []
         self._acked = bytearray()
         self._base = 0
         self._head = 0
-        # Global index of every delivered slot after the acked prefix.
-        self._index: dict[ExtendedSequenceNumber, int] = {}
         self._acked_count = 0
         self._checkpointed_count = 0
-        self._first_delivered: ExtendedSequenceNumber | None = None
-        self._last_delivered: ExtendedSequenceNumber | None = None
-        self._safe: ExtendedSequenceNumber | None = None
+        self._first_key: tuple[int, int] | None = None
+        self._last: Record | None = None
+        self._safe: Record | None = None
         self._listeners: list[Callable[[], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -113,24 +118,42 @@ class AckTracker:
 
     def deliver(self, record: Record) -> AckHandle:
         """Register the next record of the shard; positions must strictly increase."""
-        position = record.position
-        last = self._last_delivered
-        if position.is_sentinel:
-            raise DeliveryOrderError(self.shard_id, str(position), None)
-        if last is not None and not position > last:
-            raise DeliveryOrderError(self.shard_id, str(position), str(last))
+        last = self._last
+        sequence_number = record.sequence_number
+        # Sequence numbers of one length order as strings do: the common case needs no ints.
+        if (
+            last is None
+            or len(sequence_number) != len(last.sequence_number)
+            or not sequence_number.isdigit()
+            or sequence_number < last.sequence_number
+            or (
+                sequence_number == last.sequence_number
+                and record.sub_sequence_number <= last.sub_sequence_number
+            )
+        ):
+            self._check_order(record)
+        records = self._records
+        index = self._base + len(records)
+        records.append(record)
+        self._acked.append(0)
+        self._last = record
+        return AckHandle(self, index, record)
+
+    def _check_order(self, record: Record) -> None:
+        """Raise unless ``record`` may follow the last delivered one; the first delivery also
+        binds the tracker to the running loop."""
+        if record.position.is_sentinel:
+            raise DeliveryOrderError(self.shard_id, str(record.position), None)
+        key = _key_of(record)
+        last = self._last
+        if last is not None and key <= _key_of(last):
+            raise DeliveryOrderError(self.shard_id, str(record.position), str(last.position))
+        if self._first_key is None:
+            self._first_key = key
         if self._loop is None:
             # Without a running loop (plain synchronous use) there is nothing to bind to.
             with contextlib.suppress(RuntimeError):
                 self.bind_loop()
-        index = self._base + len(self._positions)
-        self._positions.append(position)
-        self._acked.append(0)
-        self._index[position] = index
-        self._last_delivered = position
-        if self._first_delivered is None:
-            self._first_delivered = position
-        return AckHandle(self, index, position)
 
     # --- acknowledgement -----------------------------------------------------------------------
 
@@ -199,19 +222,24 @@ class AckTracker:
     def _resolve(self, target: AckTarget) -> int | None:
         """Global slot index of ``target``, or None when it lies in the acked prefix."""
         position = target.position if isinstance(target, Record) else target
-        index = self._index.get(position)
-        if index is not None:
-            return index
-        safe, first = self._safe, self._first_delivered
-        if safe is not None and first is not None and first <= position <= safe:
+        if position.is_sentinel:
+            raise RecordNotDeliveredError(self.shard_id, str(position))
+        key = (int(position.sequence_number), position.sub_sequence_number)
+        records = self._records
+        local = bisect_left(records, key, lo=self._head, key=_key_of)
+        if local < len(records) and _key_of(records[local]) == key:
+            return self._base + local
+        safe, first = self._safe, self._first_key
+        if safe is not None and first is not None and first <= key <= _key_of(safe):
             return None
         raise RecordNotDeliveredError(self.shard_id, str(position))
 
     def _ack_index(self, index: int) -> None:
         local = index - self._base
-        if local < self._head or self._acked[local]:
+        acked = self._acked
+        if local < self._head or acked[local]:
             return
-        self._acked[local] = 1
+        acked[local] = 1
         self._acked_count += 1
         if local == self._head:
             self._advance()
@@ -219,16 +247,15 @@ class AckTracker:
 
     def _advance(self) -> None:
         """Move the prefix boundary over acknowledged slots (the head slot must be acked)."""
-        positions, acked, index = self._positions, self._acked, self._index
-        head, size = self._head, len(positions)
+        records, acked = self._records, self._acked
+        head, size = self._head, len(records)
         while head < size and acked[head]:
-            del index[positions[head]]
             head += 1
         if head == self._head:
             return
-        self._safe = positions[head - 1]
+        self._safe = records[head - 1]
         if head >= _COMPACT_AFTER and head * 2 >= size:
-            del positions[:head]
+            del records[:head]
             del acked[:head]
             self._base += head
             head = 0
@@ -250,15 +277,15 @@ class AckTracker:
     @property
     def safe_position(self) -> ExtendedSequenceNumber | None:
         """The highest position with every delivered record at or before it acked (None: none)."""
-        return self._safe
+        return None if self._safe is None else self._safe.position
 
     @property
     def last_delivered(self) -> ExtendedSequenceNumber | None:
-        return self._last_delivered
+        return None if self._last is None else self._last.position
 
     @property
     def delivered_count(self) -> int:
-        return self._base + len(self._positions)
+        return self._base + len(self._records)
 
     @property
     def prefix_count(self) -> int:
@@ -295,9 +322,14 @@ class AckTracker:
 
     def completed_beyond_prefix(self) -> list[ExtendedSequenceNumber]:
         """Acknowledged positions after the first gap, in shard order."""
-        acked, positions = self._acked, self._positions
-        return [positions[i] for i in range(self._head, len(positions)) if acked[i]]
+        acked, records = self._acked, self._records
+        return [records[i].position for i in range(self._head, len(records)) if acked[i]]
 
     def completed_state(self) -> CompletedState:
         """The safe position and the records completed beyond it, ready to encode."""
-        return CompletedState(self._safe, tuple(self.completed_beyond_prefix()))
+        return CompletedState(self.safe_position, tuple(self.completed_beyond_prefix()))
+
+
+def _key_of(record: Record) -> tuple[int, int]:
+    """A record's position as numbers (its sequence number must not be a sentinel)."""
+    return (int(record.sequence_number), record.sub_sequence_number)

@@ -38,9 +38,9 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
-from shardflow.aggregation import MalformedPolicy, Unpacking, log_malformed
+from shardflow.aggregation import MAGIC, MalformedPolicy, Unpacking, log_malformed
 from shardflow.consumer.resume import ResumePlan
 from shardflow.errors import AggregationError
 from shardflow.records import Record
@@ -56,9 +56,10 @@ SLICE_SECONDS: Final = 0.002
 """The most intake work between two turns of the event loop (one step may overrun it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Intake:
-    """A record to register with the ack tracker; ``handle`` False: ack it without the handler."""
+class Intake(NamedTuple):
+    """A record to register with the ack tracker; ``handle`` False: ack it without the handler.
+
+    (A named tuple: one is made per record, and a tuple is the cheapest immutable pair.)"""
 
     record: Record
     handle: bool
@@ -106,6 +107,10 @@ class RecordIntake:
         self.stream = stream
         self.shard_id = shard_id
         self.counts = IntakeCounts()
+        # Whether records may still be at or before the checkpoint or listed as handled. Records
+        # come in shard order, so once one is past the checkpoint every later one is too: from
+        # then on (unless completed-record state lists some) the filter costs nothing.
+        self._resuming = plan.kind in ("AT_SEQUENCE_NUMBER", "SHARD_END") or bool(plan.completed)
 
     async def pieces(self, fetched: Iterable[Record]) -> AsyncIterator[list[Intake]]:
         """The items for one fetched batch, in shard order, a piece at a time (see the module
@@ -115,6 +120,16 @@ class RecordIntake:
         piece: list[Intake] = []
         for kinesis_record in fetched:
             self.counts.fetched += 1
+            if kinesis_record.aggregated or not kinesis_record.data.startswith(MAGIC):
+                # A plain record: no unpacking. The clock is read once a piece is full.
+                self._shape((kinesis_record,), piece)
+                if len(piece) >= PIECE_RECORDS:
+                    yield piece
+                    piece = []
+                    if clock() >= pause_at:
+                        await asyncio.sleep(0)
+                        pause_at = clock() + SLICE_SECONDS
+                continue
             unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed)
             made_any = False
             while not unpacking.done:
@@ -154,23 +169,26 @@ class RecordIntake:
             unpacking.abandon()
             return [record]
 
-    def _shape(self, records: list[Record], out: list[Intake]) -> None:
+    def _shape(self, records: Iterable[Record], out: list[Intake]) -> None:
         counts, plan = self.counts, self.plan
         for record in records:
             counts.user_records += 1
-            if not plan.after_checkpoint(record):
-                counts.before_checkpoint += 1
-                continue
-            if plan.already_completed(record):
-                counts.already_handled += 1
-                out.append(Intake(record, handle=False))
-                continue
-            out.append(Intake(record, handle=self._in_range_or_delivered(record)))
+            if self._resuming:
+                if not plan.after_checkpoint(record):
+                    counts.before_checkpoint += 1
+                    continue
+                if plan.already_completed(record):
+                    counts.already_handled += 1
+                    out.append(Intake(record, handle=False))
+                    continue
+                self._resuming = bool(plan.completed)
+            # Plain records are never judged by the hash-range rule (see the module doc).
+            out.append(Intake(record, not record.aggregated or self._in_range(record)))
 
-    def _in_range_or_delivered(self, record: Record) -> bool:
-        """Whether to hand ``record`` to the handler under the hash-range rule."""
+    def _in_range(self, record: Record) -> bool:
+        """Whether to hand sub-record ``record`` to the handler under the hash-range rule."""
         hash_range = self.hash_range
-        if not record.aggregated or hash_range is None or record.hash_key in hash_range:
+        if hash_range is None or record.hash_key in hash_range:
             return True
         counts = self.counts
         counts.out_of_range += 1

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from shardflow.consumer.acks import AckHandle
-from shardflow.records import Record
+from shardflow.records import RECORD_FIELDS, Record, slot_builder
 
 T = TypeVar("T")
 
@@ -29,20 +30,10 @@ class ConsumedRecord(Record, Generic[T]):
     @classmethod
     def of(cls, record: Record, value: T, handle: AckHandle) -> ConsumedRecord[T]:
         """``record`` with its deserialized ``value`` and the ``handle`` that acknowledges it."""
-        return cls(
-            data=record.data,
-            partition_key=record.partition_key,
-            sequence_number=record.sequence_number,
-            sub_sequence_number=record.sub_sequence_number,
-            explicit_hash_key=record.explicit_hash_key,
-            approximate_arrival_timestamp=record.approximate_arrival_timestamp,
-            shard_id=record.shard_id,
-            stream_name=record.stream_name,
-            aggregated=record.aggregated,
-            last_sub_sequence_number=record.last_sub_sequence_number,
-            value=value,
-            handle=handle,
-        )
+        if cls is ConsumedRecord:
+            return _build_consumed(*_record_values(record), value, handle)
+        fields = {name: getattr(record, name) for name in RECORD_FIELDS}
+        return cls(**fields, value=value, handle=handle)
 
     def ack(self) -> None:
         """Mark this record as handled. Idempotent, never blocks, safe from any thread."""
@@ -50,3 +41,7 @@ class ConsumedRecord(Record, Generic[T]):
         if handle is None:
             raise RuntimeError("this record was not delivered by a consumer: nothing to ack")
         handle.ack()
+
+
+_record_values = attrgetter(*RECORD_FIELDS)
+_build_consumed = slot_builder(ConsumedRecord, (*RECORD_FIELDS, "value", "handle"))

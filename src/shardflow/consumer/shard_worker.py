@@ -112,7 +112,8 @@ class ShardWorker:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
-        self.checkpointer.tracker.add_listener(self._on_ack)
+        self._tracker = self.checkpointer.tracker
+        self._tracker.add_listener(self._on_ack)
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -262,13 +263,14 @@ class ShardWorker:
 
     def _deliver(self, chunk: Chunk) -> list[ConsumedRecord[Any]]:
         """Register the chunk's records with the tracker and deserialize the ones to hand out."""
-        tracker = self.checkpointer.tracker
+        deliver = self.checkpointer.tracker.deliver
         deserializer = self.settings.deserializer
+        consumed = ConsumedRecord.of
         out: list[ConsumedRecord[Any]] = []
-        for item in chunk.items:
-            record = item.record
-            handle = tracker.deliver(record)
-            if not item.handle:
+        append = out.append
+        for record, to_handler in chunk.items:
+            handle = deliver(record)
+            if not to_handler:
                 handle.ack()
                 continue
             try:
@@ -277,7 +279,7 @@ class ShardWorker:
                 # Raised once the records before it are handled (see batches()).
                 self._undecodable = _deserialization_error(exc, record)
                 break
-            out.append(ConsumedRecord.of(record, value, handle))
+            append(consumed(record, value, handle))
         return out
 
     async def run(self, adapter: HandlerAdapter) -> ShardResult:
@@ -335,7 +337,7 @@ class ShardWorker:
         await self.buffer.close()
 
     def _on_ack(self) -> None:
-        if self.checkpointer.tracker.all_acked:
+        if self._tracker.all_acked:
             self._all_acked.set()
         else:
             self._all_acked.clear()

@@ -5,16 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shardflow.records import Record
+from shardflow.records import Record, build_record
 
 
 def record_from_kinesis(raw: Mapping[str, Any], *, shard_id: str, stream_name: str) -> Record:
     """One element of GetRecords' ``Records`` as a plain (not deaggregated) :class:`Record`."""
-    return Record(
-        data=bytes(raw["Data"]),
-        partition_key=raw["PartitionKey"],
-        sequence_number=raw["SequenceNumber"],
-        approximate_arrival_timestamp=raw.get("ApproximateArrivalTimestamp"),
-        shard_id=shard_id,
-        stream_name=stream_name,
+    return build_record(
+        bytes(raw["Data"]),
+        raw["PartitionKey"],
+        raw["SequenceNumber"],
+        0,
+        None,
+        raw.get("ApproximateArrivalTimestamp"),
+        shard_id,
+        stream_name,
+        False,
+        0,
     )
