@@ -189,6 +189,19 @@ def test_getting_started_as_written(
     (again,) = _handled(second.seen)
     assert "'c3'" in again, second.seen
 
+    # The demo is a contributor's path: from a pip install it says in one line what it needs.
+    demo = subprocess.run(
+        ["python", "-m", "shardflow.demo"],
+        env=user_env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
+    assert demo.returncode == 2
+    assert demo.stderr.strip().splitlines() == [
+        "shardflow demo: the demo needs the spark extra(s): pip install 'shardflow[spark]'"
+    ]
+
     seen = _run(down.text, user_env, workdir, shells)
     status = subprocess.run(
         ["shardflow", "local", "status"], env=user_env, cwd=workdir, capture_output=True, text=True

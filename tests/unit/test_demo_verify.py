@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from decimal import Decimal
 
+import pytest
+
 from shardflow.demo.events import generate_events
 from shardflow.demo.ledger import LARGE_ORDER_EUR, Ledger, is_large_order, segment_of
 from shardflow.demo.verify import WindowTotals, verify
@@ -74,3 +76,18 @@ def test_segments_and_the_large_order_threshold() -> None:
     assert is_large_order(order)
     assert not is_large_order({**order, "amount": 399.99})
     assert not is_large_order(payment)
+
+
+def test_the_demo_says_in_one_line_what_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardflow.demo import needs
+
+    assert needs.missing(spark=True) is None  # the dev environment has everything
+    monkeypatch.setattr(needs, "_importable", lambda module: module not in {"pyspark"})
+    assert needs.missing(spark=True) == (
+        "the demo needs the spark extra(s): pip install 'shardflow[spark]'"
+    )
+    assert needs.missing(spark=False) is None
+    monkeypatch.setattr(needs, "_importable", lambda module: True)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    assert "Java 17" in (needs.missing(spark=True) or "")

@@ -226,11 +226,14 @@ def consume(
     """Consume streams with a handler until SIGTERM or Ctrl-C (graceful: final checkpoints,
     leases released; a second signal stops at once)."""
     handler = load_handler(target)
+    level = getattr(logging, log_level.upper(), logging.INFO)
     logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for sdk in ("botocore", "aiobotocore"):  # their INFO lines (credentials found...) are noise
+        logging.getLogger(sdk).setLevel(max(level, logging.WARNING))
     letters_target = dead_letter_target(dead_letters)
     dispatch = dispatch_settings(ordering, max_in_flight, attempts, on_failure, dead_letters)
     if dispatch is not None and batch:

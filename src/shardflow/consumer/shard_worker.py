@@ -175,13 +175,17 @@ class ShardWorker:
         if start is None:
             self._tasks.append(asyncio.create_task(self.buffer.finish()))
             return
-        log.info(
-            "shard %s (stream %s): reading from %s (checkpoint %s)",
-            self.shard_id,
-            self.stream,
-            start,
-            self.lease.checkpoint,
-        )
+        checkpoint = self.lease.checkpoint
+        if checkpoint.sequence_number.isdigit():
+            log.info(
+                "shard %s (stream %s): resuming after checkpoint %s (records up to it and "
+                "including it are not handled again)",
+                self.shard_id,
+                self.stream,
+                checkpoint,
+            )
+        else:
+            log.info("shard %s (stream %s): starting at %s", self.shard_id, self.stream, start)
         self.reader.start(start)
         if self._metrics is not None:
             self._metrics.track_shard(self.stream, self.shard_id, self.gauges)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from shardflow.demo.needs import missing
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(
@@ -30,6 +32,10 @@ def main() -> None:
         "--foundation", action="store_true", help="the demo without Spark (producer, reader)"
     )
     args = parser.parse_args()
+    problem = missing(spark=not args.foundation)
+    if problem is not None:
+        print(f"shardflow demo: {problem}", file=sys.stderr)
+        sys.exit(2)
     if args.foundation:
         from shardflow.demo import foundation
 
