@@ -156,16 +156,12 @@ class KclBench:
             "rss_mib": rss / (1024 * 1024),
         }
 
-    def first_record(
-        self, release: str, application: str, *, seeded: bool, timeout: float
-    ) -> float | None:
+    def first_record(self, release: str, application: str, *, timeout: float) -> float | None:
         """Seconds from the JVM's spawn to its first record handled (None: not within timeout)."""
-        from support.kcl.tables import seed_lease_table
-
         worker = self._worker(release, application)
-        if seeded:
-            seed_lease_table(self.dynamodb, self.kinesis, application, self.stream)
         log = HandledLog(worker.handled_path)
+        log.poll()  # a restart: only records handled from now on count
+        log.first_at = None
         spawned = time.time()
         worker.start()
         try:
