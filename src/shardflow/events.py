@@ -6,18 +6,24 @@ the consumer was given) and ``shard_id``. :data:`DiagnosticEvent` is their union
 with ``match`` or ``isinstance``. Callbacks receiving them must be quick and must not raise
 (exceptions are logged and dropped).
 
-Who emits what: the lease coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost,
-LeaseReleased, ShardEnded, WorkerJoined and WorkerLeft; the consumer emits ShardStarted,
-ShardFailed, CheckpointWritten, FetchThrottled and SubscriptionRenewed.
+Observations flow one way, through one :class:`EventEmitter` per worker: the lease
+coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
+WorkerJoined and WorkerLeft; the fetchers FetchThrottled and SubscriptionRenewed; the
+checkpointer CheckpointWritten; the consumer ShardStarted and ShardFailed. Subscribers (the
+consumer's metrics, the user's ``on_event``) receive every event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Final, Literal, TypeVar
 
+from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.records import ExtendedSequenceNumber
+
+log = logging.getLogger("shardflow.events")
 
 RenewalReason = Literal["renew_due", "closed", "silent", "failed", "interrupted"]
 """Why the fan-out subscription before a renewed one ended: it reached ``renew_after``; the
@@ -34,6 +40,11 @@ LostWhy = Literal["taken", "expired", "deleted", "handoff"]
 item disappeared, or a graceful handoff to another worker completed without us."""
 
 ReleasedWhy = Literal["shutdown", "shard_done", "handoff", "requested"]
+
+WriteReason = Literal["checkpoint", "flush", "count", "interval", "final", "shard_end"]
+"""What made a checkpointer write: asked by user code (``checkpoint``, ``flush``), the
+automatic triggers (``count``, ``interval``), the last write before a lease is let go
+(``final``), or the end of the shard (``shard_end``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,11 +127,16 @@ class ShardFailed(_ShardEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointWritten(_ShardEvent):
-    """A checkpoint was stored for the shard."""
+    """A checkpoint was stored for the shard: ``position``, after ``previous`` (None: none
+    written before); ``records`` newly covered by it; ``lag``: records delivered but not
+    covered, right after the write; ``duration``: seconds the write took."""
 
     position: ExtendedSequenceNumber
     records: int
-    reason: str
+    reason: WriteReason
+    previous: ExtendedSequenceNumber | None = None
+    lag: int = 0
+    duration: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,3 +197,68 @@ DiagnosticEvent = (
 
 EventCallback = Callable[[DiagnosticEvent], None]
 """Receives diagnostic events; must be quick and should not raise."""
+
+
+# --- the channel --------------------------------------------------------------------------------
+
+E = TypeVar("E", bound=_Event)
+
+
+class EventEmitter:
+    """The one channel of a worker's diagnostic events: components emit, subscribers receive.
+
+    Bound to the worker: :meth:`emit` fills in ``worker_id`` and ``at`` (the clock's wall
+    time), :meth:`for_shard` binds ``stream`` and ``shard_id`` as well. Subscribers are called
+    in order, on the emitting task; one that raises is logged and the others still run. With
+    no subscriber no event is built at all.
+    """
+
+    def __init__(
+        self,
+        worker_id: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        subscribers: Iterable[EventCallback | None] = (),
+    ) -> None:
+        self.worker_id = worker_id
+        self._clock = clock
+        self._subscribers = [callback for callback in subscribers if callback is not None]
+
+    def subscribe(self, callback: EventCallback) -> None:
+        """Hand every event emitted from now on to ``callback`` too."""
+        self._subscribers.append(callback)
+
+    def emit(self, kind: type[E], /, **fields: Any) -> None:
+        """Build a ``kind`` event of this worker, now, from ``fields``, and hand it out."""
+        if not self._subscribers:
+            return
+        event: Any = kind(worker_id=self.worker_id, at=self._clock.wall(), **fields)
+        for callback in self._subscribers:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("event subscriber failed on %s", kind.__name__)
+
+    def for_shard(self, stream: str, shard_id: str) -> ShardEmitter:
+        """This emitter, bound to one shard as well."""
+        return ShardEmitter(self, stream, shard_id)
+
+
+class ShardEmitter:
+    """An :class:`EventEmitter` bound to one shard: :meth:`emit` adds ``stream`` and
+    ``shard_id``."""
+
+    __slots__ = ("_emitter", "shard_id", "stream")
+
+    def __init__(self, emitter: EventEmitter, stream: str, shard_id: str) -> None:
+        self._emitter = emitter
+        self.stream = stream
+        self.shard_id = shard_id
+
+    def emit(self, kind: type[E], /, **fields: Any) -> None:
+        """Build a ``kind`` event of this shard, now, from ``fields``, and hand it out."""
+        self._emitter.emit(kind, stream=self.stream, shard_id=self.shard_id, **fields)
+
+
+SILENT: Final = ShardEmitter(EventEmitter("", subscribers=()), "", "")
+"""Emits nothing (for fetchers and checkpointers used outside a consumer)."""

@@ -13,10 +13,10 @@ from shardflow.consumer.checkpoint import (
     SHARD_END_POSITION,
     Checkpointer,
     CheckpointSettings,
-    CheckpointWritten,
 )
 from shardflow.consumer.completed import decode_completed
 from shardflow.errors import ShardLeaseLost, TransientError
+from shardflow.events import CheckpointWritten, DiagnosticEvent, EventEmitter
 from shardflow.records import ExtendedSequenceNumber, Record
 
 SHARD = "shardId-000000000007"
@@ -334,22 +334,27 @@ async def test_stop_lets_a_write_in_progress_finish() -> None:
     assert writer.positions == [esn(100)]
 
 
-async def test_hooks_see_every_write_and_cannot_break_it() -> None:
-    checkpointer, _, _, batch, _ = make()
-    events: list[CheckpointWritten] = []
+async def test_every_write_is_an_event_and_a_subscriber_cannot_break_it() -> None:
+    events: list[DiagnosticEvent] = []
 
-    def broken(event: CheckpointWritten) -> None:
-        raise RuntimeError("hook bug")
+    def broken(event: DiagnosticEvent) -> None:
+        raise RuntimeError("subscriber bug")
 
-    checkpointer.add_hook(broken)
-    checkpointer.add_hook(events.append)
+    emitter = EventEmitter("w1", subscribers=[broken, events.append])
+    checkpointer = Checkpointer(
+        FakeWriter(), shard_id=SHARD, clock=ManualClock(), events=emitter.for_shard("s", SHARD)
+    )
+    batch = [Record(b"x", "pk", str(100 + i), shard_id=SHARD) for i in range(10)]
+    for record in batch:
+        checkpointer.tracker.deliver(record)
     await checkpointer.checkpoint(batch[2])
     await checkpointer.checkpoint(batch[5])
-    assert [(e.position, e.previous, e.records, e.lag, e.reason) for e in events] == [
+    written = [e for e in events if isinstance(e, CheckpointWritten)]
+    assert [(e.position, e.previous, e.records, e.lag, e.reason) for e in written] == [
         (esn(102), None, 3, 7, "checkpoint"),
         (esn(105), esn(102), 3, 4, "checkpoint"),
     ]
-    assert all(e.shard_id == SHARD for e in events)
+    assert all((e.worker_id, e.stream, e.shard_id) == ("w1", "s", SHARD) for e in written)
 
 
 async def test_observability_of_age_and_lag() -> None:

@@ -19,9 +19,9 @@ from shardflow.errors import (
     AccessDeniedError,
     ResourceNotFoundError,
 )
+from shardflow.events import SILENT, ShardEmitter
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.fanout import FanOut, FanOutFetcher
-from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.fetch.pacing import SubscriptionPacer
 from shardflow.positions import StartPosition
 
@@ -140,7 +140,7 @@ QUICK = FanOut(
 def make(
     settings: FanOut = QUICK,
     start: StartPosition | None = None,
-    observer: FetchObserver = NO_OBSERVER,
+    events: ShardEmitter = SILENT,
     closed_shard_check: float | None = None,
 ) -> tuple[FanOutFetcher, FakeKinesis, ManualClock]:
     clock = ManualClock(start=0.0)
@@ -155,7 +155,7 @@ def make(
         pacer=SubscriptionPacer(clock=clock),
         clock=clock,
         rng=random.Random(7),
-        observer=observer,
+        events=events,
         closed_shard_check=closed_shard_check,
     )
     return fetcher, kinesis, clock

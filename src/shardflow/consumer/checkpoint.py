@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Final, Protocol
 
 from shardflow.aws.persistence import Patience, Persistence
 from shardflow.backoff import Backoff
@@ -27,6 +26,7 @@ from shardflow.consumer.completed import (
     encode_completed,
 )
 from shardflow.errors import AwsError, ShardLeaseLost
+from shardflow.events import SILENT, CheckpointWritten, ShardEmitter, WriteReason
 from shardflow.records import SHARD_END, ExtendedSequenceNumber, Record
 
 log = logging.getLogger(__name__)
@@ -83,28 +83,6 @@ class CheckpointSettings:
             raise ValueError(f"interval must be positive, got {self.interval}")
 
 
-WriteReason = Literal["checkpoint", "flush", "count", "interval", "final", "shard_end"]
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointWritten:
-    """A checkpoint was written (the event handed to hooks)."""
-
-    shard_id: str
-    position: ExtendedSequenceNumber
-    previous: ExtendedSequenceNumber | None
-    reason: WriteReason
-    records: int
-    """Records newly covered by this checkpoint."""
-    lag: int
-    """Records delivered but not covered, right after the write."""
-    duration: float
-    """Seconds the write took."""
-
-
-CheckpointHook = Callable[[CheckpointWritten], None]
-
-
 class Checkpointer:
     """Checkpoints one shard for user code: ``stage``, ``checkpoint``, ``flush``, ``final``.
 
@@ -135,15 +113,16 @@ class Checkpointer:
         settings: CheckpointSettings | None = None,
         clock: Clock = SYSTEM_CLOCK,
         initial: ExtendedSequenceNumber | None = None,
-        hooks: Iterable[CheckpointHook] = (),
+        events: ShardEmitter = SILENT,
     ) -> None:
-        """``initial`` is the checkpoint already stored: nothing at or before it is written."""
+        """``initial`` is the checkpoint already stored: nothing at or before it is written.
+        ``events`` hears of every write (:class:`~shardflow.events.CheckpointWritten`)."""
         self.shard_id = shard_id or (tracker.shard_id if tracker else "")
         self._writer = writer
         self._tracker = tracker if tracker is not None else AckTracker(self.shard_id)
         self._settings = settings or CheckpointSettings()
         self._clock = clock
-        self._hooks = list(hooks)
+        self._events = events
         self._written = initial
         self._written_state: bytes | None = None
         self._written_at: float | None = None
@@ -219,10 +198,6 @@ class Checkpointer:
                     pause,
                 )
                 await self._clock.sleep(pause)
-
-    def add_hook(self, hook: CheckpointHook) -> None:
-        """Call ``hook(event)`` after every successful write (errors in hooks are logged)."""
-        self._hooks.append(hook)
 
     # --- observation ---------------------------------------------------------------------------
 
@@ -352,16 +327,14 @@ class Checkpointer:
             self._written, self._written_state, self._written_acked = position, state, acked
             self._written_at = self._clock.monotonic()
             tracker.mark_checkpointed(covered)
-            self._emit(
-                CheckpointWritten(
-                    shard_id=self.shard_id,
-                    position=position,
-                    previous=written,
-                    reason=reason,
-                    records=tracker.checkpointed_count - before,
-                    lag=tracker.pending.lag,
-                    duration=self._written_at - started,
-                )
+            self._events.emit(
+                CheckpointWritten,
+                position=position,
+                previous=written,
+                reason=reason,
+                records=tracker.checkpointed_count - before,
+                lag=tracker.pending.lag,
+                duration=self._written_at - started,
             )
             return position
 
@@ -375,13 +348,6 @@ class Checkpointer:
             CompletedState(position, tuple(completed)),
             max_bytes=self._settings.max_completed_bytes,
         )
-
-    def _emit(self, event: CheckpointWritten) -> None:
-        for hook in self._hooks:
-            try:
-                hook(event)
-            except Exception:
-                log.exception("checkpoint hook failed (shard %s)", self.shard_id)
 
 
 def _log_unobserved_failure(task: asyncio.Future[ExtendedSequenceNumber | None]) -> None:

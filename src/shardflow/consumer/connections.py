@@ -19,9 +19,9 @@ from shardflow.aws.settings import AwsSettings
 from shardflow.clock import Clock
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.worker_contract import FetcherFactory
+from shardflow.events import SILENT, ShardEmitter
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.fanout import FanOut, FanOutFetcher, fanout_client
-from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.fetch.polling import PollingFetcher
 from shardflow.fetch.registration import ConsumerRegistration
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
@@ -113,11 +113,9 @@ class Connections:
             self._consumer_arns[stream] = registered.arn
             log.info("fan-out consumer %s of %s is active", name, stream)
 
-    def fetchers(
-        self, stream: str, shard_id: str, observer: FetchObserver = NO_OBSERVER
-    ) -> FetcherFactory:
-        """Opens fetchers of one shard, by fan-out or polling as the settings say; ``observer``
-        hears what they report (throttling, renewed subscriptions)."""
+    def fetchers(self, stream: str, shard_id: str, events: ShardEmitter = SILENT) -> FetcherFactory:
+        """Opens fetchers of one shard, by fan-out or polling as the settings say; they emit
+        what they see (throttling, renewed subscriptions) to ``events``."""
         kinesis, settings, clock = self._fetch_kinesis, self._settings, self._clock
         fetch = settings.fetch
         if isinstance(fetch, FanOut):
@@ -132,7 +130,7 @@ class Connections:
                     fetch,
                     consumer_arn=consumer_arn,
                     clock=clock,
-                    observer=observer,
+                    events=events,
                 )
 
             return fanout
@@ -140,7 +138,7 @@ class Connections:
 
         def poll(start: StartPosition) -> AsyncIterator[FetchedBatch]:
             return PollingFetcher(
-                kinesis, stream, shard_id, start, polling, clock=clock, observer=observer
+                kinesis, stream, shard_id, start, polling, clock=clock, events=events
             )
 
         return poll

@@ -38,7 +38,6 @@ from typing import Any, TypeVar
 from shardflow.aws.persistence import Persistence
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer import checkpoint as checkpoints
 from shardflow.consumer.checkpoint import FINAL_WRITE_PATIENCE
 from shardflow.consumer.connections import Connections
 from shardflow.consumer.dead_letter_log import ObservedSink
@@ -46,7 +45,6 @@ from shardflow.consumer.dispatch.contracts import DeadLetterSink
 from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
 from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
 from shardflow.consumer.failures import failure_kind
-from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.session import ShardSession
@@ -59,14 +57,7 @@ from shardflow.consumer.shard_worker import (
 from shardflow.consumer.signals import install_stop_signals
 from shardflow.consumer.status import ConsumerStatus, ShardStatus
 from shardflow.errors import AwsError
-from shardflow.events import (
-    CheckpointWritten,
-    DiagnosticEvent,
-    EventCallback,
-    ShardFailed,
-    ShardStarted,
-)
-from shardflow.fetch.observer import FetchObserver
+from shardflow.events import EventCallback, EventEmitter, ShardFailed, ShardStarted
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import StreamSpec
@@ -124,7 +115,9 @@ class Consumer:
         self._aws = aws
         self._kinesis = kinesis
         self._lease_store = lease_store
-        self._on_event = on_event
+        self._events = EventEmitter(
+            self.worker_id, clock=clock, subscribers=[self.metrics.observe, on_event]
+        )
         self._on_error = on_error
         self._clock = clock
         self._active = False
@@ -400,7 +393,7 @@ class Consumer:
             settings=self.settings.leases,
             initial_position=self.settings.initial_position,
             clock=self._clock,
-            on_event=self._emit,
+            events=self._events,
             lease_streams=connections.lease_streams,
         )
         await coordinator.start()
@@ -464,30 +457,19 @@ class Consumer:
             connections = self._connections
             if self._stop_requested.is_set() or not owned.valid() or connections is None:
                 return
+            events = self._events.for_shard(owned.stream, owned.shard_id)
             try:
                 worker = ShardWorker(
                     owned,
-                    connections.fetchers(
-                        owned.stream,
-                        owned.shard_id,
-                        self._fetch_observer(owned, connections.efo_consumer_name),
-                    ),
+                    connections.fetchers(owned.stream, owned.shard_id, events),
                     settings=self.settings,
                     hash_range=await self._hash_range(owned),
                     clock=self._clock,
                     metrics=self.metrics,
-                    hooks=[self._checkpoint_hook(owned)],
+                    events=events,
                 )
                 self._workers[key] = worker
-                self._emit(
-                    ShardStarted(
-                        worker_id=self.worker_id,
-                        at=self._clock.wall(),
-                        stream=owned.stream,
-                        shard_id=owned.shard_id,
-                        position=str(owned.checkpoint),
-                    )
-                )
+                events.emit(ShardStarted, position=str(owned.checkpoint))
                 result = await drive(worker)
             except Exception as exc:
                 # A bug, or an AWS failure outside the worker's own handling: the shard stops
@@ -579,7 +561,6 @@ class Consumer:
             await coordinator.release(owned, why="requested")
             return
         parked = kind == "handler" and self.settings.on_error == "stop_shard"
-        self.metrics.shard_failed(owned.stream)
         log.error(
             "shard %s (stream %s) stopped%s: %s. %s",
             owned.shard_id,
@@ -589,17 +570,12 @@ class Consumer:
             _what_next(kind, parked),
             exc_info=error if kind == "handler" else None,  # the handler's file and line, once
         )
-        self._emit(
-            ShardFailed(
-                worker_id=self.worker_id,
-                at=self._clock.wall(),
-                stream=owned.stream,
-                shard_id=owned.shard_id,
-                lease_key=owned.lease_key,
-                error_type=type(error).__name__,
-                message=str(error),
-                parked=parked,
-            )
+        self._events.for_shard(owned.stream, owned.shard_id).emit(
+            ShardFailed,
+            lease_key=owned.lease_key,
+            error_type=type(error).__name__,
+            message=str(error),
+            parked=parked,
         )
         if self._on_error is not None:
             try:
@@ -635,42 +611,6 @@ class Consumer:
         if owned.hash_range is not None or self._connections is None:
             return owned.hash_range
         return await self._connections.hash_range(owned.stream, owned.shard_id)
-
-    def _checkpoint_hook(self, owned: OwnedLease) -> checkpoints.CheckpointHook:
-        def written(event: checkpoints.CheckpointWritten) -> None:
-            self.metrics.checkpoint_written(owned.stream)
-            self._emit(
-                CheckpointWritten(
-                    worker_id=self.worker_id,
-                    at=self._clock.wall(),
-                    stream=owned.stream,
-                    shard_id=owned.shard_id,
-                    position=event.position,
-                    records=event.records,
-                    reason=event.reason,
-                )
-            )
-
-        return written
-
-    def _fetch_observer(self, owned: OwnedLease, consumer_name: str | None) -> FetchObserver:
-        return shard_fetch_observer(
-            stream=owned.stream,
-            shard_id=owned.shard_id,
-            worker_id=self.worker_id,
-            consumer_name=consumer_name,
-            clock=self._clock,
-            emit=self._emit,
-            metrics=self.metrics,
-        )
-
-    def _emit(self, event: DiagnosticEvent) -> None:
-        if self._on_event is None:
-            return
-        try:
-            self._on_event(event)
-        except Exception:
-            log.exception("diagnostic event callback failed on %s", type(event).__name__)
 
 
 def _what_next(kind: str, parked: bool) -> str:

@@ -34,6 +34,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.events import (
+    CheckpointWritten,
+    DiagnosticEvent,
+    FetchThrottled,
+    ShardFailed,
+    SubscriptionRenewed,
+)
 
 LATENCY_BUCKETS: Final = (
     0.0005,
@@ -187,11 +194,19 @@ class ConsumerMetrics:
         counters.out_of_range_delivered += delivered
         counters.out_of_range_dropped += dropped
 
-    def checkpoint_written(self, stream: str) -> None:
-        self._stream(stream).checkpoints += 1
-
-    def shard_failed(self, stream: str) -> None:
-        self._stream(stream).shard_failures += 1
+    def observe(self, event: DiagnosticEvent) -> None:
+        """Count what the consumer's events report (subscribed to its event emitter)."""
+        match event:
+            case CheckpointWritten():
+                self._stream(event.stream).checkpoints += 1
+            case ShardFailed():
+                self._stream(event.stream).shard_failures += 1
+            case FetchThrottled():
+                self._stream(event.stream).fetch_throttles += 1
+            case SubscriptionRenewed():
+                self._stream(event.stream).subscription_renewals += 1
+            case _:
+                pass
 
     def shard_parked(self, stream: str, change: int) -> None:
         """A shard was parked (+1) or let go after being parked (-1)."""
@@ -199,12 +214,6 @@ class ConsumerMetrics:
 
     def dead_lettered(self, stream: str) -> None:
         self._stream(stream).dead_letters += 1
-
-    def fetch_throttled(self, stream: str) -> None:
-        self._stream(stream).fetch_throttles += 1
-
-    def subscription_renewed(self, stream: str) -> None:
-        self._stream(stream).subscription_renewals += 1
 
     def track_shard(self, stream: str, shard_id: str, gauges: GaugeSource) -> None:
         """Report ``gauges()`` for a shard while it is owned."""

@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpoint import Checkpointer, CheckpointHook
+from shardflow.consumer.checkpoint import Checkpointer
 from shardflow.consumer.handlers import ChunkOutcome, HandlerAdapter
 from shardflow.consumer.intake import RecordIntake
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
@@ -41,6 +41,7 @@ from shardflow.consumer.worker_contract import (
     StopReason,
 )
 from shardflow.errors import DeserializationError, ShardLeaseLost
+from shardflow.events import SILENT, ShardEmitter
 from shardflow.positions import StartPosition
 from shardflow.records import Record
 from shardflow.shards import HashKeyRange
@@ -74,7 +75,7 @@ class ShardWorker:
         stream_name: str | None = None,
         clock: Clock = SYSTEM_CLOCK,
         metrics: ConsumerMetrics | None = None,
-        hooks: Iterable[CheckpointHook] = (),
+        events: ShardEmitter = SILENT,
     ) -> None:
         self.lease = lease
         self.settings = settings or ConsumerSettings()
@@ -98,7 +99,7 @@ class ShardWorker:
             settings=self.settings.checkpoint,
             clock=clock,
             initial=lease.checkpoint,
-            hooks=hooks,
+            events=events,
         )
         self._stop_reason: StopReason | None = None
         self._stop_requested = asyncio.Event()  # wakes the watcher: stop, failure or finish

@@ -5,7 +5,6 @@ from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.convert import record_from_kinesis
 from shardflow.fetch.fanout import FanOut, FanOutFetcher, fanout_client
 from shardflow.fetch.limiter import CallRateLimiter
-from shardflow.fetch.observer import FetchObserver
 from shardflow.fetch.pacing import SubscriptionPacer
 from shardflow.fetch.polling import Polling, PollingFetcher
 from shardflow.fetch.registration import (
@@ -22,7 +21,6 @@ __all__ = [
     "ConsumerRegistration",
     "FanOut",
     "FanOutFetcher",
-    "FetchObserver",
     "FetchedBatch",
     "Polling",
     "PollingFetcher",

@@ -25,11 +25,16 @@ from shardflow.aws.persistence import DEFAULT_DENIED_FOR, Patience, Persistence
 from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ResourceInUseError, ThrottledError, TransientError
-from shardflow.events import RenewalReason
+from shardflow.events import (
+    SILENT,
+    FetchThrottled,
+    RenewalReason,
+    ShardEmitter,
+    SubscriptionRenewed,
+)
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.convert import record_from_kinesis
 from shardflow.fetch.eventstream import tolerate_missing_initial_response
-from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.fetch.pacing import SubscriptionPacer, shared_pacer
 from shardflow.fetch.shard_end import shard_end_at
 from shardflow.fetch.subscription import Lapse, Subscription, starting_position
@@ -142,9 +147,10 @@ class FanOutFetcher:
     retried with backoff. Call :meth:`aclose` (or use ``async with``) to release the connection
     when stopping before the shard's end. One reader per fetcher.
 
-    ``observer`` hears of every throttled SubscribeToShard that is retried (with its delay) and
-    of every subscription that took over from an earlier one (where it resumed and why the
-    earlier one ended), once it delivered its first event.
+    ``events`` (the shard's emitter) hears of every throttled SubscribeToShard that is retried
+    (:class:`~shardflow.events.FetchThrottled`, with its delay) and of every subscription that
+    took over from an earlier one (:class:`~shardflow.events.SubscriptionRenewed`: where it
+    resumed and why the earlier one ended), once it delivered its first event.
 
     ``consumer_arn`` is the ARN of a registered consumer (see
     :func:`~shardflow.fetch.registration.register_consumer`); ``kinesis`` an
@@ -169,7 +175,7 @@ class FanOutFetcher:
         pacer: SubscriptionPacer | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
-        observer: FetchObserver = NO_OBSERVER,
+        events: ShardEmitter = SILENT,
         closed_shard_check: float | None = None,
     ) -> None:
         if closed_shard_check is not None and closed_shard_check <= 0:
@@ -187,7 +193,7 @@ class FanOutFetcher:
         )
         self._clock = clock
         self._rng = rng
-        self._observer = observer
+        self._events = events
         tolerate_missing_initial_response(kinesis)
         self._subscription: Subscription | None = None
         self._subscribed_at = self.start
@@ -322,7 +328,12 @@ class FanOutFetcher:
         this one renewed it. (Counted only now: kinesis-local refuses a subscription inside its
         stream, and a refused subscription is no renewal.)"""
         if self._last_working_ended is not None:
-            self._observer.renewed(self._subscribed_at, self._last_working_ended)
+            self._events.emit(
+                SubscriptionRenewed,
+                consumer_name=consumer_name_of(self.consumer_arn),
+                position=str(self._subscribed_at),
+                reason=self._last_working_ended,
+            )
 
     async def _after_lapse(self, subscription: Subscription, lapse: Lapse) -> None:
         self._drop_because(subscription, _LAPSE_REASONS[lapse])
@@ -382,7 +393,7 @@ class FanOutFetcher:
             "subscription to %s failed (%s); retry in %.3fs", self.shard_id, error.code, pause
         )
         if kind == "throttled":
-            self._observer.throttled("SubscribeToShard", pause)
+            self._events.emit(FetchThrottled, operation="SubscribeToShard", delay=pause)
         await self._clock.sleep(pause)
 
     def _policy(self, error: AwsError) -> tuple[str, Backoff]:
@@ -456,3 +467,10 @@ class FanOutFetcher:
             shard_ended=True,
             child_shards=children,
         )
+
+
+def consumer_name_of(consumer_arn: str) -> str:
+    """The stream consumer's name in its ARN (``...:stream/NAME/consumer/CONSUMER:EPOCH``)."""
+    _, _, tail = consumer_arn.rpartition("/consumer/")
+    name, _, _ = tail.rpartition(":")
+    return name or tail

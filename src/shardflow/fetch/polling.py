@@ -14,10 +14,10 @@ from shardflow.aws.persistence import DEFAULT_DENIED_FOR, Patience, Persistence
 from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ExpiredIteratorError, ThrottledError
+from shardflow.events import SILENT, FetchThrottled, ShardEmitter
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.convert import record_from_kinesis
 from shardflow.fetch.limiter import CallRateLimiter
-from shardflow.fetch.observer import NO_OBSERVER, FetchObserver
 from shardflow.positions import StartPosition
 from shardflow.shards import ChildShard
 
@@ -97,7 +97,8 @@ class PollingFetcher:
     that waiting cannot fix are raised as typed :class:`~shardflow.errors.AwsError`. At the shard's end the last
     batch has ``shard_ended=True`` and iteration stops.
 
-    ``observer`` hears of every throttled GetRecords call that is retried, with its delay.
+    ``events`` (the shard's emitter) hears of every throttled GetRecords call that is retried,
+    as a :class:`~shardflow.events.FetchThrottled` with the delay it waits.
 
     Not safe for concurrent ``__anext__`` calls: one reader per fetcher.
     """
@@ -112,7 +113,7 @@ class PollingFetcher:
         *,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
-        observer: FetchObserver = NO_OBSERVER,
+        events: ShardEmitter = SILENT,
     ) -> None:
         self._kinesis = kinesis
         self.stream = stream
@@ -122,7 +123,7 @@ class PollingFetcher:
         self._stream_name = stream_name_of(stream)
         self._clock = clock
         self._rng = rng
-        self._observer = observer
+        self._events = events
         self._limiter = CallRateLimiter(self.settings.max_calls_per_second, clock=clock)
         self._persistence = Persistence(self.settings.patience, clock=clock, rng=rng)
         self._iterator: str | None = None
@@ -221,7 +222,7 @@ class PollingFetcher:
             pause,
         )
         if isinstance(error, ThrottledError) and error.operation == "GetRecords":
-            self._observer.throttled("GetRecords", pause)
+            self._events.emit(FetchThrottled, operation="GetRecords", delay=pause)
         await self._clock.sleep(pause)
 
     async def _new_iterator(self) -> str | None:

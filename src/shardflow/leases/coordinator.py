@@ -11,7 +11,7 @@ Interface (what the consumer builds on)
         kinesis=kinesis_client,                 # open aiobotocore Kinesis client (ListShards)
         settings=LeaseSettings(),               # failover 10 s, renew 3.308 s, take 20.05 s, ...
         initial_position=StartPosition.trim_horizon(),   # or latest() / at_timestamp(...)
-        clock=SYSTEM_CLOCK, on_event=callback,  # callback(DiagnosticEvent), see shardflow.events
+        clock=SYSTEM_CLOCK, events=emitter,     # an EventEmitter (or on_event=callback), see shardflow.events
     )
     await coordinator.start()        # table, first shard sync, first take: returns with leases
     async for owned in coordinator.acquisitions():   # OwnedLease, as each is taken (ends at stop)
@@ -79,8 +79,8 @@ from shardflow.aws.kinesis import list_shards
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import ShardflowError
 from shardflow.events import (
-    DiagnosticEvent,
     EventCallback,
+    EventEmitter,
     LeaseAcquired,
     LeaseLost,
     LeaseReleased,
@@ -124,11 +124,13 @@ class LeaseCoordinator:
         initial_position: StartPosition | None = None,
         clock: Clock = SYSTEM_CLOCK,
         on_event: EventCallback | None = None,
+        events: EventEmitter | None = None,
         rng: random.Random | None = None,
         lease_streams: Any | None = None,
     ) -> None:
         """``lease_streams``: an open ``dynamodbstreams`` client, needed to read the lease
-        table's stream (``pickup`` "stream" or "auto"); without it pick-up polls."""
+        table's stream (``pickup`` "stream" or "auto"); without it pick-up polls. ``events``:
+        the worker's event emitter (default: one of its own, subscribed by ``on_event``)."""
         if not worker_id:
             raise ValueError("worker_id must be a non-empty string")
         self._store = store
@@ -138,7 +140,7 @@ class LeaseCoordinator:
         self._settings = settings or LeaseSettings()
         self._initial = check_initial_position(initial_position or StartPosition.trim_horizon())
         self._clock = clock
-        self._on_event = on_event
+        self._events = events or EventEmitter(worker_id, clock=clock, subscribers=[on_event])
         self._owned: dict[str, OwnedLease] = {}
         self.acquired: asyncio.Queue[OwnedLease] = asyncio.Queue()
         """Every lease this worker takes, as it is taken (it may be lost by the time it is read)."""
@@ -153,7 +155,7 @@ class LeaseCoordinator:
             clock=clock,
             owned=self._owned,
             adopt=self._adopt,
-            emit=self._emit,
+            events=self._events,
             want_sync=self._want_sync,
             rng=rng,
         )
@@ -282,14 +284,8 @@ class LeaseCoordinator:
         await create_in_order(self._store, plan, concurrency=self._settings.renew_concurrency)
         child_ids = tuple(sorted(child.shard_id for child in found))
         await owned.record_children(child_ids)
-        self._emit(
-            ShardEnded(
-                worker_id=self._worker_id,
-                at=self._clock.wall(),
-                stream=owned.stream,
-                shard_id=owned.shard_id,
-                child_shard_ids=child_ids,
-            )
+        self._events.for_shard(owned.stream, owned.shard_id).emit(
+            ShardEnded, child_shard_ids=child_ids
         )
 
     async def parents_done(self, owned: OwnedLease) -> bool:
@@ -386,53 +382,37 @@ class LeaseCoordinator:
             on_end=self._ended,
         )
         self._owned[lease.lease_key] = owned
-        self._emit(
-            LeaseAcquired(
-                worker_id=self._worker_id,
-                at=self._clock.wall(),
-                stream=spec.name,
-                shard_id=lease.shard_id,
-                lease_key=lease.lease_key,
-                how=planned.how,
-                previous_owner=planned.lease.lease_owner,
-                checkpoint=lease.checkpoint,
-            )
+        self._events.for_shard(spec.name, lease.shard_id).emit(
+            LeaseAcquired,
+            lease_key=lease.lease_key,
+            how=planned.how,
+            previous_owner=planned.lease.lease_owner,
+            checkpoint=lease.checkpoint,
         )
         self.acquired.put_nowait(owned)
         return owned
 
     def _renewed(self, owned: OwnedLease, duration: float) -> None:
         self._moves.consider(owned.lease)
-        self._emit(
-            LeaseRenewed(
-                worker_id=self._worker_id,
-                at=self._clock.wall(),
-                stream=owned.stream,
-                shard_id=owned.shard_id,
-                lease_key=owned.lease_key,
-                counter=owned.lease.lease_counter,
-                duration=duration,
-            )
+        self._events.for_shard(owned.stream, owned.shard_id).emit(
+            LeaseRenewed,
+            lease_key=owned.lease_key,
+            counter=owned.lease.lease_counter,
+            duration=duration,
         )
 
     def _ended(self, owned: OwnedLease) -> None:
         """An owned lease ended (lost or released): forget it and say so."""
         if self._owned.get(owned.lease_key) is owned:
             del self._owned[owned.lease_key]
-        common: dict[str, Any] = {
-            "worker_id": self._worker_id,
-            "at": self._clock.wall(),
-            "stream": owned.stream,
-            "shard_id": owned.shard_id,
-            "lease_key": owned.lease_key,
-        }
+        events = self._events.for_shard(owned.stream, owned.shard_id)
         why = owned.ended_why
         if owned.released:
             assert why in ("shutdown", "shard_done", "handoff", "requested")
-            self._emit(LeaseReleased(**common, why=why))
+            events.emit(LeaseReleased, lease_key=owned.lease_key, why=why)
         else:
             assert why in ("taken", "expired", "deleted", "handoff")
-            self._emit(LeaseLost(**common, why=why, new_owner=owned.new_owner))
+            events.emit(LeaseLost, lease_key=owned.lease_key, why=why, new_owner=owned.new_owner)
 
     async def _release_quietly(self, owned: OwnedLease) -> None:
         try:
@@ -544,11 +524,3 @@ class LeaseCoordinator:
     async def _sleep_unless(self, event: asyncio.Event, seconds: float) -> None:
         """Sleep ``seconds`` on the coordinator's clock, or until ``event`` is set."""
         await first_of(event, self._clock.sleep(seconds))
-
-    def _emit(self, event: DiagnosticEvent) -> None:
-        if self._on_event is None:
-            return
-        try:
-            self._on_event(event)
-        except Exception:
-            log.exception("diagnostic event callback failed on %s", type(event).__name__)

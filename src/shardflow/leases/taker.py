@@ -21,7 +21,7 @@ from typing import Final
 
 from shardflow.clock import Clock
 from shardflow.errors import ShardflowError
-from shardflow.events import AcquiredHow, DiagnosticEvent, WorkerJoined, WorkerLeft
+from shardflow.events import AcquiredHow, EventEmitter, WorkerJoined, WorkerLeft
 from shardflow.leases.balance import PlannedTake, plan_takes
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.errors import LeaseConditionFailed
@@ -55,7 +55,7 @@ class LeaseTaker:
         clock: Clock,
         owned: Mapping[str, OwnedLease],
         adopt: Adopt,
-        emit: Callable[[DiagnosticEvent], None],
+        events: EventEmitter,
         want_sync: Callable[[], None],
         rng: random.Random | None = None,
     ) -> None:
@@ -66,7 +66,7 @@ class LeaseTaker:
         self._clock = clock
         self._owned = owned
         self._adopt = adopt
-        self._emit = emit
+        self._events = events
         self._want_sync = want_sync
         self._rng = rng or random.Random()
         self._tracker = ExpiryTracker(settings.failover_time)
@@ -321,9 +321,8 @@ class LeaseTaker:
 
     def _note_peers(self, live: frozenset[str]) -> None:
         peers = live - {self._worker_id}
-        now = self._clock.wall()
         for peer in sorted(peers - self._peers):
-            self._emit(WorkerJoined(worker_id=self._worker_id, at=now, peer_id=peer))
+            self._events.emit(WorkerJoined, peer_id=peer)
         for peer in sorted(self._peers - peers):
-            self._emit(WorkerLeft(worker_id=self._worker_id, at=now, peer_id=peer))
+            self._events.emit(WorkerLeft, peer_id=peer)
         self._peers = peers

@@ -1,6 +1,5 @@
-"""What the fetchers report to a FetchObserver (throttling, renewed subscriptions), and how the
-consumer turns those reports into diagnostic events and metrics. Reuses the fakes of the
-polling and fan-out fetcher tests."""
+"""What the fetchers emit (throttling, renewed subscriptions) as diagnostic events, and how the
+consumer's metrics count them. Reuses the fakes of the polling and fan-out fetcher tests."""
 
 from __future__ import annotations
 
@@ -15,17 +14,16 @@ from prometheus_client import CollectorRegistry
 from shardflow.backoff import Backoff
 from shardflow.clock import ManualClock
 from shardflow.consumer import ConsumerCollector
-from shardflow.consumer.fetch_events import shard_fetch_observer
 from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.events import DiagnosticEvent, FetchThrottled, SubscriptionRenewed
-from shardflow.fetch import (
-    FanOut,
-    FanOutFetcher,
-    FetchObserver,
-    Polling,
-    PollingFetcher,
-    RenewalReason,
+from shardflow.events import (
+    DiagnosticEvent,
+    EventEmitter,
+    FetchThrottled,
+    ShardEmitter,
+    SubscriptionRenewed,
 )
+from shardflow.fetch import FanOut, FanOutFetcher, Polling, PollingFetcher, RenewalReason
+from shardflow.fetch.fanout import consumer_name_of
 from shardflow.positions import StartPosition
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
 from support.clocks import SteppingClock
@@ -47,30 +45,33 @@ from unit.test_polling_fetcher import aws_error as get_records_error
 
 
 class Reports:
-    """Collects what an observer hears, in order."""
+    """Collects what a shard's fetcher emits, in order."""
 
     def __init__(self) -> None:
         self.throttled: list[tuple[str, float]] = []
-        self.renewed: list[tuple[StartPosition, RenewalReason]] = []
+        self.renewed: list[tuple[str | None, RenewalReason]] = []
 
-    def observer(self) -> FetchObserver:
-        return FetchObserver(
-            on_throttled=lambda op, delay: self.throttled.append((op, delay)),
-            on_renewed=lambda position, reason: self.renewed.append((position, reason)),
-        )
+    def observer(self) -> ShardEmitter:
+        return EventEmitter("w1", subscribers=[self.hear]).for_shard("orders", SHARD)
+
+    def hear(self, event: DiagnosticEvent) -> None:
+        if isinstance(event, FetchThrottled):
+            self.throttled.append((event.operation, event.delay))
+        elif isinstance(event, SubscriptionRenewed):
+            self.renewed.append((event.position, event.reason))
 
 
-def failing_observer() -> FetchObserver:
+def failing_observer() -> ShardEmitter:
     def boom(*_: Any) -> None:
-        raise RuntimeError("observer bug")
+        raise RuntimeError("subscriber bug")
 
-    return FetchObserver(on_throttled=boom, on_renewed=boom)
+    return EventEmitter("w1", subscribers=[boom]).for_shard("orders", SHARD)
 
 
 # --- polling ----------------------------------------------------------------------------------
 
 
-def polling(shard: FakeShard, observer: FetchObserver, **settings: Any) -> PollingFetcher:
+def polling(shard: FakeShard, observer: ShardEmitter, **settings: Any) -> PollingFetcher:
     return PollingFetcher(
         shard,
         "orders",
@@ -79,7 +80,7 @@ def polling(shard: FakeShard, observer: FetchObserver, **settings: Any) -> Polli
         Polling(**settings),
         clock=shard.clock,
         rng=random.Random(7),
-        observer=observer,
+        events=observer,
     )
 
 
@@ -133,9 +134,9 @@ async def test_polling_reads_on_when_the_observer_raises() -> None:
 
 
 def fanout(
-    observer: FetchObserver, settings: FanOut = QUICK
+    observer: ShardEmitter, settings: FanOut = QUICK
 ) -> tuple[FanOutFetcher, FakeKinesis, ManualClock]:
-    return make(settings, observer=observer)
+    return make(settings, events=observer)
 
 
 async def first_batch(fetcher: FanOutFetcher, kinesis: FakeKinesis, clock: ManualClock) -> None:
@@ -177,10 +178,10 @@ async def test_a_due_renewal_is_reported_with_the_position_it_resumed_from() -> 
     assert reports.renewed == []  # open, but not proven yet: nothing came through it
     kinesis.streams[1].push(event([3], continuation=3))
     assert sequence_numbers(await finish(pending, clock)) == ["3"]
-    assert reports.renewed == [(StartPosition.after_sequence_number("2"), "renew_due")]
+    assert reports.renewed == [(str(StartPosition.after_sequence_number("2")), "renew_due")]
     # The next renewal resumes after the newest continuation.
     await next_on_new_subscription(fetcher, kinesis, clock, 3, 4)
-    assert reports.renewed[1] == (StartPosition.after_sequence_number("3"), "renew_due")
+    assert reports.renewed[1] == (str(StartPosition.after_sequence_number("3")), "renew_due")
     assert len(reports.renewed) == 2
 
 
@@ -199,7 +200,7 @@ async def test_a_subscription_refused_inside_its_stream_is_no_renewal() -> None:
     kinesis.streams[2].push(event([3], continuation=3))
     assert sequence_numbers(await finish(pending, clock)) == ["3"]
     assert fetcher.subscriptions == 3
-    assert reports.renewed == [(StartPosition.after_sequence_number("2"), "renew_due")]
+    assert reports.renewed == [(str(StartPosition.after_sequence_number("2")), "renew_due")]
 
 
 @pytest.mark.parametrize(
@@ -218,7 +219,7 @@ async def test_a_subscription_after_a_stream_that_ended_is_reported_with_why(
     await first_batch(fetcher, kinesis, clock)
     kinesis.streams[0].push(ending)
     await next_on_new_subscription(fetcher, kinesis, clock, 2, 3)
-    assert reports.renewed == [(StartPosition.after_sequence_number("2"), reason)]
+    assert reports.renewed == [(str(StartPosition.after_sequence_number("2")), reason)]
 
 
 async def test_silence_and_an_interrupted_read_are_reported_as_such() -> None:
@@ -236,8 +237,8 @@ async def test_silence_and_an_interrupted_read_are_reported_as_such() -> None:
     await settle()
     await next_on_new_subscription(fetcher, kinesis, clock, 3, 4)
     assert reports.renewed == [
-        (StartPosition.after_sequence_number("2"), "silent"),
-        (StartPosition.after_sequence_number("3"), "interrupted"),
+        (str(StartPosition.after_sequence_number("2")), "silent"),
+        (str(StartPosition.after_sequence_number("3")), "interrupted"),
     ]
 
 
@@ -271,7 +272,7 @@ async def test_a_throttle_inside_the_stream_is_reported_then_the_renewal() -> No
     kinesis.streams[0].push(subscribe_error("LimitExceededException", in_stream=True))
     await next_on_new_subscription(fetcher, kinesis, clock, 2, 3)
     assert [op for op, _ in reports.throttled] == ["SubscribeToShard"]
-    assert reports.renewed == [(StartPosition.after_sequence_number("2"), "failed")]
+    assert reports.renewed == [(str(StartPosition.after_sequence_number("2")), "failed")]
 
 
 async def test_fanout_reads_on_when_the_observer_raises() -> None:
@@ -286,21 +287,19 @@ async def test_fanout_reads_on_when_the_observer_raises() -> None:
 # --- the consumer's adapter -------------------------------------------------------------------
 
 
-def test_the_adapter_turns_reports_into_events_and_counts() -> None:
+def test_metrics_count_what_the_events_report() -> None:
     clock = ManualClock(start=5.0, wall_offset=1_000.0)
     metrics = ConsumerMetrics(clock)
     events: list[DiagnosticEvent] = []
-    observer = shard_fetch_observer(
-        stream="orders",
-        shard_id=SHARD,
-        worker_id="w1",
+    shard = EventEmitter("w1", clock=clock, subscribers=[metrics.observe, events.append])
+    emitter = shard.for_shard("orders", SHARD)
+    emitter.emit(FetchThrottled, operation="SubscribeToShard", delay=1.25)
+    emitter.emit(
+        SubscriptionRenewed,
         consumer_name="billing",
-        clock=clock,
-        emit=events.append,
-        metrics=metrics,
+        position="AFTER_SEQUENCE_NUMBER 42",
+        reason="renew_due",
     )
-    observer.throttled("SubscribeToShard", 1.25)
-    observer.renewed(StartPosition.after_sequence_number("42"), "renew_due")
     assert events == [
         FetchThrottled(
             worker_id="w1",
@@ -324,18 +323,17 @@ def test_the_adapter_turns_reports_into_events_and_counts() -> None:
     assert (counters.fetch_throttles, counters.subscription_renewals) == (1, 1)
 
 
-def test_a_polling_adapter_listens_to_throttling_only() -> None:
-    observer = shard_fetch_observer(
-        stream="orders",
-        shard_id=SHARD,
-        worker_id="w1",
-        consumer_name=None,
-        clock=ManualClock(),
-        emit=lambda e: None,
-        metrics=ConsumerMetrics(),
-    )
-    assert observer.on_throttled is not None
-    assert observer.on_renewed is None
+def test_an_emitter_without_subscribers_builds_nothing() -> None:
+    class Exploding(FetchThrottled):
+        def __init__(self, **_: Any) -> None:
+            raise AssertionError("built an event nobody hears")
+
+    EventEmitter("w1").for_shard("orders", SHARD).emit(Exploding, operation="x", delay=0.0)
+
+
+def test_the_consumer_name_comes_from_its_arn() -> None:
+    arn = "arn:aws:kinesis:us-east-1:000000000000:stream/orders/consumer/billing:1700000000"
+    assert consumer_name_of(arn) == "billing"
 
 
 class ThrottlingKinesis(MemoryKinesis):
@@ -387,9 +385,10 @@ async def test_a_consumer_emits_an_event_per_throttled_poll() -> None:
 
 async def test_throttles_and_renewals_are_exported_through_prometheus_client() -> None:
     metrics = ConsumerMetrics()
-    metrics.fetch_throttled("s")
-    metrics.fetch_throttled("s")
-    metrics.subscription_renewed("s")
+    emitter = EventEmitter("w1", subscribers=[metrics.observe]).for_shard("s", SHARD)
+    emitter.emit(FetchThrottled, operation="GetRecords", delay=0.1)
+    emitter.emit(FetchThrottled, operation="GetRecords", delay=0.1)
+    emitter.emit(SubscriptionRenewed, consumer_name="c", position=None, reason="renew_due")
     registry = CollectorRegistry()
     registry.register(ConsumerCollector(metrics))
     assert (
