@@ -83,6 +83,10 @@ class Record:
     # Index of the last sub-record in the same aggregate (0 for plain records): lets a
     # checkpointer know when a whole Kinesis record has been handled.
     last_sub_sequence_number: int = field(default=0, compare=False)
+    # The aggregate says its producer puts a sub-record outside the shard's hash-key range again
+    # on the right shard (shardflow's producer does, after a reshard): a consumer
+    # then skips the out-of-range copy, or it would handle the record twice.
+    resent_if_out_of_range: bool = field(default=False, compare=False)
 
     @property
     def position(self) -> ExtendedSequenceNumber:
@@ -127,7 +131,8 @@ def slot_builder(cls: type[R], names: Sequence[str]) -> Callable[..., R]:
 
 build_record: Callable[..., Record] = slot_builder(Record, RECORD_FIELDS)
 """``build_record(data, partition_key, sequence_number, sub_sequence_number, explicit_hash_key,
-approximate_arrival_timestamp, shard_id, stream_name, aggregated, last_sub_sequence_number)``:
+approximate_arrival_timestamp, shard_id, stream_name, aggregated, last_sub_sequence_number,
+resent_if_out_of_range)``:
 a :class:`Record`, every field given in order, made at half the cost of ``Record(...)``."""
 
 

@@ -26,7 +26,7 @@ from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardflow.aggregation import aggregate, deaggregate
+from shardflow.aggregation import AggregateBuilder, aggregate, deaggregate
 from shardflow.records import Record
 
 Item = tuple[str, bytes, str | None]
@@ -109,3 +109,26 @@ def test_both_produce_identical_bytes_and_outer_keys(items: list[Item]) -> None:
         their_explicit_hash_key,
     )
     assert ours.count == theirs.get_num_user_records()
+
+
+@settings(max_examples=100, deadline=None)
+@given(items=items_strategy)
+def test_the_resend_mark_is_skipped_by_aws_and_read_by_shardflow(items: list[Item]) -> None:
+    builder = AggregateBuilder(resends_out_of_range=True)
+    for partition_key, data, explicit_hash_key in items:
+        assert builder.try_add(partition_key, data, explicit_hash_key)
+    expected_size = builder.size
+    built = builder.build()
+    assert built.size == expected_size  # the mark is in the size the producer batches by
+    theirs = deaggregate_with_aws(built.data, built.partition_key)
+    assert [(r["partitionKey"], r["data"]) for r in theirs] == [
+        (partition_key, base64.b64encode(data)) for partition_key, data, _ in items
+    ]
+    ours = deaggregate(Record(built.data, built.partition_key, "1"), on_malformed="raise")
+    assert [(r.partition_key, r.data) for r in ours] == [(k, d) for k, d, _ in items]
+    assert all(r.resent_if_out_of_range for r in ours)
+    unmarked = aggregate(items)[0]
+    assert not any(
+        r.resent_if_out_of_range
+        for r in deaggregate(Record(unmarked.data, unmarked.partition_key, "1"))
+    )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shardflow.aggregation import aggregate
+from shardflow.aggregation import AggregateBuilder
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.completed import CompletedState, encode_completed
 from shardflow.consumer.handlers import HandlerAdapter
@@ -51,9 +51,15 @@ def batches_of(count: int, size: int, first: int = 1) -> list[list[Record]]:
     return out
 
 
-def aggregate_record(seq: int, keys: list[tuple[str, str | None]]) -> Record:
-    """An aggregate at ``seq`` holding one user record per (partition key, explicit hash key)."""
-    (built,) = aggregate([(key, f"{seq}/{i}".encode(), ehk) for i, (key, ehk) in enumerate(keys)])
+def aggregate_record(
+    seq: int, keys: list[tuple[str, str | None]], *, resends_out_of_range: bool = False
+) -> Record:
+    """An aggregate at ``seq`` holding one user record per (partition key, explicit hash key);
+    ``resends_out_of_range`` marks it as shardflow's producer does."""
+    builder = AggregateBuilder(resends_out_of_range=resends_out_of_range)
+    for i, (key, ehk) in enumerate(keys):
+        assert builder.try_add(key, f"{seq}/{i}".encode(), ehk)
+    built = builder.build()
     return Record(
         data=built.data,
         partition_key=built.partition_key,
@@ -304,6 +310,29 @@ async def test_out_of_range_sub_records_follow_the_policy(policy: str, expected:
     assert counters.out_of_range_dropped == (1 if policy == "drop" else 0)
     assert counters.out_of_range_delivered == (1 if policy == "deliver" else 0)
     # Dropped or not, the shard completes: the checkpoint moves over every sub-record.
+    assert result.reason is StopReason.SHARD_END
+
+
+@pytest.mark.parametrize("policy", ["deliver", "drop"])
+async def test_out_of_range_copies_a_producer_sends_again_are_never_delivered(
+    policy: str,
+) -> None:
+    # shardflow's producer puts a sub-record that landed outside its shard's range again on the
+    # right shard and marks its aggregates so: this copy must not be handled as well.
+    lease = StubLease(hash_range=LOW)
+    marked = aggregate_record(7, [("a", INSIDE), ("b", OUTSIDE)], resends_out_of_range=True)
+    fetcher = ScriptedFetcher([[marked]])
+    metrics = ConsumerMetrics()
+    seen: list[str] = []
+
+    async def handler(record: ConsumedRecord[bytes]) -> None:
+        seen.append(record.partition_key)
+
+    worker = worker_for(lease, fetcher, metrics, out_of_range_sub_records=policy)
+    result = await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+
+    assert seen == ["a"]
+    assert metrics.snapshot().streams[STREAM].out_of_range_dropped == 1
     assert result.reason is StopReason.SHARD_END
 
 

@@ -70,6 +70,10 @@ class AggregatedRecordMessage(Protocol):
     @property
     def records(self) -> RecordList: ...
 
+    resends_out_of_range: bool
+
+    def HasField(self, field_name: str) -> bool: ...
+
     def SerializeToString(self) -> bytes: ...
 
     def ParseFromString(self, data: bytes | memoryview) -> int: ...
@@ -91,7 +95,8 @@ def _add_field(
 
 
 def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    """The aggregation schema (proto2), field for field as the KPL publishes it."""
+    """The aggregation schema (proto2), field for field as the KPL publishes it, plus one
+    optional field of shardflow's (number 100) that other readers skip as unknown."""
     file = descriptor_pb2.FileDescriptorProto(
         name="shardflow/aggregation/kpl_aggregation.proto", package=_PACKAGE, syntax="proto2"
     )
@@ -115,6 +120,10 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     _add_field(aggregated, "partition_key_table", 1, repeated, _Field.TYPE_STRING)
     _add_field(aggregated, "explicit_hash_key_table", 2, repeated, _Field.TYPE_STRING)
     _add_field(aggregated, "records", 3, repeated, _Field.TYPE_MESSAGE, "Record")
+    # shardflow's own addition, unknown to (and skipped by) every other KPL-format reader: the
+    # producer sends user records that land outside their shard's range again (see
+    # shardflow.producer.outcomes), so a consumer must not deliver the out-of-range copy.
+    _add_field(aggregated, "resends_out_of_range", 100, optional, _Field.TYPE_BOOL)
     return file
 
 

@@ -69,17 +69,28 @@ def _utf8_length(key: str, *, partition_key: bool) -> int:
         raise ValueError("explicit hash key is not valid Unicode") from exc
 
 
+_MARK_BYTES = 3
+
+
 class AggregateBuilder:
     """Accumulates user records into one aggregated record of at most ``max_bytes``.
 
     Partition keys and explicit hash keys are stored once each in the aggregate's tables and
-    referenced by index. Not thread-safe.
+    referenced by index. ``resends_out_of_range`` marks the aggregate as coming from a producer
+    that puts user records landing outside their shard's range again on the right shard
+    (shardflow's producer does): shardflow's consumer then skips the out-of-range copies, so a
+    record put once is handled once; other readers ignore the mark. Not thread-safe.
     """
 
-    def __init__(self, max_bytes: int = MAX_RECORD_BYTES) -> None:
+    def __init__(
+        self, max_bytes: int = MAX_RECORD_BYTES, *, resends_out_of_range: bool = False
+    ) -> None:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive, got {max_bytes}")
         self._max_bytes = max_bytes
+        self._resends = resends_out_of_range
+        # The mark is field 100, a bool: a two-byte tag and a one-byte value.
+        self._mark_bytes = _MARK_BYTES if resends_out_of_range else 0
         self.clear()
 
     def clear(self) -> None:
@@ -106,7 +117,7 @@ class AggregateBuilder:
         """The exact ``size`` of the record ``build()`` would return now (0 when empty)."""
         if not self._records:
             return 0
-        return FRAMING_BYTES + self._body_bytes + self._outer_partition_key_bytes
+        return FRAMING_BYTES + self._mark_bytes + self._body_bytes + self._outer_partition_key_bytes
 
     def size_with(
         self, partition_key: str, data: bytes, explicit_hash_key: str | None = None
@@ -148,6 +159,8 @@ class AggregateBuilder:
                 explicit_hash_key_index=explicit_hash_key_index,
                 data=data,
             )
+        if self._resends:
+            message.resends_out_of_range = True
         body = message.SerializeToString()
         digest = hashlib.md5(body, usedforsecurity=False).digest()
         return AggregatedRecord(
@@ -185,6 +198,7 @@ class AggregateBuilder:
         )
         return (
             FRAMING_BYTES
+            + self._mark_bytes
             + self._body_bytes
             + placement.added_body_bytes
             + outer_partition_key_bytes

@@ -59,6 +59,7 @@ class Unpacking:
         "_on_malformed",
         "_partition_keys",
         "_records",
+        "_resent",
         "malformed",
         "record",
     )
@@ -77,6 +78,7 @@ class Unpacking:
         self._checks: Iterator[None] | None = None
         self._budget = 1
         self._made = 0
+        self._resent = False
         if record.aggregated or not record.data.startswith(MAGIC):
             return
         try:
@@ -171,6 +173,7 @@ class Unpacking:
         if len(message.records) == 0:
             raise self._error("protobuf", "the aggregate holds no user records")
         self._message = message
+        self._resent = message.HasField("resends_out_of_range") and message.resends_out_of_range
         self._records = message.records
         self._checks = self._check_all(message)
 
@@ -232,6 +235,7 @@ class Unpacking:
         partition_keys = self._partition_keys
         explicit_hash_keys = self._explicit_hash_keys
         last = len(records) - 1
+        resent = self._resent
         made: list[Record] = []
         for index in range(start, end):
             sub = records[index]
@@ -252,6 +256,7 @@ class Unpacking:
                     outer.stream_name,
                     True,
                     last,
+                    resent,
                 )
             )
         return made

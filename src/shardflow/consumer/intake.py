@@ -192,7 +192,9 @@ class RecordIntake:
             return True
         counts = self.counts
         counts.out_of_range += 1
-        deliver = self.out_of_range == "deliver"
+        # A producer that says it sends such records again (shardflow's) put this one on the
+        # right shard too: delivering this copy as well would handle the record twice.
+        deliver = self.out_of_range == "deliver" and not record.resent_if_out_of_range
         if not deliver:
             counts.dropped += 1
         # The first one per shard is worth a warning; the rest show in the counters.
@@ -204,7 +206,11 @@ class RecordIntake:
             record.position,
             self.shard_id,
             self.stream,
-            "delivering it" if deliver else "dropping it",
+            "delivering it"
+            if deliver
+            else "dropping it (its producer put it on the right shard again)"
+            if record.resent_if_out_of_range
+            else "dropping it",
             self.out_of_range,
             counts.out_of_range,
         )

@@ -71,7 +71,8 @@ class ConsumerSettings:
     out_of_range_sub_records: OutOfRangePolicy = "deliver"
     """Aggregated sub-records whose hash key lies outside their shard's range (after a
     reshard): ``"deliver"`` them (default, nothing lost) or ``"drop"`` them as the KCL does;
-    both are counted and logged."""
+    both are counted and logged. Either way those of aggregates marked by shardflow's producer,
+    which puts them again on the right shard, are skipped: a record put once is handled once."""
     on_malformed_aggregate: MalformedPolicy = "plain"
     """A KPL aggregate that fails to decode is delivered as one plain record (``"plain"``) or
     stops the shard (``"raise"``)."""

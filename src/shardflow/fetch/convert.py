@@ -21,4 +21,5 @@ def record_from_kinesis(raw: Mapping[str, Any], *, shard_id: str, stream_name: s
         stream_name,
         False,
         0,
+        False,
     )

@@ -157,7 +157,9 @@ class Outcomes:
 
         A consumer (the KCL) drops user records of an aggregate whose hash key lies outside
         the shard's range, so those are sent again once the new shard map is known; the others
-        were delivered.
+        were delivered. The aggregates carry the re-send mark (``AggregateBuilder``'s
+        ``resends_out_of_range``), so shardflow's consumer skips the out-of-range copies
+        instead of handling those records twice.
         """
         cancelled = False
         try:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
+from functools import partial
 from types import TracebackType
 from typing import Self
 
@@ -319,4 +320,6 @@ def _aggregate_builder() -> Callable[[int], Builder]:
     # aggregation need not pay.
     from shardflow.aggregation import AggregateBuilder
 
-    return AggregateBuilder
+    # This producer sends records that land outside their shard's range again (outcomes.py);
+    # the mark tells shardflow's consumer to skip those copies.
+    return partial(AggregateBuilder, resends_out_of_range=True)
