@@ -1,4 +1,4 @@
-"""The one-pass GetRecords parser gives what botocore's own parser gives, and leaves the rest to it."""
+"""The one-pass Kinesis JSON gives what botocore's parser and serializer give; the rest is theirs."""
 
 from __future__ import annotations
 
@@ -9,14 +9,22 @@ from typing import Any
 
 import botocore.session
 from aiobotocore.parsers import AioResponseParserFactory
+from botocore.serialize import create_serializer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardflow.aws.get_records import FastParserFactory, GetRecordsParser, is_kinesis_get_records
+from shardflow.aws.kinesis_json import (
+    FastParserFactory,
+    KinesisParser,
+    PutRecordsSerializer,
+    kinesis_output,
+)
 
 MODELS = botocore.session.get_session()
 KINESIS = MODELS.get_service_model("kinesis").operation_model("GetRecords").output_shape
 STREAMS = MODELS.get_service_model("dynamodbstreams").operation_model("GetRecords").output_shape
+PUT_OPERATION = MODELS.get_service_model("kinesis").operation_model("PutRecords")
+PUT = PUT_OPERATION.output_shape
 
 
 def response(body: dict[str, Any], status: int = 200) -> dict[str, Any]:
@@ -85,16 +93,17 @@ def test_a_body_it_cannot_read_goes_to_botocore() -> None:
 
 
 def test_only_kinesis_get_records_is_parsed_here() -> None:
-    assert is_kinesis_get_records(KINESIS)
-    assert not is_kinesis_get_records(STREAMS)
-    assert not is_kinesis_get_records(None)
+    assert kinesis_output(KINESIS) == "GetRecords"
+    assert kinesis_output(PUT) == "PutRecords"
+    assert kinesis_output(STREAMS) is None
+    assert kinesis_output(None) is None
     raw = response({"Records": [], "NextShardIterator": "x"})
     fast, slow = both(raw, STREAMS)
     assert fast == slow
 
 
 def test_other_protocols_are_botocores_parsers() -> None:
-    assert not isinstance(FastParserFactory().create_parser("rest-xml"), GetRecordsParser)
+    assert not isinstance(FastParserFactory().create_parser("rest-xml"), KinesisParser)
 
 
 def test_nulls_and_unknown_members_are_dropped_as_botocore_does() -> None:
@@ -124,3 +133,61 @@ def test_nulls_and_unknown_members_are_dropped_as_botocore_does() -> None:
     fast, slow = both(response(body))
     assert fast == slow
     assert "NextShardIterator" not in fast
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {"SequenceNumber": st.integers(0, 10**30).map(str), "ShardId": st.just("s-1")}
+            ),
+            st.fixed_dictionaries(
+                {
+                    "ErrorCode": st.sampled_from(["ProvisionedThroughputExceededException"]),
+                    "ErrorMessage": st.text(max_size=10),
+                }
+            ),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_put_records_answers_as_botocore(results: list[dict[str, Any]]) -> None:
+    failed = sum("ErrorCode" in r for r in results)
+    fast, slow = both(response({"FailedRecordCount": failed, "Records": results}), PUT)
+    assert fast == slow
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"Data": st.binary(max_size=40), "PartitionKey": st.text(min_size=1, max_size=5)},
+            optional={"ExplicitHashKey": st.integers(0, 2**128 - 1).map(str)},
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_put_records_bodies_as_botocore(entries: list[dict[str, Any]]) -> None:
+    botocore_serializer = create_serializer("json", include_validation=True)
+    fast = PutRecordsSerializer(botocore_serializer)
+    parameters = {"StreamName": "s", "Records": entries}
+    mine = fast.serialize_to_request(parameters, PUT_OPERATION)
+    theirs = botocore_serializer.serialize_to_request(parameters, PUT_OPERATION)
+    assert json.loads(mine.pop("body")) == json.loads(theirs.pop("body"))
+    assert mine == theirs
+
+
+def test_other_requests_and_odd_entries_are_botocores() -> None:
+    botocore_serializer = create_serializer("json", include_validation=False)
+    fast = PutRecordsSerializer(botocore_serializer)
+    odd = {"StreamName": "s", "Records": [{"Data": "text, not bytes", "PartitionKey": "p"}]}
+    assert fast.serialize_to_request(odd, PUT_OPERATION) == (
+        botocore_serializer.serialize_to_request(odd, PUT_OPERATION)
+    )
+    describe = MODELS.get_service_model("kinesis").operation_model("DescribeStream")
+    assert fast.serialize_to_request({"StreamName": "s"}, describe) == (
+        botocore_serializer.serialize_to_request({"StreamName": "s"}, describe)
+    )
