@@ -350,7 +350,7 @@ def scale_child(args: argparse.Namespace) -> None:
             window = time.perf_counter() - window0
             idle_cpu = time.process_time() - cpu0
             stop0 = time.perf_counter()
-            await consumer.stop()
+            await consumer.close()
             error = None
             if running.done() and running.exception() is not None:
                 error = repr(running.exception())

@@ -138,7 +138,7 @@ async def drain(contender: Contender, args: argparse.Namespace, index: int) -> O
             waiting.cancel()
             error = "crashed" if run.done() else f"timed out after {args.timeout:.0f} s"
     finally:
-        await consumer.stop()
+        await consumer.close()
         await run
     ordered = contender.ordering in ("shard", "key")
     key_order = all(s == sorted(s) for s in starts.values()) if ordered else True

@@ -11,7 +11,7 @@ tests), :mod:`shardflow.local` (the embedded local stack), and :mod:`shardflow.e
 internal: its names may move between releases.
 """
 
-from shardflow.aws import AwsSettings
+from shardflow.aws import AwsSettings, ClientFactory, OpenClients
 from shardflow.backoff import Backoff
 from shardflow.consumer import (
     Checkpointer,
@@ -70,6 +70,7 @@ __all__ = [
     "BatchHandler",
     "CheckpointSettings",
     "Checkpointer",
+    "ClientFactory",
     "ConsumedRecord",
     "Consumer",
     "ConsumerMetrics",
@@ -91,6 +92,7 @@ __all__ = [
     "KinesisDestination",
     "LeaseSettings",
     "MemoryIdempotencyGuard",
+    "OpenClients",
     "OrderingMode",
     "Polling",
     "Producer",

@@ -61,7 +61,7 @@ async def test_multi_stream_leases_show_owner_checkpoint_and_lag(
         assert {row["owner"] for row in rows} == {"the-worker"}
         assert {row["lag"] for row in rows} == {None}
     finally:
-        await consumer.stop()
+        await consumer.close()
         await run
 
     late_shards = set(put(clients[1], streams[1], 3))
@@ -100,7 +100,7 @@ async def test_the_stream_is_found_from_the_lease_table(moto_url: str, stream_na
             while len(seen) < 3:  # noqa: ASYNC110 - filled by the consumer's tasks
                 await asyncio.sleep(0.05)
     finally:
-        await consumer.stop()
+        await consumer.close()
         await run
     put(kinesis, stream_name, 2)
     (row,) = await asyncio.to_thread(leases_json, moto_url, application)  # no --stream

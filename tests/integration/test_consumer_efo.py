@@ -48,7 +48,7 @@ async def test_consumes_every_record_through_subscriptions(
                     await asyncio.sleep(0.05)
         finally:
             async with asyncio.timeout(15):  # stopping closes the subscriptions promptly
-                await consumer.stop()
+                await consumer.close()
                 await run
         registered = await describe_consumer(
             kinesis,

@@ -93,7 +93,7 @@ async def test_records_written_after_a_getrecords_brownout_are_handled(
         # Each shard rode the brownout out in its first worker: none stopped and started again.
         assert len([e for e in events if isinstance(e, ShardStarted)]) == 2
     finally:
-        await consumer.stop()
+        await consumer.close()
         await run
     assert sorted(seen) == sorted(
         d for tag in ("before", "during", "after") for _, d in items(tag, 20)
@@ -134,7 +134,7 @@ async def test_a_deleted_stream_ends_the_consumer_with_the_error_and_releases_it
     assert all(not e.parked for e in failed)
     status = consumer.status()
     assert set(status.failed) == {e.lease_key for e in failed}
-    assert consumer.metrics.snapshot().streams[stream_name].shard_failures >= 1
+    assert consumer.metrics().streams[stream_name].shard_failures >= 1
     table = lease_items(moto_url, f"app-{stream_name}")
     assert table
     assert all("leaseOwner" not in item for item in table.values())

@@ -72,7 +72,7 @@ async def test_throttled_get_records_reach_on_event_as_fetch_throttled(
             await until(lambda: len(seen) >= len(written), within=20)
         finally:
             async with asyncio.timeout(10):
-                await consumer.stop()
+                await consumer.close()
                 await run
         await proxy.idle()
         injected = proxy.injected(kind="error", operation="GetRecords")
@@ -88,7 +88,7 @@ async def test_throttled_get_records_reach_on_event_as_fetch_throttled(
         )
         assert event.operation == "GetRecords"
         assert 0.0 <= event.delay <= THROTTLE_CAP
-    assert consumer.metrics.snapshot().streams[stream_name].fetch_throttles == 3
+    assert consumer.metrics().streams[stream_name].fetch_throttles == 3
     assert sorted(seen) == sorted(written)  # every record, once: throttling lost nothing
 
 
@@ -132,7 +132,7 @@ async def test_renewed_subscriptions_reach_on_event_as_subscription_renewed(
             await until(lambda: len(seen) >= len(written), within=8)
         finally:
             async with asyncio.timeout(15):
-                await consumer.stop()
+                await consumer.close()
                 await run
 
     assert sorted(r.data for r in seen) == sorted(written)  # nothing lost or repeated
@@ -149,4 +149,4 @@ async def test_renewed_subscriptions_reach_on_event_as_subscription_renewed(
     first_kind, first_sequence = (renewed[0].position or "").split(" ")
     assert first_kind == "AFTER_SEQUENCE_NUMBER"
     assert int(first_sequence) >= last_of_first_batch
-    assert consumer.metrics.snapshot().streams[stream_name].subscription_renewals == len(renewed)
+    assert consumer.metrics().streams[stream_name].subscription_renewals == len(renewed)

@@ -72,7 +72,7 @@ class Worker:
         self._run = asyncio.create_task(self.consumer.consume(self._handle))
 
     async def stop(self) -> None:
-        await self.consumer.stop()
+        await self.consumer.close()
         if self._run is not None:
             await self._run
 

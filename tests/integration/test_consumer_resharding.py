@@ -83,7 +83,7 @@ async def consuming(
         try:
             yield consumer, events, store
         finally:
-            await consumer.stop()
+            await consumer.close()
             await run
 
 

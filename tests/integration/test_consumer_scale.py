@@ -106,7 +106,7 @@ async def test_one_consumer_holds_200_leases_and_reads_every_shard(
                 assert time.monotonic() - started < FAILOVER
                 grown = rss_kib() - baseline
             finally:
-                await consumer.stop()
+                await consumer.close()
                 await running
 
             assert not lost

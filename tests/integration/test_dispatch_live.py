@@ -250,7 +250,7 @@ async def run_scenario(url: str, scenario: Scenario, letters_path: Path) -> None
         try:
             await until(lambda: len(watch.finished) == len(records) or run.done(), 30)
         finally:
-            await consumer.stop()
+            await consumer.close()
             await run
     await letters.close()
 
@@ -417,7 +417,7 @@ async def test_kinesis_dead_letters_and_a_dynamodb_guard_across_a_failover(moto_
         try:
             await until(lambda: len(letters()) == expected_letters or run.done(), 30, every=0.2)
         finally:
-            await consumer.stop()
+            await consumer.close()
             await run
             await destination.close()
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from shardflow.aws import OpenClients
 from shardflow.consumer import (
     ConsumedRecord,
     Consumer,
@@ -44,8 +45,35 @@ def stream_with(records: int, shards: int = 2, name: str = "s") -> MemoryKinesis
 def consumer_on(kinesis: MemoryKinesis, store: InMemoryLeaseStore, **options: Any) -> Consumer:
     settings = options.pop("settings", None) or fast_settings()
     return Consumer(
-        "s", store.table_name, settings=settings, kinesis=kinesis, lease_store=store, **options
+        "s",
+        store.table_name,
+        settings=settings,
+        clients=OpenClients(kinesis=kinesis),
+        lease_store=store,
+        **options,
     )
+
+
+async def test_consumer_and_producer_share_one_shape() -> None:
+    """``async with`` closes it, ``close()`` ends it, ``metrics()`` is a method, clients come
+    from a ``clients=`` factory; the old ``kinesis=`` and ``stop()`` still work, with a
+    deprecation warning."""
+    kinesis = stream_with(10, shards=1)
+    store = InMemoryLeaseStore("app")
+    seen: list[bytes] = []
+    async with consumer_on(kinesis, store) as consumer:
+        run = asyncio.create_task(consumer.consume(lambda r: seen.append(r.data)))
+        await eventually(lambda: len(seen) == 10)
+        assert consumer.metrics().streams["s"].records == 10
+    assert not consumer.running
+    await run
+    with pytest.warns(DeprecationWarning, match="OpenClients"):
+        old = Consumer("s", "app", kinesis=kinesis, lease_store=InMemoryLeaseStore("app"))
+    run = asyncio.create_task(old.consume(lambda r: None))
+    await eventually(lambda: old.running)
+    with pytest.warns(DeprecationWarning, match="close"):
+        await old.stop()
+    await run
 
 
 async def test_shards_api_hands_out_sessions_with_manual_checkpoints() -> None:
@@ -73,7 +101,7 @@ async def test_shards_api_hands_out_sessions_with_manual_checkpoints() -> None:
 
     runner = asyncio.create_task(run())
     await eventually(lambda: len(seen) == 40)
-    await consumer.stop()
+    await consumer.close()
     await asyncio.wait_for(runner, 5)
 
     assert len(sessions) == 2
@@ -115,7 +143,7 @@ async def test_session_acks_from_threads_move_the_checkpoint_over_the_acked_pref
 
     runner = asyncio.create_task(run())
     await asyncio.wait_for(acked_all.wait(), 5)
-    await consumer.stop()
+    await consumer.close()
     await asyncio.wait_for(runner, 5)
     (lease,) = await store.list_leases()
     sixth = kinesis.records("s", lease.shard_id)[5][0]
@@ -213,8 +241,8 @@ async def test_two_workers_share_the_shards_and_handle_every_record() -> None:
         kinesis.put_many("s", [(f"k{i}", f"{i}".encode()) for i in range(200)])
         await eventually(lambda: len(seen["a"]) + len(seen["b"]) >= 200, within=10)
     finally:
-        await first.stop()
-        await second.stop()
+        await first.close()
+        await second.close()
         await asyncio.gather(*runs)
     assert sorted(seen["a"] + seen["b"]) == sorted(f"{i}".encode() for i in range(200))
     assert seen["a"]
@@ -228,8 +256,8 @@ async def test_metrics_are_exported_through_prometheus_client() -> None:
     registry = CollectorRegistry()
     registry.register(ConsumerCollector(consumer))
     run = asyncio.create_task(consumer.consume(lambda r: None))
-    await eventually(lambda: consumer.metrics.snapshot().streams.get("s") is not None)
-    await eventually(lambda: consumer.metrics.snapshot().streams["s"].records == 25)
+    await eventually(lambda: consumer.metrics().streams.get("s") is not None)
+    await eventually(lambda: consumer.metrics().streams["s"].records == 25)
     await eventually(
         lambda: (
             (
@@ -256,7 +284,7 @@ async def test_metrics_are_exported_through_prometheus_client() -> None:
     assert registry.get_sample_value(
         "shardflow_consumer_records_per_second", {"stream": "s"}
     ) == pytest.approx(2.5)
-    await consumer.stop()
+    await consumer.close()
     await run
 
 

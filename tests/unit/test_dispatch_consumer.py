@@ -86,7 +86,7 @@ async def test_skip_dead_letters_the_poison_record_and_checkpoints_past_it() -> 
     consumer = dispatch_consumer(kinesis, store, ordering="key", on_failure="skip")
     run = asyncio.create_task(consumer.consume(handle, dead_letters=sink))
     await eventually(lambda: len(handled) == 11 and len(sink.letters) == 1)
-    await consumer.stop()
+    await consumer.close()
     await asyncio.wait_for(run, 5)
     assert sink.letters[0].record.data == b"5"
     assert sink.letters[0].attempts == 2
@@ -114,7 +114,7 @@ async def test_stop_abandons_a_hanging_handler_after_the_drain_timeout() -> None
     run = asyncio.create_task(consumer.consume(handle))
     await eventually(lambda: sorted(done) == [b"0", b"2"])
     started = time.perf_counter()
-    await consumer.stop()
+    await consumer.close()
     await asyncio.wait_for(run, 5)
     assert time.perf_counter() - started < 3
     assert cancelled == [b"1"]  # no handler task outlives the consumer

@@ -45,7 +45,7 @@ def letters_in(path: Path) -> list[DeadLetter]:
 async def run_until(consumer: Consumer, handle: Any, done: Any, **options: Any) -> None:
     run = asyncio.create_task(consumer.consume(handle, **options))
     await eventually(done)
-    await consumer.stop()
+    await consumer.close()
     await asyncio.wait_for(run, 5)
 
 
@@ -173,7 +173,7 @@ async def test_release_key_lets_later_records_of_a_blocked_key_be_handled_again(
     assert consumer.release_key("a") == 0
     kinesis.put_many("s", [("a", b"3")])
     await eventually(lambda: handled == [b"1", b"3"])
-    await consumer.stop()
+    await consumer.close()
     await asyncio.wait_for(run, 5)
     await destination.close()
     assert [letter.data for letter in read_json_lines(destination.path)] == [b"0", b"2"]

@@ -114,7 +114,7 @@ async def test_a_record_claimed_elsewhere_waits_for_the_claim_and_spends_no_atte
     # The other worker gives up its claim (it failed, or its claim ran out): handled here.
     await guard.release(other)
     await eventually(lambda: handled == [b"0", b"1", b"2", b"3"])
-    await consumer.stop()
+    await consumer.close()
     await asyncio.wait_for(run, 5)
     assert not errors
 

@@ -36,7 +36,7 @@ async def test_a_failing_handler_is_logged_once_with_its_traceback_and_what_next
     caplog.set_level(logging.DEBUG, logger="shardflow")
     run = asyncio.create_task(consumer.consume(handle))
     await _until(lambda: any(r.exc_info for r in caplog.records))
-    await consumer.stop()
+    await consumer.close()
     await run
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     (failure,) = errors  # once
@@ -64,9 +64,9 @@ async def test_every_dead_letter_is_counted_and_logged_at_a_bounded_rate(
     caplog.set_level(logging.WARNING, logger="shardflow.consumer.deadletters")
     run = asyncio.create_task(consumer.consume(handle, dead_letters=sink))
     await _until(lambda: len(sink.letters) == 5)
-    await consumer.stop()
+    await consumer.close()
     await run
-    assert consumer.metrics.snapshot().streams["s"].dead_letters == 5
+    assert consumer.metrics().streams["s"].dead_letters == 5
     (line,) = caplog.records  # five letters within the interval: one line
     assert "went to the dead letters after 2 handler call(s): ValueError: refused" in (
         line.getMessage()

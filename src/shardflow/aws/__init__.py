@@ -2,7 +2,7 @@
 
 from shardflow.aws.backoff import DEFAULT_BACKOFF, retrying
 from shardflow.aws.classify import classify, error_class_for_code
-from shardflow.aws.clients import ClientFactory
+from shardflow.aws.clients import ClientFactory, OpenClients
 from shardflow.aws.redaction import redact, register_secret
 from shardflow.aws.settings import AwsSettings
 from shardflow.backoff import Backoff
@@ -12,6 +12,7 @@ __all__ = [
     "AwsSettings",
     "Backoff",
     "ClientFactory",
+    "OpenClients",
     "classify",
     "error_class_for_code",
     "redact",

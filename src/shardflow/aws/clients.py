@@ -97,3 +97,45 @@ class ClientFactory:
         if credentials is not None:
             frozen = await credentials.get_frozen_credentials()
             register_secret(frozen.access_key, frozen.secret_key, frozen.token)
+
+
+class OpenClients(ClientFactory):
+    """A :class:`ClientFactory` that hands out clients already open: a test's fake (e.g.
+    :class:`shardflow.testing.MemoryKinesis`) or a client of your own. They stay the caller's:
+    leaving a block does not close them. Services not given are built from ``settings`` as
+    :class:`ClientFactory` does.
+
+    ::
+
+        Consumer("orders", "billing", clients=OpenClients(kinesis=memory_kinesis), ...)
+        Producer("orders", clients=OpenClients(kinesis=kinesis))
+    """
+
+    def __init__(
+        self,
+        settings: AwsSettings | None = None,
+        *,
+        kinesis: Any | None = None,
+        dynamodb: Any | None = None,
+        dynamodbstreams: Any | None = None,
+    ) -> None:
+        super().__init__(settings)
+        self._given: dict[str, Any] = {
+            service: client
+            for service, client in (
+                ("kinesis", kinesis),
+                ("dynamodb", dynamodb),
+                ("dynamodbstreams", dynamodbstreams),
+            )
+            if client is not None
+        }
+
+    @asynccontextmanager
+    async def client(self, service: Service, **config_overrides: Any) -> AsyncIterator[Any]:
+        """The client given for ``service`` (left open), else a new one closed at the end."""
+        given = self._given.get(service)
+        if given is not None:
+            yield given
+            return
+        async with super().client(service, **config_overrides) as client:
+            yield client

@@ -15,7 +15,6 @@ from typing import Any
 
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import list_shards, require_stream
-from shardflow.aws.settings import AwsSettings
 from shardflow.clock import Clock
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.worker_contract import FetcherFactory
@@ -44,24 +43,21 @@ class Connections:
         application_name: str,
         streams: Sequence[str],
         *,
-        aws: AwsSettings | None,
-        kinesis: Any | None,
+        clients: ClientFactory,
         lease_store: LeaseStore | None,
         clock: Clock,
     ) -> None:
         self._settings = settings
         self._application_name = application_name
         self._streams = list(streams)
-        self._aws = aws
-        self._given_kinesis = kinesis
-        self._given_store = lease_store
+        self._clients = clients
         self._clock = clock
-        self.kinesis: Any = kinesis
+        self.kinesis: Any = None
         """The client for control calls (ListShards, GetShardIterator, registrations)."""
         self.store: LeaseStore | None = lease_store
         self.lease_streams: Any = None
         """A DynamoDB Streams client for lease pick-up (when the consumer made the store)."""
-        self._fetch_kinesis: Any = kinesis
+        self._fetch_kinesis: Any = None
         self._consumer_arns: dict[str, str] = {}
         self._shard_ranges: dict[tuple[str, str], HashKeyRange] = {}
 
@@ -75,9 +71,8 @@ class Connections:
 
     async def open(self, stack: AsyncExitStack) -> tuple[Any, LeaseStore]:
         """Open what is missing (closed with ``stack``); returns (kinesis client, lease store)."""
-        factory = ClientFactory(self._aws)
-        if self.kinesis is None:
-            self.kinesis = await stack.enter_async_context(factory.kinesis())
+        factory = self._clients
+        self.kinesis = await stack.enter_async_context(factory.kinesis())
         for stream in self._streams:
             # Before anything is created (lease table, fan-out consumer): a wrong stream name
             # fails here and leaves nothing behind.
@@ -96,11 +91,11 @@ class Connections:
         self, stack: AsyncExitStack, factory: ClientFactory, fanout: FanOut
     ) -> None:
         name = fanout.consumer_name or self._application_name
-        if self._given_kinesis is None:
-            # Subscriptions keep a connection each for minutes: a client of their own.
-            self._fetch_kinesis = await stack.enter_async_context(
-                fanout_client(factory, fanout, shards=EFO_POOL_SHARDS)
-            )
+        # Subscriptions keep a connection each for minutes: a client of their own (an open
+        # client handed in is used as it is).
+        self._fetch_kinesis = await stack.enter_async_context(
+            fanout_client(factory, fanout, shards=EFO_POOL_SHARDS)
+        )
         for stream in self._streams:
             registration = ConsumerRegistration(
                 self.kinesis,

@@ -7,7 +7,7 @@
     async def handle(record: ConsumedRecord[dict]) -> None:
         ...
 
-    await consumer.consume(handle)          # until consumer.stop() (or run() with signals)
+    await consumer.consume(handle)          # until consumer.close() (or run() with signals)
 
 or, to drive each shard yourself::
 
@@ -30,11 +30,14 @@ import contextlib
 import logging
 import os
 import threading
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
 
+from shardflow.aws.clients import ClientFactory, OpenClients
 from shardflow.aws.persistence import Persistence
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
@@ -46,7 +49,7 @@ from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
 from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
 from shardflow.consumer.failures import failure_kind
 from shardflow.consumer.handlers import Handler, HandlerAdapter
-from shardflow.consumer.metrics import ConsumerMetrics
+from shardflow.consumer.metrics import ConsumerMetrics, MetricsSnapshot
 from shardflow.consumer.session import ShardSession
 from shardflow.consumer.settings import ConsumerSettings, default_worker_id
 from shardflow.consumer.shard_worker import (
@@ -80,8 +83,11 @@ class Consumer:
 
     ``stream``: a name or ARN, or several (leases then use KCL's multi-stream keys).
     ``application_name``: the lease table's name; workers of one application share the shards.
-    ``aws``: where to connect (default: the standard AWS configuration). ``kinesis``: an open
-    Kinesis client to use instead (e.g. :class:`shardflow.testing.MemoryKinesis`).
+    ``aws``: where to connect (default: the standard AWS configuration). ``clients``: where
+    AWS clients come from instead, as for :class:`~shardflow.producer.Producer` (e.g.
+    :class:`~shardflow.aws.OpenClients` with an open client or
+    :class:`shardflow.testing.MemoryKinesis`). ``kinesis=`` (deprecated): an open Kinesis
+    client, the same as ``clients=OpenClients(aws, kinesis=...)``.
     ``lease_store``: the lease table to use instead of DynamoDB's table ``application_name``.
     ``on_event``: receives :mod:`~shardflow.events` (quick, must not raise).
     ``on_error``: called when a shard stops because of a handler or decoding error.
@@ -94,11 +100,12 @@ class Consumer:
         *,
         settings: ConsumerSettings | None = None,
         aws: AwsSettings | None = None,
-        kinesis: Any | None = None,
+        clients: ClientFactory | None = None,
         lease_store: LeaseStore | None = None,
         on_event: EventCallback | None = None,
         on_error: ErrorCallback | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        kinesis: Any | None = None,
     ) -> None:
         streams = [stream] if isinstance(stream, str) else list(stream)
         if not streams or not all(streams):
@@ -111,12 +118,18 @@ class Consumer:
         self.application_name = application_name
         self.settings = settings or ConsumerSettings()
         self.worker_id = self.settings.worker_id or default_worker_id()
-        self.metrics = ConsumerMetrics(clock)
-        self._aws = aws
-        self._kinesis = kinesis
+        if kinesis is not None:
+            warnings.warn(
+                "Consumer(kinesis=...) is deprecated: pass clients=OpenClients(kinesis=...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            clients = OpenClients(aws, kinesis=kinesis)
+        self._clients = clients or ClientFactory(aws)
+        self._metrics = ConsumerMetrics(clock)
         self._lease_store = lease_store
         self._events = EventEmitter(
-            self.worker_id, clock=clock, subscribers=[self.metrics.observe, on_event]
+            self.worker_id, clock=clock, subscribers=[self._metrics.observe, on_event]
         )
         self._on_error = on_error
         self._clock = clock
@@ -197,7 +210,7 @@ class Consumer:
         """Every stored dead letter counted in the metrics and logged (rate-limited)."""
         if sink is None:
             return None
-        return ObservedSink(sink, self.metrics.dead_lettered, clock=self._clock)
+        return ObservedSink(sink, self._metrics.dead_lettered, clock=self._clock)
 
     async def shards(self) -> AsyncIterator[ShardSession]:
         """Each shard this worker comes to own, as a :class:`ShardSession`, until :meth:`stop`.
@@ -241,14 +254,42 @@ class Consumer:
         else:
             loop.call_soon_threadsafe(self._stop_requested.set)
 
-    async def stop(self) -> None:
-        """Stop gracefully and wait until done: final checkpoints, leases released.
+    async def close(self) -> None:
+        """Stop gracefully and wait until done: final checkpoints, leases released. Nothing
+        happens if it is not running.
 
         From inside a handler use :meth:`request_stop` (the stop waits for handlers).
         """
         self.request_stop()
         if self._active and asyncio.current_task() not in self._shard_tasks:
             await self._stopped.wait()
+
+    async def stop(self) -> None:
+        """Deprecated: :meth:`close`."""
+        warnings.warn("Consumer.stop() is Consumer.close()", DeprecationWarning, stacklevel=2)
+        await self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Leaving the block closes the consumer (as :meth:`close`), as a producer's does."""
+        await self.close()
+
+    def metrics(self, timeout: float = 5.0) -> MetricsSnapshot:
+        """Everything measured since start (a consistent copy), from any thread.
+
+        Raises TimeoutError if the consumer's event loop does not answer within ``timeout``.
+        """
+        snapshot = self._metrics.snapshot_threadsafe(timeout)
+        if snapshot is None:
+            raise TimeoutError("the consumer's event loop did not answer for a metrics snapshot")
+        return snapshot
 
     def run(
         self,
@@ -348,7 +389,7 @@ class Consumer:
         self._active = True
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self.metrics.loop = self._loop
+        self._metrics.loop = self._loop
         self._stop_requested = asyncio.Event()
         self._stopped = asyncio.Event()
         if self._stop_early:
@@ -378,8 +419,7 @@ class Consumer:
             self.settings,
             self.application_name,
             self.streams,
-            aws=self._aws,
-            kinesis=self._kinesis,
+            clients=self._clients,
             lease_store=self._lease_store,
             clock=self._clock,
         )
@@ -465,7 +505,7 @@ class Consumer:
                     settings=self.settings,
                     hash_range=await self._hash_range(owned),
                     clock=self._clock,
-                    metrics=self.metrics,
+                    metrics=self._metrics,
                     events=events,
                 )
                 self._workers[key] = worker
@@ -595,13 +635,13 @@ class Consumer:
         # Parked: keep the lease (renewed by the coordinator) so the shard does not bounce
         # between workers repeating the failure; it is released at stop or when asked for.
         self._parked[owned.lease_key] = error
-        self.metrics.shard_parked(owned.stream, +1)
+        self._metrics.shard_parked(owned.stream, +1)
         try:
             await first_of(owned.lost, owned.giving_up, self._stop_requested)
             if owned.giving_up.is_set() and not self._stop_requested.is_set():
                 await coordinator.release(owned, why="handoff")
         finally:
-            self.metrics.shard_parked(owned.stream, -1)
+            self._metrics.shard_parked(owned.stream, -1)
 
     # --- wiring ------------------------------------------------------------------------------
 

@@ -268,8 +268,9 @@ class ConsumerMetrics:
 
 
 class HasMetrics(Protocol):
-    @property
-    def metrics(self) -> ConsumerMetrics: ...
+    """A consumer: ``metrics()`` gives a snapshot (TimeoutError when its loop is busy)."""
+
+    def metrics(self, timeout: float = ...) -> MetricsSnapshot: ...
 
 
 class ConsumerCollector(Collector):
@@ -284,8 +285,13 @@ class ConsumerCollector(Collector):
     def collect(self) -> Iterator[Any]:
         snapshots = []
         for source in self._sources:
-            metrics = source if isinstance(source, ConsumerMetrics) else source.metrics
-            snapshot = metrics.snapshot_threadsafe()
+            if isinstance(source, ConsumerMetrics):
+                snapshot = source.snapshot_threadsafe()
+            else:
+                try:
+                    snapshot = source.metrics()
+                except TimeoutError:
+                    snapshot = None
             if snapshot is not None:
                 snapshots.append(snapshot)
         yield from self._stream_families(snapshots)

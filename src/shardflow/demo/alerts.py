@@ -64,7 +64,7 @@ class AlertDesk:
         """Stop gracefully (final checkpoints, leases released) and wait for the thread."""
         loop, consumer = self._loop, self._consumer
         if loop is not None and consumer is not None and self._thread.is_alive():
-            future = asyncio.run_coroutine_threadsafe(consumer.stop(), loop)
+            future = asyncio.run_coroutine_threadsafe(consumer.close(), loop)
             # The loop may have ended already, or the stop took too long: joined below.
             with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
                 future.result(timeout)

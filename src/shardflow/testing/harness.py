@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from shardflow.aws.clients import OpenClients
 from shardflow.consumer.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
 from shardflow.consumer.handlers import Handler
@@ -99,7 +100,7 @@ async def consume_until_caught_up(
         stream,
         application_name,
         settings=settings or fast_settings(),
-        kinesis=kinesis,
+        clients=OpenClients(kinesis=kinesis),
         lease_store=store,
         **consumer_options,
     )
@@ -114,7 +115,7 @@ async def consume_until_caught_up(
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(run, consumer.settings.drain_timeout + 5.0)
         raise
-    await consumer.stop()
+    await consumer.close()
     await run  # raises what the consumer raised (on_error="stop_consumer")
     return ConsumeReport(status, await store.list_leases())
 

@@ -5,7 +5,8 @@ calls ``list_shards``, ``get_shard_iterator``, ``get_records``, ``describe_strea
 ``put_record`` and ``put_records`` answer with the same shapes as the service (errors are
 botocore ``ClientError`` with the service's codes), plus ``split_shard`` and ``merge_shards``
 so resharding can be tested. Feed it with :meth:`MemoryKinesis.put` (or ``put_records``), hand
-it to :class:`~shardflow.consumer.Consumer` as ``kinesis=`` together with an
+it to :class:`~shardflow.consumer.Consumer` as ``clients=OpenClients(kinesis=...)``
+(:class:`~shardflow.aws.OpenClients`) together with an
 :class:`~shardflow.leases.InMemoryLeaseStore`, or let
 :func:`shardflow.testing.consume_until_caught_up` wire everything.
 
