@@ -21,6 +21,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardflow.consumer.invocation import Invoker, handler_error
 from shardflow.consumer.records import ConsumedRecord
 from shardflow.errors import HandlerError
 
@@ -45,36 +46,6 @@ class ChunkOutcome:
     error: HandlerError | None = None
 
 
-def is_async_handler(handler: Callable[..., Any]) -> bool:
-    """Whether calling ``handler`` gives a coroutine (an ``async def`` function or ``__call__``)."""
-    if inspect.iscoroutinefunction(handler):
-        return True
-    call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects, not callability
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
-def _not_awaitable(result: object, handler: Callable[..., Any]) -> None:
-    if inspect.isawaitable(result):
-        if inspect.iscoroutine(result):
-            result.close()
-        raise TypeError(
-            f"handler {handler!r} returned an awaitable but is not declared 'async def'; "
-            "declare it async so the consumer awaits it on the event loop"
-        )
-
-
-def _failure(error: BaseException, record: ConsumedRecord[Any]) -> HandlerError:
-    wrapped = HandlerError(
-        error,
-        stream=record.stream_name,
-        shard_id=record.shard_id,
-        sequence_number=record.sequence_number,
-        sub_sequence_number=record.sub_sequence_number,
-    )
-    wrapped.__cause__ = error
-    return wrapped
-
-
 class HandlerAdapter:
     """Runs a user handler over chunks of records (see the module doc)."""
 
@@ -86,12 +57,11 @@ class HandlerAdapter:
         auto_ack: bool = True,
         executor: Executor | None = None,
     ) -> None:
-        if not callable(handler):
-            raise TypeError(f"handler must be callable, got {handler!r}")
+        self._invoke: Invoker[Any] = Invoker(handler, executor)
         self.handler = handler
         self.batch = batch
         self.auto_ack = auto_ack
-        self.is_async = is_async_handler(handler)
+        self.is_async = self._invoke.is_async
         self._executor = executor
 
     async def run(
@@ -122,28 +92,19 @@ class HandlerAdapter:
             return outcome
         started = time.perf_counter()
         try:
-            if self.is_async:
-                result = self.handler(records)  # type: ignore[arg-type]
-                if inspect.isawaitable(result):
-                    await result
-            else:
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._executor, self._call_sync, records)
+            await self._invoke(records)
         except Exception as exc:
-            outcome.error = _failure(exc, records[0])
+            outcome.error = handler_error(exc, records[0])
             return outcome
         outcome.latencies.append(time.perf_counter() - started)
         outcome.handled = len(records)
         return outcome
 
-    def _call_sync(self, argument: Any) -> None:
-        _not_awaitable(self.handler(argument), self.handler)
-
     async def _run_each_async(
         self, records: Sequence[ConsumedRecord[Any]], may_continue: MayContinue
     ) -> ChunkOutcome:
         outcome = ChunkOutcome()
-        handler = self.handler
+        handler = self.handler  # called inline, not through the invoker: one frame less a record
         for record in records:
             if not may_continue():
                 break
@@ -153,7 +114,7 @@ class HandlerAdapter:
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:
-                outcome.error = _failure(exc, record)
+                outcome.error = handler_error(exc, record)
                 break
             outcome.latencies.append(time.perf_counter() - started)
             outcome.handled += 1
@@ -172,9 +133,9 @@ class HandlerAdapter:
                 break
             started = time.perf_counter()
             try:
-                self._call_sync(record)
+                self._invoke.call_sync(record)
             except Exception as exc:
-                outcome.error = _failure(exc, record)
+                outcome.error = handler_error(exc, record)
                 break
             outcome.latencies.append(time.perf_counter() - started)
             outcome.handled += 1

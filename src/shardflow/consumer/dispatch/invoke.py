@@ -1,7 +1,10 @@
-"""One record through the user's handler: sync in a thread pool or async on the loop, retried.
+"""One record through the user's handler, retried: each attempt is one call of the
+:mod:`~shardflow.consumer.invocation` layer (sync in a thread pool or async on the loop; every
+failure a :class:`~shardflow.errors.HandlerError` naming the record), as in shard-ordered
+delivery.
 
 A handler call holds a slot of the worker-wide limit while it runs; the pause before a retry
-does not. Every failure is wrapped in :class:`~shardflow.errors.HandlerError` naming the record.
+does not.
 
 With an idempotency guard each call is claim -> handler -> complete, and a failed handler
 releases its claim (see :class:`~shardflow.consumer.dispatch.settings.Idempotency`).
@@ -9,8 +12,6 @@ releases its claim (see :class:`~shardflow.consumer.dispatch.settings.Idempotenc
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from shardflow.backoff import Backoff
 from shardflow.clock import Clock
 from shardflow.consumer.dispatch.contracts import WorkerLimit
 from shardflow.consumer.dispatch.settings import Idempotency
-from shardflow.consumer.handlers import is_async_handler
+from shardflow.consumer.invocation import Invoker, handler_error
 from shardflow.errors import ClaimInProgressError, HandlerError
 from shardflow.idempotency.guard import ClaimOutcome
 from shardflow.records import Record
@@ -56,19 +57,6 @@ class Attempts:
         return self.error is None and not self.abandoned
 
 
-def handler_error(error: BaseException, record: Record) -> HandlerError:
-    """``error`` as a :class:`HandlerError` naming ``record`` (the original is its cause)."""
-    wrapped = HandlerError(
-        error,
-        stream=record.stream_name,
-        shard_id=record.shard_id,
-        sequence_number=record.sequence_number,
-        sub_sequence_number=record.sub_sequence_number,
-    )
-    wrapped.__cause__ = error
-    return wrapped
-
-
 class RetryingCall(Generic[R]):
     """Calls the handler for one record until it succeeds or the retry policy is spent."""
 
@@ -83,13 +71,9 @@ class RetryingCall(Generic[R]):
         rng: random.Random | None = None,
         idempotency: Idempotency | None = None,
     ) -> None:
-        if not callable(handler):
-            raise TypeError(f"handler must be callable, got {handler!r}")
-        self._handler = handler
-        self._is_async = is_async_handler(handler)
+        self._invoke: Invoker[R] = Invoker(handler, executor)
         self._retry = retry
         self._clock = clock
-        self._executor = executor
         self._limit = worker_limit
         self._rng = rng
         self._idempotency = idempotency
@@ -160,23 +144,7 @@ class RetryingCall(Generic[R]):
         if limit is not None:
             await limit.acquire()
         try:
-            if self._is_async:
-                result = self._handler(record)
-                if inspect.isawaitable(result):
-                    await result
-            else:
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._executor, self._call_sync, record)
+            await self._invoke(record)
         finally:
             if limit is not None:
                 limit.release()
-
-    def _call_sync(self, record: R) -> None:
-        result = self._handler(record)
-        if inspect.isawaitable(result):
-            if inspect.iscoroutine(result):
-                result.close()
-            raise TypeError(
-                f"handler {self._handler!r} returned an awaitable but is not declared "
-                "'async def'; declare it async so the dispatcher awaits it on the event loop"
-            )
