@@ -104,6 +104,15 @@ def headline(results: Path = RESULTS) -> str:
             f"{consumer['cpu_per_100k'] / get_loop['cpu_per_100k']:.2f}x",
             "consumer",
         ),
+        *(
+            (
+                "consumer CPU per record vs the KCL 2.5.8 (MultiLangDaemon, Python processors)",
+                f"{consumer['cpu_per_100k'] / kcl['cpu_per_100k']:.2f}x",
+                "consumer",
+            )
+            for kcl in drain
+            if kcl["contender"] == "KCL 2.5.8 MultiLangDaemon" and kcl["verified"]
+        ),
         (
             "rolling restart, longest pause of a shard: KCL-2.x-style baseline / handoff",
             f"{pause:.1f}x",
