@@ -11,14 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 from shardflow.errors import EmulatorNotInstalledError, NodeModulesNotFoundError
+from shardflow.local.user_dirs import user_cache_dir
 
 #: Set to a ``node_modules`` directory to use it instead of searching for one.
 NODE_MODULES_ENV = "SHARDFLOW_NODE_MODULES"
-CACHE_DIR_ENV = "SHARDFLOW_CACHE_DIR"
 #: The emulator versions shardflow is tested with (as pinned in the checkout's package.json).
 NPM_PACKAGES = {"kinesis-local": "0.6.2", "kinesalite": "3.3.3"}
 
@@ -39,16 +39,6 @@ def node_executable() -> str:
 def loopback_preload() -> Path:
     """The script given to ``node -r`` that makes every TCP server listen on 127.0.0.1 only."""
     return Path(__file__).with_name("loopback.js")
-
-
-def user_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """This user's cache directory for fetched emulators."""
-    env = os.environ if environ is None else environ
-    if env.get(CACHE_DIR_ENV):
-        return Path(env[CACHE_DIR_ENV]).expanduser()
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]).expanduser() / "shardflow"
-    return Path.home() / ".cache" / "shardflow"
 
 
 def find_package(package: str, *, start: Path | None = None) -> Path:

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from shardflow.errors import LocalStackError
 from shardflow.local.server import LocalServer
+from shardflow.local.user_dirs import default_state_dir
 
-STATE_DIR_ENV = "SHARDFLOW_STATE_DIR"
+__all__ = [
+    "ServerRecord",
+    "default_state_dir",
+    "read_state",
+    "state_file",
+    "write_state",
+]
+
 STATE_FILE_NAME = "local.json"
 _FORMAT_VERSION = 1
 
@@ -47,16 +54,6 @@ class ServerRecord:
             command=tuple(server.command),
             stop_timeout=server.stop_timeout,
         )
-
-
-def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """This user's state directory (see the module docstring for the rule)."""
-    env = os.environ if environ is None else environ
-    if env.get(STATE_DIR_ENV):
-        return Path(env[STATE_DIR_ENV]).expanduser()
-    if env.get("XDG_STATE_HOME"):
-        return Path(env["XDG_STATE_HOME"]).expanduser() / "shardflow"
-    return Path.home() / ".local" / "state" / "shardflow"
 
 
 def state_file(state_dir: Path) -> Path:
