@@ -22,6 +22,7 @@ own (the emulators' CPU is not counted for anybody).
     .venv/bin/python bench/consumer.py                  # everything (~5 minutes on 2 cores)
     .venv/bin/python bench/consumer.py --parts drain --records 20000 --repeat 1
     .venv/bin/python bench/consumer.py --parts scale --scale-shards 200 --scale-observe 20
+    .venv/bin/python bench/consumer.py --parts starve   # see bench/consumer_starvation.py
 """
 
 from __future__ import annotations
@@ -786,6 +787,12 @@ def parent(args: argparse.Namespace) -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     parts = args.parts.split(",")
+    if "starve" in parts:
+        # Lease renewals while 8 shards drain 1 MiB aggregates: its own emulators and JSON.
+        starvation_module().run(args)
+        parts = [part for part in parts if part != "starve"]
+        if not parts:
+            return
     payload_out: dict[str, Any] = {"benchmark": "consumer", "args": vars(args)}
     # The shard limit of kinesalite is for all streams together.
     with KinesaliteServer(shard_limit=args.scale_shards + 100) as kinesalite, MotoServer() as moto:
@@ -863,11 +870,28 @@ def render(result: dict[str, Any]) -> str:
     return "\n\n".join([*tables, f"({result['machine']})"])
 
 
+def starvation_module() -> Any:
+    """bench/consumer_starvation.py (bench/ is a folder of scripts, not a package)."""
+    import importlib.util
+
+    path = Path(__file__).with_name("consumer_starvation.py")
+    spec = importlib.util.spec_from_file_location("bench_consumer_starvation", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--parts", default="drain,first,scale", help="drain,first,scale")
+    parser.add_argument(
+        "--parts", default="drain,first,scale", help="drain,first,scale (and starve)"
+    )
+    starvation_module().add_arguments(parser)
     parser.add_argument("--records", type=int, default=200_000, help="preloaded for the drain")
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3, help="drain rounds (medians)")

@@ -23,6 +23,7 @@ from typing import Any
 
 from shardflow.consumer.invocation import Invoker, handler_error
 from shardflow.consumer.records import ConsumedRecord
+from shardflow.consumer.turns import Turns
 from shardflow.errors import HandlerError
 
 RecordHandler = Callable[[ConsumedRecord[Any]], Awaitable[None] | None]
@@ -80,8 +81,10 @@ class HandlerAdapter:
                 self._executor, self._run_each_sync, records, may_continue
             )
         if self.auto_ack:
+            turns = Turns()  # thousands of acks, each possibly a checkpoint trigger
             for record in records[: outcome.handled]:
                 record.ack()
+                await turns.take()
         return outcome
 
     async def _run_batch(
@@ -105,7 +108,9 @@ class HandlerAdapter:
     ) -> ChunkOutcome:
         outcome = ChunkOutcome()
         handler = self.handler  # called inline, not through the invoker: one frame less a record
+        turns = Turns()  # a handler that never suspends must not hold the loop for a chunk
         for record in records:
+            await turns.take()
             if not may_continue():
                 break
             started = time.perf_counter()

@@ -33,15 +33,14 @@ the record is still delivered plain, logged as an error and counted in
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
 from shardflow.aggregation import MAGIC, MalformedPolicy, Unpacking, log_malformed
 from shardflow.consumer.resume import ResumePlan
+from shardflow.consumer.turns import SLICE_SECONDS, Turns
 from shardflow.errors import AggregationError
 from shardflow.records import Record
 from shardflow.shards import HashKeyRange
@@ -52,8 +51,6 @@ OutOfRangePolicy = Literal["deliver", "drop"]
 
 PIECE_RECORDS: Final = 256
 """The most items one piece holds (and the user records one unpacking step makes)."""
-SLICE_SECONDS: Final = 0.002
-"""The most intake work between two turns of the event loop (one step may overrun it)."""
 
 
 class Intake(NamedTuple):
@@ -115,8 +112,7 @@ class RecordIntake:
     async def pieces(self, fetched: Iterable[Record]) -> AsyncIterator[list[Intake]]:
         """The items for one fetched batch, in shard order, a piece at a time (see the module
         doc). Ask for the next piece only when ready to take it: nothing is made ahead."""
-        clock = time.perf_counter
-        pause_at = clock() + SLICE_SECONDS
+        turns = Turns(SLICE_SECONDS)
         piece: list[Intake] = []
         for kinesis_record in fetched:
             self.counts.fetched += 1
@@ -126,9 +122,7 @@ class RecordIntake:
                 if len(piece) >= PIECE_RECORDS:
                     yield piece
                     piece = []
-                    if clock() >= pause_at:
-                        await asyncio.sleep(0)
-                        pause_at = clock() + SLICE_SECONDS
+                    await turns.take()
                 continue
             unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed)
             made_any = False
@@ -139,12 +133,11 @@ class RecordIntake:
                 if len(piece) >= PIECE_RECORDS:
                     yield piece
                     piece = []
-                if clock() >= pause_at:
+                if turns.due:
                     if piece:
                         yield piece
                         piece = []
-                    await asyncio.sleep(0)
-                    pause_at = clock() + SLICE_SECONDS
+                    await turns.take()
             log_malformed(unpacking)
         if piece:
             yield piece

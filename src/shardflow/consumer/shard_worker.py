@@ -34,6 +34,7 @@ from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.resume import ResumePlan, resume_filter
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.shard_reader import ShardReader
+from shardflow.consumer.turns import Turns
 from shardflow.consumer.worker_contract import (
     FetcherFactory,
     ShardLease,
@@ -250,7 +251,7 @@ class ShardWorker:
                 previous = chunk
                 if not self.may_deliver():
                     return
-                records = self._deliver(chunk)
+                records = await self._deliver(chunk)
                 if records:
                     if self._metrics is not None:
                         self._metrics.records_handled(
@@ -266,14 +267,17 @@ class ShardWorker:
             if previous is not None:
                 await self.buffer.release(previous)
 
-    def _deliver(self, chunk: Chunk) -> list[ConsumedRecord[Any]]:
-        """Register the chunk's records with the tracker and deserialize the ones to hand out."""
+    async def _deliver(self, chunk: Chunk) -> list[ConsumedRecord[Any]]:
+        """Register the chunk's records with the tracker and deserialize the ones to hand out
+        (a chunk of thousands: the loop gets its turns meanwhile)."""
         deliver = self.checkpointer.tracker.deliver
         deserializer = self.settings.deserializer
         consumed = ConsumedRecord.of
         out: list[ConsumedRecord[Any]] = []
         append = out.append
+        turns = Turns()
         for record, to_handler in chunk.items:
+            await turns.take()
             handle = deliver(record)
             if not to_handler:
                 handle.ack()
