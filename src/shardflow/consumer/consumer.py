@@ -26,28 +26,24 @@ at once, no failover wait).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import threading
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from shardflow.aws.clients import ClientFactory, OpenClients
-from shardflow.aws.persistence import Persistence
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpoint import FINAL_WRITE_PATIENCE
 from shardflow.consumer.connections import Connections
 from shardflow.consumer.dead_letter_log import ObservedSink
 from shardflow.consumer.dispatch.contracts import DeadLetterSink
 from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
 from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
-from shardflow.consumer.failures import failure_kind
 from shardflow.consumer.handlers import Handler, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics, MetricsSnapshot
 from shardflow.consumer.session import ShardSession
@@ -55,25 +51,18 @@ from shardflow.consumer.settings import ConsumerSettings, default_worker_id
 from shardflow.consumer.shard_worker import (
     ShardResult,
     ShardWorker,
-    StopReason,
 )
 from shardflow.consumer.signals import install_stop_signals
 from shardflow.consumer.status import ConsumerStatus, ShardStatus
-from shardflow.errors import AwsError
-from shardflow.events import EventCallback, EventEmitter, ShardFailed, ShardStarted
+from shardflow.consumer.supervisor import ErrorCallback, ShardDriver, ShardSupervisor
+from shardflow.events import EventCallback, EventEmitter
 from shardflow.leases.coordinator import LeaseCoordinator
-from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import StreamSpec
 from shardflow.leases.store import LeaseStore
-from shardflow.shards import HashKeyRange
 from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.consumer")
 
-ErrorCallback = Callable[[str, str, BaseException], None]
-"""Called with (stream, shard id, error) when a shard stops because of an error."""
-
-ShardDriver = Callable[[ShardWorker], Awaitable[ShardResult]]
 
 T = TypeVar("T")
 
@@ -139,13 +128,8 @@ class Consumer:
         self._stop_requested = asyncio.Event()
         self._stopped = asyncio.Event()
         self._stop_early = False
-        self._workers: dict[str, ShardWorker] = {}
-        self._shard_tasks: set[asyncio.Task[None]] = set()
-        self._parked: dict[str, BaseException] = {}
-        self._failed: dict[str, BaseException] = {}
         self._coordinator: LeaseCoordinator | None = None
-        self._fatal: BaseException | None = None
-        self._connections: Connections | None = None
+        self._supervisor: ShardSupervisor | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._dispatched: DispatchedShards | None = None
 
@@ -200,11 +184,10 @@ class Consumer:
                     clock=self._clock,
                 )
             try:
-                await self._dispatch(coordinator, drive)
+                await self._supervise(coordinator, drive)
             finally:
                 self._dispatched = None
-        if self._fatal is not None:
-            raise self._fatal
+        self._raise_fatal()
 
     def _observed(self, sink: DeadLetterSink[Any] | None) -> DeadLetterSink[Any] | None:
         """Every stored dead letter counted in the metrics and logged (rate-limited)."""
@@ -228,7 +211,7 @@ class Consumer:
             return await worker.finish()
 
         async with self._running() as coordinator:
-            dispatch = asyncio.create_task(self._dispatch(coordinator, drive))
+            dispatch = asyncio.create_task(self._supervise(coordinator, drive))
             try:
                 while True:
                     getter = asyncio.ensure_future(sessions.get())
@@ -240,8 +223,7 @@ class Consumer:
             finally:
                 self.request_stop()
                 await dispatch
-        if self._fatal is not None:
-            raise self._fatal
+        self._raise_fatal()
 
     def request_stop(self) -> None:
         """Ask the consumer to stop gracefully, without waiting; safe from any thread."""
@@ -261,7 +243,9 @@ class Consumer:
         From inside a handler use :meth:`request_stop` (the stop waits for handlers).
         """
         self.request_stop()
-        if self._active and asyncio.current_task() not in self._shard_tasks:
+        supervisor = self._supervisor
+        shard_task = supervisor is not None and supervisor.is_shard_task(asyncio.current_task())
+        if self._active and not shard_task:
             await self._stopped.wait()
 
     async def stop(self) -> None:
@@ -360,7 +344,9 @@ class Consumer:
     def status(self) -> ConsumerStatus:
         """What every owned shard is doing (call on the consumer's event loop)."""
         shards = []
-        for worker in list(self._workers.values()):
+        supervisor = self._supervisor
+        workers = list(supervisor.workers.values()) if supervisor is not None else []
+        for worker in workers:
             checkpointer = worker.checkpointer
             shards.append(
                 ShardStatus(
@@ -376,9 +362,9 @@ class Consumer:
             )
         coordinator = self._coordinator
         mode = coordinator.fleet_mode if coordinator is not None else "standalone"
-        return ConsumerStatus(
-            self.worker_id, tuple(shards), dict(self._parked), dict(self._failed), fleet_mode=mode
-        )
+        parked = dict(supervisor.parked) if supervisor is not None else {}
+        failed = dict(supervisor.failed) if supervisor is not None else {}
+        return ConsumerStatus(self.worker_id, tuple(shards), parked, failed, fleet_mode=mode)
 
     # --- running -----------------------------------------------------------------------------
 
@@ -394,9 +380,7 @@ class Consumer:
         self._stopped = asyncio.Event()
         if self._stop_early:
             self._stop_requested.set()
-        self._fatal = None
-        self._parked = {}
-        self._failed = {}
+        self._supervisor = None
         threads = self.settings.handler_threads or min(32, (os.cpu_count() or 1) + 4)
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="shardflow-handler")
         try:
@@ -406,7 +390,6 @@ class Consumer:
                     yield coordinator
                 finally:
                     await coordinator.stop(release=True)
-                    self._connections = None
         finally:
             self._executor.shutdown(wait=False)
             self._active = False
@@ -424,7 +407,15 @@ class Consumer:
             clock=self._clock,
         )
         kinesis, store = await connections.open(stack)
-        self._connections = connections
+        self._supervisor = ShardSupervisor(
+            connections,
+            settings=self.settings,
+            stop_requested=self._stop_requested,
+            events=self._events,
+            metrics=self._metrics,
+            clock=self._clock,
+            on_error=self._on_error,
+        )
         coordinator = LeaseCoordinator(
             store,
             worker_id=self.worker_id,
@@ -447,225 +438,11 @@ class Consumer:
         )
         return coordinator
 
-    async def _dispatch(self, coordinator: LeaseCoordinator, drive: ShardDriver) -> None:
-        """Start a shard task for every lease taken, until a stop; then let them finish."""
+    async def _supervise(self, coordinator: LeaseCoordinator, drive: ShardDriver) -> None:
+        assert self._supervisor is not None  # made by _open
+        await self._supervisor.run(coordinator, drive)
 
-        async def accept() -> None:
-            async for owned in coordinator.acquisitions():
-                if self._stop_requested.is_set():
-                    continue  # the coordinator releases it at stop
-                task = asyncio.create_task(
-                    self._shard(coordinator, owned, drive), name=f"shardflow-shard-{owned.shard_id}"
-                )
-                self._shard_tasks.add(task)
-                task.add_done_callback(self._shard_tasks.discard)
-
-        acceptor = asyncio.create_task(accept(), name="shardflow-accept")
-        graceful = False
-        try:
-            await first_of(acceptor, self._stop_requested)
-            graceful = True
-        finally:
-            acceptor.cancel()
-            await asyncio.gather(acceptor, return_exceptions=True)
-            self._stop_requested.set()
-            if graceful:
-                # Hand the leases over first: each shard then drains, checkpoints and
-                # releases, which completes its handoff; the next owner starts right after.
-                try:
-                    await coordinator.leave()
-                except Exception:
-                    log.exception("handing leases over at stop failed; they are released")
-            for worker in list(self._workers.values()):
-                worker.request_stop()
-            tasks = list(self._shard_tasks)
-            if not graceful:
-                for task in tasks:
-                    task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    # --- one shard ---------------------------------------------------------------------------
-
-    async def _shard(
-        self, coordinator: LeaseCoordinator, owned: OwnedLease, drive: ShardDriver
-    ) -> None:
-        key = owned.lease_key
-        worker: ShardWorker | None = None
-        try:
-            if owned.parent_shard_ids and not await self._parents_done(coordinator, owned):
-                return
-            connections = self._connections
-            if self._stop_requested.is_set() or not owned.valid() or connections is None:
-                return
-            events = self._events.for_shard(owned.stream, owned.shard_id)
-            try:
-                worker = ShardWorker(
-                    owned,
-                    connections.fetchers(owned.stream, owned.shard_id, events),
-                    settings=self.settings,
-                    hash_range=await self._hash_range(owned),
-                    clock=self._clock,
-                    metrics=self._metrics,
-                    events=events,
-                )
-                self._workers[key] = worker
-                events.emit(ShardStarted, position=str(owned.checkpoint))
-                result = await drive(worker)
-            except Exception as exc:
-                # A bug, or an AWS failure outside the worker's own handling: the shard stops
-                # under the error policy like any other failure, never silently.
-                log.exception("shard %s (stream %s) failed", owned.shard_id, owned.stream)
-                if worker is not None:
-                    worker.fail(exc)
-                    with contextlib.suppress(Exception):
-                        await worker.finish(drain_timeout=0.0)  # ends its tasks
-                result = ShardResult(StopReason.FAILED, None, error=exc)
-            log.info("shard %s (stream %s): %s", owned.shard_id, owned.stream, result.reason)
-            await self._conclude(coordinator, owned, result)
-        except Exception:
-            log.exception("ending shard %s (stream %s) failed", owned.shard_id, owned.stream)
-            if not owned.ended and key not in self._parked:
-                # Never a lease held with nothing processing it.
-                with contextlib.suppress(Exception):
-                    await coordinator.release(owned, why="requested")
-        finally:
-            if worker is not None and self._workers.get(key) is worker:
-                del self._workers[key]
-
-    async def _parents_done(self, coordinator: LeaseCoordinator, owned: OwnedLease) -> bool:
-        """Wait for the parents' SHARD_END; False if stopped or the lease ended meanwhile."""
-        waiting = asyncio.ensure_future(coordinator.wait_parents_done(owned))
-        try:
-            await first_of(waiting, self._stop_requested)
-        finally:
-            if not waiting.done():
-                waiting.cancel()
-        return waiting.done() and not waiting.cancelled() and waiting.result()
-
-    async def _conclude(
-        self, coordinator: LeaseCoordinator, owned: OwnedLease, result: ShardResult
-    ) -> None:
-        """What a shard's end means for its lease. Every way out lets the lease go, except a
-        parked shard, which keeps it until the consumer stops or the lease is asked for."""
-        reason = result.reason
-        if reason in (StopReason.SHARD_END, StopReason.ALREADY_ENDED):
-            try:
-                await self._record_shard_end(coordinator, owned, result)
-            finally:
-                await coordinator.release(owned, why="shard_done")
-        elif reason in (StopReason.GIVEN_UP, StopReason.STOPPED):
-            # Released as soon as its final checkpoint is written, not after every shard
-            # stopped: a handoff completes, a free lease is picked up, at once.
-            handed = owned.lease.handoff_pending
-            await coordinator.release(owned, why="handoff" if handed else "shutdown")
-        elif reason is StopReason.FAILED:
-            await self._shard_failed(coordinator, owned, result.error)
-
-    async def _record_shard_end(
-        self, coordinator: LeaseCoordinator, owned: OwnedLease, result: ShardResult
-    ) -> None:
-        """The children's leases, retried through a brownout of the lease table while the
-        lease is held (the next owner does it otherwise: SHARD_END is checkpointed)."""
-        persistence = Persistence(FINAL_WRITE_PATIENCE, clock=self._clock)
-        while True:
-            try:
-                await coordinator.shard_ended(owned, result.children)
-                return
-            except AwsError as error:
-                pause = persistence.pause(error)
-                if not owned.valid():
-                    raise
-                log.warning(
-                    "creating the child leases of shard %s failed (%s); retry in %.2fs",
-                    owned.shard_id,
-                    error.code or type(error).__name__,
-                    pause,
-                )
-                await self._clock.sleep(pause)
-
-    async def _shard_failed(
-        self, coordinator: LeaseCoordinator, owned: OwnedLease, error: BaseException | None
-    ) -> None:
-        """Per :mod:`~shardflow.consumer.failures`: a handler failure parks the shard
-        (``stop_shard``) or stops the consumer; a failure that may pass releases the lease (the
-        shard is taken again); anything else releases it and stops the consumer."""
-        error = error or RuntimeError("shard failed")
-        kind = failure_kind(error)
-        if kind == "passing":
-            log.warning(
-                "shard %s (stream %s) stopped by %s; lease released to be taken again",
-                owned.shard_id,
-                owned.stream,
-                error,
-            )
-            await coordinator.release(owned, why="requested")
-            return
-        parked = kind == "handler" and self.settings.on_error == "stop_shard"
-        log.error(
-            "shard %s (stream %s) stopped%s: %s. %s",
-            owned.shard_id,
-            owned.stream,
-            " and parked" if parked else "",
-            error,
-            _what_next(kind, parked),
-            exc_info=error if kind == "handler" else None,  # the handler's file and line, once
-        )
-        self._events.for_shard(owned.stream, owned.shard_id).emit(
-            ShardFailed,
-            lease_key=owned.lease_key,
-            error_type=type(error).__name__,
-            message=str(error),
-            parked=parked,
-        )
-        if self._on_error is not None:
-            try:
-                self._on_error(owned.stream, owned.shard_id, error)
-            except Exception:
-                log.exception("on_error callback failed")
-        if not parked:
-            if kind == "fatal":
-                self._failed[owned.lease_key] = error
-                # Nothing processes the shard any more: let another worker (or a restart
-                # after the fix) have it at once rather than renewing it for nobody.
-                await coordinator.release(owned, why="requested")
-            if self._fatal is None:
-                self._fatal = error
-            self._stop_requested.set()
-            return
-        # Parked: keep the lease (renewed by the coordinator) so the shard does not bounce
-        # between workers repeating the failure; it is released at stop or when asked for.
-        self._parked[owned.lease_key] = error
-        self._metrics.shard_parked(owned.stream, +1)
-        try:
-            await first_of(owned.lost, owned.giving_up, self._stop_requested)
-            if owned.giving_up.is_set() and not self._stop_requested.is_set():
-                await coordinator.release(owned, why="handoff")
-        finally:
-            self._metrics.shard_parked(owned.stream, -1)
-
-    # --- wiring ------------------------------------------------------------------------------
-
-    async def _hash_range(self, owned: OwnedLease) -> HashKeyRange | None:
-        """The shard's hash-key range: from the lease, else from a listing (KCL leases may
-        lack it)."""
-        if owned.hash_range is not None or self._connections is None:
-            return owned.hash_range
-        return await self._connections.hash_range(owned.stream, owned.shard_id)
-
-
-def _what_next(kind: str, parked: bool) -> str:
-    """What a handler failure leads to, and the settings that choose otherwise."""
-    if kind != "handler":
-        return "The lease is released and the consumer stops."
-    if parked:
-        return (
-            "This worker reads no more of the shard until it restarts, then from the last "
-            "checkpoint (the failed record included); other shards go on. Otherwise: "
-            'on_error="stop_consumer" (--on-error stop-consumer) stops the worker; '
-            'dispatch with retries and on_failure="skip" and dead letters '
-            "(--ordering shard --on-failure skip --dead-letters file:PATH) moves past the record."
-        )
-    return (
-        'The consumer stops (on_error="stop_consumer"); a restart starts from the last '
-        'checkpoint. on_error="stop_shard" (--on-error stop-shard) parks only the shard.'
-    )
+    def _raise_fatal(self) -> None:
+        supervisor = self._supervisor
+        if supervisor is not None and supervisor.fatal is not None:
+            raise supervisor.fatal
