@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from support.bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_tables() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tables = load_tables()
+tables = load_bench("tables")
 
 
 def test_every_table_in_the_docs_matches_its_json() -> None:

@@ -110,13 +110,20 @@ def read_json_lines(
     """
     with open(path, "rb") as file:
         for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                letter = DeadLetter.from_json(line, where=f"{path}:{number}")
-            except MalformedDeadLetterError as exc:
-                if on_malformed is None:
-                    raise
-                on_malformed(exc)
-                continue
-            yield letter
+            if line.strip():
+                letter = parse_letter(line, f"{path}:{number}", on_malformed)
+                if letter is not None:
+                    yield letter
+
+
+def parse_letter(
+    text: str | bytes, where: str, on_malformed: MalformedCallback | None
+) -> DeadLetter | None:
+    """One stored letter; a bad one raises, or with ``on_malformed`` is handed to it (None)."""
+    try:
+        return DeadLetter.from_json(text, where=where)
+    except MalformedDeadLetterError as exc:
+        if on_malformed is None:
+            raise
+        on_malformed(exc)
+        return None

@@ -18,7 +18,7 @@ from typing import Final, Literal
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.deadletter.journal import ReplayJournal
-from shardflow.deadletter.jsonl import MalformedCallback, read_json_lines
+from shardflow.deadletter.jsonl import MalformedCallback, parse_letter, read_json_lines
 from shardflow.deadletter.model import DeadLetter
 from shardflow.errors import MalformedDeadLetterError, ProducerClosedError, ShardflowError
 from shardflow.producer import Producer, ProducerSettings, PutResult
@@ -71,14 +71,9 @@ async def read_letters(
                 f"stream {source.location} shard {record.shard_id} "
                 f"record {record.sequence_number}/{record.sub_sequence_number}"
             )
-            try:
-                letter = DeadLetter.from_json(record.data, where=where)
-            except MalformedDeadLetterError as exc:
-                if on_malformed is None:
-                    raise
-                on_malformed(exc)
-                continue
-            yield letter
+            parsed = parse_letter(record.data, where, on_malformed)
+            if parsed is not None:
+                yield parsed
 
 
 @dataclass(frozen=True, slots=True)
