@@ -1,0 +1,400 @@
+"""The chaos soak's checker: what the handler-side logs say about a run.
+
+Reads the producer's acknowledgements, every worker incarnation's handler log, the dead-letter
+files and the harness's fault log (formats in ``chaos_roles.py`` and ``chaos.py``) and reports:
+
+- ``lost``: records Kinesis acknowledged that no handler call finished (``ok``) and no dead
+  letter holds (poison records must be in a dead letter);
+- ``order_violations``: a record of a key whose first handler call started before the first
+  successful call of the key's previous record had ended (replays after a failover go back,
+  which is allowed; a record overtaking its predecessor is not);
+- ``overlaps``: moments when handler calls of two different workers ran for the same shard at
+  once (from start / end times); calls of a worker frozen by SIGSTOP are attributed to it;
+- ``interleaved``: shards where two workers' stretches of activity (calls less than
+  ``stretch_gap`` apart) cross in time: double ownership even when single calls do not touch;
+- ``duplicates``: records handled ``ok`` more than once, each attributed to the fault that
+  explains it (the earlier worker killed, stopped, restarted, or a DynamoDB brownout between
+  the two calls); ``copies``: the same key/seq written twice to the stream by the producer;
+- ``stuck_shards``: shards that hold acknowledged records never handled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# A worker's handler calls under SIGSTOP end only after SIGCONT: give the frozen span this much
+# margin when deciding that an overlap came from a frozen worker.
+_FREEZE_MARGIN = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    key: str
+    seq: int
+    shard: str
+    sequence_number: str
+    sub: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    worker: str
+    shard: str
+    sequence_number: str
+    sub: int
+    key: str
+    seq: str
+    start: float
+    end: float | None  # None: the worker died during the call
+    outcome: str  # ok / raised / cut
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One entry of the harness's fault log: ``kind`` on ``target`` from ``start`` to ``end``."""
+
+    kind: str  # kill / stop / term / kinesis_brownout / throttle / dynamodb_brownout / ...
+    target: str  # a worker id, a shard, or "" for everyone
+    start: float
+    end: float
+
+
+@dataclass
+class Report:
+    written: int = 0
+    producer_gave_up: int = 0
+    handled: int = 0
+    lost: int = 0
+    lost_examples: list[str] = field(default_factory=list)
+    poison_written: int = 0
+    poison_dead_lettered: int = 0
+    dead_letters_unexpected: int = 0
+    dead_letters_repeated: int = 0
+    order_violations: int = 0
+    order_examples: list[str] = field(default_factory=list)
+    overlaps: int = 0
+    overlaps_frozen: int = 0
+    overlap_examples: list[str] = field(default_factory=list)
+    interleaved: int = 0
+    interleaved_examples: list[str] = field(default_factory=list)
+    duplicates: int = 0
+    duplicates_by_cause: dict[str, int] = field(default_factory=dict)
+    duplicate_examples: list[str] = field(default_factory=list)
+    copies: int = 0
+    stuck_shards: list[str] = field(default_factory=list)
+    calls: int = 0
+    workers: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.lost == 0
+            and self.order_violations == 0
+            and self.overlaps == 0
+            and self.interleaved == 0
+            and not self.stuck_shards
+            and self.duplicates_by_cause.get("unexplained", 0) == 0
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["passed"] = self.passed
+        return data
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def read_produced(path: Path) -> tuple[list[Acked], list[tuple[str, str, str]], int]:
+    """Acknowledged records, poison records (key, kind, shard), records given up."""
+    acked: list[Acked] = []
+    poison: list[tuple[str, str, str]] = []
+    gave_up = 0
+    for line in _lines(path):
+        f = line.split("\t")
+        if f[0] == "A" and len(f) == 7:
+            acked.append(Acked(f[1], int(f[2]), f[3], f[4], int(f[5]), float(f[6])))
+        elif f[0] == "P" and len(f) == 6:
+            poison.append((f[1], f[2], f[3]))
+        elif f[0] == "F":
+            gave_up += 1
+    return acked, poison, gave_up
+
+
+def read_calls(paths: Iterable[Path]) -> list[Call]:
+    """Handler calls of every worker file; a start without an end is a call cut by a kill."""
+    calls: list[Call] = []
+    for path in paths:
+        open_calls: dict[tuple[str, str, str, str], tuple[float, str, str]] = {}
+        ordered: list[tuple[tuple[str, str, str, str], float, float | None, str, str, str]] = []
+        for line in _lines(path):
+            f = line.split("\t")
+            if f[0] == "S" and len(f) == 8:
+                ident = (f[1], f[2], f[3], f[4])
+                open_calls[ident] = (float(f[7]), f[5], f[6])
+            elif f[0] == "E" and len(f) == 9:
+                ident = (f[1], f[2], f[3], f[4])
+                begun = open_calls.pop(ident, None)
+                if begun is not None:
+                    ordered.append((ident, begun[0], float(f[7]), f[8], begun[1], begun[2]))
+        for ident, (start, key, seq) in open_calls.items():
+            ordered.append((ident, start, None, "cut", key, seq))
+        for (worker, shard, number, sub), start, end, outcome, key, seq in ordered:
+            calls.append(Call(worker, shard, number, int(sub), key, seq, start, end, outcome))
+    return calls
+
+
+def read_dead_letter_keys(paths: Iterable[Path]) -> Counter[str]:
+    """Partition keys of every dead letter in the JSON-lines files (a torn last line is skipped)."""
+    keys: Counter[str] = Counter()
+    for path in paths:
+        for line in _lines(path):
+            try:
+                keys[json.loads(line)["partition_key"]] += 1
+            except (ValueError, KeyError):
+                continue
+    return keys
+
+
+def read_faults(path: Path) -> list[Fault]:
+    faults = []
+    for line in _lines(path):
+        f = line.split("\t")
+        if len(f) == 4:
+            faults.append(Fault(f[0], f[1], float(f[2]), float(f[3])))
+    return faults
+
+
+def _lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    # A worker killed mid-write leaves at most a torn last line: drop lines without a newline.
+    text = path.read_text(errors="replace")
+    lines = text.split("\n")
+    return [line for line in lines[:-1] if line]
+
+
+# --- checking -------------------------------------------------------------------------------
+
+
+def check(
+    acked: Sequence[Acked],
+    poison: Sequence[tuple[str, str, str]],
+    gave_up: int,
+    calls: Sequence[Call],
+    dead_letter_keys: Counter[str],
+    faults: Sequence[Fault],
+    *,
+    stretch_gap: float = 2.0,
+    examples: int = 5,
+) -> Report:
+    report = Report(written=len(acked), producer_gave_up=gave_up, calls=len(calls))
+    report.workers = len({c.worker for c in calls})
+    report.poison_written = len(poison)
+    _losses(report, acked, poison, calls, dead_letter_keys, examples)
+    _order(report, acked, calls, examples)
+    _overlaps(report, calls, faults, examples)
+    _interleaving(report, calls, stretch_gap, examples)
+    _duplicates(report, acked, calls, faults, examples)
+    return report
+
+
+def _losses(
+    report: Report,
+    acked: Sequence[Acked],
+    poison: Sequence[tuple[str, str, str]],
+    calls: Sequence[Call],
+    dead_letter_keys: Counter[str],
+    examples: int,
+) -> None:
+    done = {(c.key, c.seq) for c in calls if c.outcome == "ok"}
+    report.handled = len({(a.key, a.seq) for a in acked} & {(k, int(s)) for k, s in _numeric(done)})
+    stuck: set[str] = set()
+    for a in acked:
+        if (a.key, str(a.seq)) not in done:
+            report.lost += 1
+            stuck.add(a.shard)
+            if len(report.lost_examples) < examples:
+                report.lost_examples.append(f"{a.key}:{a.seq} on {a.shard}")
+    poison_keys = {key for key, _, _ in poison}
+    for key, _, shard in poison:
+        if dead_letter_keys[key] == 0:
+            report.lost += 1
+            stuck.add(shard)
+            if len(report.lost_examples) < examples:
+                report.lost_examples.append(f"poison {key} on {shard} not dead-lettered")
+    report.poison_dead_lettered = sum(1 for key in poison_keys if dead_letter_keys[key])
+    report.dead_letters_repeated = sum(n - 1 for key, n in dead_letter_keys.items() if n > 1)
+    report.dead_letters_unexpected = sum(
+        n for key, n in dead_letter_keys.items() if key not in poison_keys
+    )
+    report.stuck_shards = sorted(stuck)
+
+
+def _numeric(pairs: Iterable[tuple[str, str]]) -> Iterable[tuple[str, str]]:
+    return ((k, s) for k, s in pairs if s.isdigit())
+
+
+def _order(report: Report, acked: Sequence[Acked], calls: Sequence[Call], examples: int) -> None:
+    first_start: dict[tuple[str, str], float] = {}
+    first_end: dict[tuple[str, str], float] = {}
+    for c in calls:
+        ident = (c.key, c.seq)
+        first_start[ident] = min(first_start.get(ident, c.start), c.start)
+        if c.outcome == "ok" and c.end is not None:
+            first_end[ident] = min(first_end.get(ident, c.end), c.end)
+    seqs: dict[str, set[int]] = defaultdict(set)
+    for a in acked:
+        seqs[a.key].add(a.seq)
+    for key, numbers in seqs.items():
+        ordered = sorted(numbers)
+        for before, after in itertools.pairwise(ordered):
+            ended = first_end.get((key, str(before)))
+            started = first_start.get((key, str(after)))
+            if ended is None or started is None:
+                continue  # a loss, counted there
+            if started < ended:
+                report.order_violations += 1
+                if len(report.order_examples) < examples:
+                    report.order_examples.append(
+                        f"{key}:{after} started {ended - started:.3f}s before {key}:{before} ended"
+                    )
+
+
+def _frozen(faults: Sequence[Fault], worker: str, start: float, end: float) -> bool:
+    """Whether a call of ``worker`` from ``start`` to ``end`` was caught by a SIGSTOP: it began
+    before the stop and was still running when it came (a call begun after SIGCONT is not)."""
+    return any(
+        f.kind == "stop" and f.target == worker and start <= f.start + 0.05 and end >= f.start
+        for f in faults
+    )
+
+
+def _overlaps(
+    report: Report, calls: Sequence[Call], faults: Sequence[Fault], examples: int
+) -> None:
+    """Count overlapping moments per shard: a sweep over call intervals of distinct workers."""
+    death = _deaths(calls, faults)
+    by_shard: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for c in calls:
+        end = c.end if c.end is not None else death.get(c.worker, c.start)
+        by_shard[c.shard].append((c.start, end, c.worker))
+    for shard, spans in by_shard.items():
+        spans.sort()
+        active: list[tuple[float, float, str]] = []
+        in_overlap = False
+        for start, end, worker in spans:
+            active = [s for s in active if s[1] > start]
+            others = [s for s in active if s[2] != worker]
+            if others and not in_overlap:
+                in_overlap = True
+                other = others[0]
+                frozen = _frozen(faults, other[2], other[0], other[1]) or _frozen(
+                    faults, worker, start, end
+                )
+                if frozen:
+                    report.overlaps_frozen += 1
+                else:
+                    report.overlaps += 1
+                if len(report.overlap_examples) < examples:
+                    report.overlap_examples.append(
+                        f"{shard}: {other[2]} [{other[0]:.3f}, {other[1]:.3f}] and {worker} "
+                        f"[{start:.3f}, {end:.3f}]{' (frozen worker)' if frozen else ''}"
+                    )
+            elif not others:
+                in_overlap = False
+            active.append((start, end, worker))
+
+
+def _deaths(calls: Sequence[Call], faults: Sequence[Fault]) -> dict[str, float]:
+    """When each killed worker died (for calls it never finished)."""
+    return {f.target: f.start for f in faults if f.kind == "kill"}
+
+
+def _interleaving(report: Report, calls: Sequence[Call], gap: float, examples: int) -> None:
+    """Shards where stretches of activity of two workers cross in time."""
+    by_shard: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for c in calls:
+        by_shard[c.shard][c.worker].append(c.start)
+    for shard, workers in by_shard.items():
+        stretches: list[tuple[float, float, str]] = []
+        for worker, times in workers.items():
+            times.sort()
+            first = last = times[0]
+            for t in times[1:]:
+                if t - last > gap:
+                    stretches.append((first, last, worker))
+                    first = t
+                last = t
+            stretches.append((first, last, worker))
+        stretches.sort()
+        for (a_start, a_end, a_worker), (b_start, b_end, b_worker) in itertools.pairwise(stretches):
+            if a_worker != b_worker and b_start < a_end:
+                report.interleaved += 1
+                if len(report.interleaved_examples) < examples:
+                    report.interleaved_examples.append(
+                        f"{shard}: {a_worker} {a_start:.3f}..{a_end:.3f} crosses "
+                        f"{b_worker} {b_start:.3f}..{b_end:.3f}"
+                    )
+
+
+def _duplicates(
+    report: Report,
+    acked: Sequence[Acked],
+    calls: Sequence[Call],
+    faults: Sequence[Fault],
+    examples: int,
+) -> None:
+    per_record: dict[tuple[str, str], list[Call]] = defaultdict(list)
+    for c in calls:
+        if c.outcome == "ok" and c.seq.isdigit():
+            per_record[(c.key, c.seq)].append(c)
+    positions: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)
+    for a in acked:
+        positions[(a.key, a.seq)].add((a.sequence_number, a.sub))
+    report.copies = sum(1 for places in positions.values() if len(places) > 1)
+    causes: Counter[str] = Counter()
+    for (key, seq), handled in per_record.items():
+        if len(handled) < 2:
+            continue
+        handled.sort(key=lambda c: c.start)
+        for earlier, later in itertools.pairwise(handled):
+            report.duplicates += 1
+            cause = _cause(earlier, later, faults)
+            causes[cause] += 1
+            if cause == "unexplained" and len(report.duplicate_examples) < examples:
+                report.duplicate_examples.append(
+                    f"{key}:{seq} by {earlier.worker} at {earlier.start:.3f} and {later.worker} "
+                    f"at {later.start:.3f}"
+                )
+    report.duplicates_by_cause = dict(causes)
+
+
+def _cause(earlier: Call, later: Call, faults: Sequence[Fault]) -> str:
+    """The fault that explains handling a record twice, or ``unexplained``.
+
+    The earlier worker killed, stopped or restarted between the two calls; a DynamoDB brownout
+    around them (the idempotency guard's completion could not be written); the same stream
+    record at two positions (a producer copy) is named as such.
+    """
+    if (earlier.sequence_number, earlier.sub) != (later.sequence_number, later.sub):
+        return "producer copy"
+    end = earlier.end if earlier.end is not None else earlier.start
+    for f in faults:
+        if (
+            f.target == earlier.worker
+            and f.kind in ("kill", "stop", "term")
+            and (end - _FREEZE_MARGIN <= f.end and f.start <= later.start)
+        ):
+            return f.kind
+    for f in faults:
+        if f.kind == "dynamodb_brownout" and f.start - 1.0 <= later.start and end <= f.end + 5.0:
+            return f.kind
+    return "unexplained"
