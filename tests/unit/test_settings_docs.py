@@ -10,31 +10,16 @@ import textwrap
 
 import pytest
 
-from shardflow import (
-    AwsSettings,
-    Backoff,
-    CheckpointSettings,
-    ConsumerSettings,
-    DispatchSettings,
-    FanOut,
-    Idempotency,
-    LeaseSettings,
-    Polling,
-    ProducerSettings,
-)
+import shardflow
+from shardflow import ConsumerSettings, FanOut, Polling
 from shardflow.leases.settings import StreamSpec
 
-SETTINGS = [
-    AwsSettings,
-    Backoff,
-    CheckpointSettings,
-    ConsumerSettings,
-    DispatchSettings,
-    FanOut,
-    Idempotency,
-    LeaseSettings,
-    Polling,
-    ProducerSettings,
+SETTINGS: list[type] = [
+    *(
+        getattr(shardflow, name)
+        for name in shardflow.__all__
+        if name.endswith("Settings") or name in ("Backoff", "FanOut", "Polling", "Idempotency")
+    ),
     StreamSpec,
 ]
 

@@ -23,16 +23,17 @@ async def test_a_future_passed_in_is_left_running() -> None:
     work.cancel()
 
 
+async def forever(cancelled: asyncio.Event) -> None:
+    """Sleeps until cancelled, then says so."""
+    try:
+        await asyncio.sleep(10)
+    finally:
+        cancelled.set()
+
+
 async def test_a_coroutine_counts_and_is_cancelled_when_it_loses() -> None:
     cancelled = asyncio.Event()
-
-    async def forever() -> None:
-        try:
-            await asyncio.sleep(10)
-        finally:
-            cancelled.set()
-
-    await first_of(forever(), asyncio.sleep(0.01))
+    await first_of(forever(cancelled), asyncio.sleep(0.01))
     await asyncio.wait_for(cancelled.wait(), 1.0)
 
 
@@ -56,14 +57,7 @@ async def test_timeout_ends_the_wait() -> None:
 
 async def test_cancelling_the_waiter_cancels_what_it_started() -> None:
     cancelled = asyncio.Event()
-
-    async def forever() -> None:
-        try:
-            await asyncio.sleep(10)
-        finally:
-            cancelled.set()
-
-    waiter = asyncio.ensure_future(first_of(forever(), asyncio.Event()))
+    waiter = asyncio.ensure_future(first_of(forever(cancelled), asyncio.Event()))
     await asyncio.sleep(0.01)
     waiter.cancel()
     await asyncio.gather(waiter, return_exceptions=True)
