@@ -66,7 +66,7 @@ async def watch(stream: str, application: str, expected: int, limit: float) -> d
     """Consume ``stream`` until ``expected`` records were handled (or, for 0, ``limit`` s)."""
     from shardflow.consumer import Consumer, ConsumerSettings
     from shardflow.events import DiagnosticEvent, LeaseLost, LeaseRenewed
-    from shardflow.fetch import PollingSettings
+    from shardflow.fetch import Polling
     from shardflow.leases.settings import LeaseSettings
 
     leases = LeaseSettings(failover_time=FAILOVER)
@@ -93,7 +93,7 @@ async def watch(stream: str, application: str, expected: int, limit: float) -> d
     consumer = Consumer(
         stream,
         application,
-        settings=ConsumerSettings(leases=leases, polling=PollingSettings(idle_time=0.2)),
+        settings=ConsumerSettings(leases=leases, fetch=Polling(idle_time=0.2)),
         on_event=on_event,
     )
 
@@ -111,7 +111,7 @@ async def watch(stream: str, application: str, expected: int, limit: float) -> d
         await asyncio.wait_for(done.wait(), limit)
     seconds = time.monotonic() - started
     prober.cancel()
-    await consumer.stop()
+    await consumer.close()
     await run
     late = lateness(renewals, leases.renew_every)
     return {
