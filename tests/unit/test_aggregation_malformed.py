@@ -7,7 +7,6 @@ the encoder under test.
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 
 import pytest
@@ -18,32 +17,11 @@ from shardflow.aggregation import MAGIC, aggregate, deaggregate
 from shardflow.aggregation._messages import new_aggregated_record
 from shardflow.errors import AggregationError
 from shardflow.records import Record
+from support.aggregate_fuzz import field, framed, varint_field
 
 SECRET = b"card=4111111111111111"
 SHARD = "shardId-000000000007"
 SEQUENCE = "49590338271490256608559692540925702759324208523137515618"
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
-def varint_field(number: int, value: int) -> bytes:
-    return varint(number << 3) + varint(value)
-
-
-def framed(body: bytes) -> bytes:
-    return MAGIC + body + hashlib.md5(body).digest()
 
 
 def outer(data: bytes) -> Record:
