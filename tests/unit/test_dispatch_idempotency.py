@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from shardflow.backoff import NO_BACKOFF
+from shardflow.backoff import NO_BACKOFF, Backoff
+from shardflow.clock import SYSTEM_CLOCK
 from shardflow.consumer import ConsumedRecord, Consumer
 from shardflow.consumer.dispatch import (
     DispatchSettings,
     Idempotency,
     ShardDispatcher,
 )
+from shardflow.consumer.dispatch.invoke import RetryingCall
 from shardflow.idempotency import ClaimOutcome, MemoryIdempotencyGuard, by_position, by_user_key
 from shardflow.leases import InMemoryLeaseStore
+from shardflow.records import Record
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
 from support.dispatch_kit import delivered, is_acked, shard_records
 from unit.test_shard_worker_kit import eventually
@@ -143,3 +148,30 @@ def test_idempotency_settings_refuse_what_is_not_a_guard() -> None:
     with pytest.raises(TypeError, match="not an idempotency guard"):
         Idempotency(object())  # type: ignore[arg-type]
     assert Idempotency(MemoryIdempotencyGuard()).key is by_position
+
+
+async def test_a_cancelled_wait_keeps_the_claim_while_the_handler_thread_runs() -> None:
+    started, go_on = threading.Event(), threading.Event()
+
+    def handle(record: Record) -> None:
+        started.set()
+        go_on.wait(10.0)
+
+    guard = MemoryIdempotencyGuard()
+    record = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
+    with ThreadPoolExecutor(1) as pool:
+        call = RetryingCall(
+            handle,
+            retry=Backoff(max_attempts=1),
+            clock=SYSTEM_CLOCK,
+            executor=pool,
+            idempotency=Idempotency(guard),
+        )
+        running = asyncio.ensure_future(call.run(record, lambda: True))
+        await asyncio.to_thread(started.wait, 10.0)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        # The handler still runs in its thread: nobody else may claim the record now.
+        assert (await guard.claim(by_position(record))).outcome is ClaimOutcome.IN_PROGRESS
+        go_on.set()

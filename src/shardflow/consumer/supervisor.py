@@ -71,6 +71,7 @@ class ShardSupervisor:
         self.fatal: BaseException | None = None
         """The error that stops the consumer, if one did."""
         self._shard_tasks: set[asyncio.Task[None]] = set()
+        self._shard_runs: dict[str, asyncio.Task[None]] = {}  # by lease key: the latest run
 
     def is_shard_task(self, task: asyncio.Task[object] | None) -> bool:
         """Whether ``task`` runs one of the shards (a handler calling ``close()``, say)."""
@@ -83,11 +84,15 @@ class ShardSupervisor:
             async for owned in coordinator.acquisitions():
                 if self._stop_requested.is_set():
                     continue  # the coordinator releases it at stop
+                previous = self._shard_runs.get(owned.lease_key)
                 task = asyncio.create_task(
-                    self._shard(coordinator, owned, drive), name=f"shardflow-shard-{owned.shard_id}"
+                    self._shard_after(previous, coordinator, owned, drive),
+                    name=f"shardflow-shard-{owned.shard_id}",
                 )
+                self._shard_runs[owned.lease_key] = task
                 self._shard_tasks.add(task)
                 task.add_done_callback(self._shard_tasks.discard)
+                task.add_done_callback(self._forget_run(owned.lease_key))
 
         acceptor = asyncio.create_task(accept(), name="shardflow-accept")
         graceful = False
@@ -114,6 +119,39 @@ class ShardSupervisor:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- one shard ---------------------------------------------------------------------------
+
+    def _forget_run(self, key: str) -> Callable[[asyncio.Task[None]], None]:
+        def forget(task: asyncio.Task[None]) -> None:
+            if self._shard_runs.get(key) is task:
+                del self._shard_runs[key]
+
+        return forget
+
+    async def _shard_after(
+        self,
+        previous: asyncio.Task[None] | None,
+        coordinator: LeaseCoordinator,
+        owned: OwnedLease,
+        drive: ShardDriver,
+    ) -> None:
+        """:meth:`_shard`, once the previous run of the same lease in this process has ended.
+
+        One shard, one running handler: a lease lost and taken again at once must not start
+        a second worker while the first one's handler (a thread, a batch) still runs. After
+        ``drain_timeout`` the wait is reported, and goes on.
+        """
+        if previous is not None and not previous.done():
+            log.info("shard %s: waiting for its previous worker here to end", owned.shard_id)
+            await asyncio.wait({previous}, timeout=self.settings.drain_timeout)
+            if not previous.done():
+                log.warning(
+                    "shard %s: its previous worker here still runs a handler %.1fs after its "
+                    "lease ended; the shard starts again only once that handler returns",
+                    owned.shard_id,
+                    self.settings.drain_timeout,
+                )
+                await asyncio.wait({previous})
+        await self._shard(coordinator, owned, drive)
 
     async def _shard(
         self, coordinator: LeaseCoordinator, owned: OwnedLease, drive: ShardDriver

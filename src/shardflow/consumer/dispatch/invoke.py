@@ -12,6 +12,7 @@ releases its claim (see :class:`~shardflow.consumer.dispatch.settings.Idempotenc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from shardflow.consumer.dispatch.contracts import WorkerLimit
 from shardflow.consumer.dispatch.settings import Idempotency
 from shardflow.consumer.invocation import Invoker, handler_error
 from shardflow.errors import ClaimInProgressError, HandlerError
-from shardflow.idempotency.guard import ClaimOutcome
+from shardflow.idempotency.guard import Claim, ClaimOutcome, IdempotencyGuard
 from shardflow.records import Record
 
 R = TypeVar("R", bound=Record)
@@ -124,12 +125,18 @@ class RetryingCall(Generic[R]):
             raise ClaimInProgressError(claim.key)
         try:
             await self._call_once(record)
+        except asyncio.CancelledError:
+            if not self._invoke.is_async:
+                # Cancelling the wait does not stop the handler's thread: releasing now would
+                # let another worker run the record at the same time. The claim runs out
+                # after its TTL instead.
+                log.info("idempotency claim %r kept: its handler thread runs on", claim.key)
+                raise
+            await self._release_quietly(guard, claim)
+            raise
         except BaseException:
-            try:
-                await guard.release(claim)
-            except Exception:
-                # The claim then expires after its TTL; the handler's own error is what counts.
-                log.warning("releasing idempotency claim %r failed", claim.key, exc_info=True)
+            # A failed release leaves the claim to its TTL; the handler's own error counts.
+            await self._release_quietly(guard, claim)
             raise
         try:
             await guard.complete(claim)
@@ -138,6 +145,12 @@ class RetryingCall(Generic[R]):
             # claim expired) handles it again, which at-least-once allows.
             log.warning("completing idempotency claim %r failed", claim.key, exc_info=True)
         return True
+
+    async def _release_quietly(self, guard: IdempotencyGuard, claim: Claim) -> None:
+        try:
+            await guard.release(claim)
+        except Exception:
+            log.warning("releasing idempotency claim %r failed", claim.key, exc_info=True)
 
     async def _call_once(self, record: R) -> None:
         limit = self._limit
