@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -60,17 +60,26 @@ def items(tag: str, count: int) -> list[tuple[str, bytes]]:
     return [(f"key-{i}", f"{tag}-{i}".encode()) for i in range(count)]
 
 
+async def stream_with(url: str, stream: str, written: list[tuple[str, bytes]]) -> None:
+    async with kinesis_at(url) as kinesis:
+        await create_stream(kinesis, stream, 2)
+        await put(kinesis, stream, written)
+
+
+def collecting(seen: list[bytes]) -> Callable[[ConsumedRecord[bytes]], Awaitable[None]]:
+    async def handle(record: ConsumedRecord[bytes]) -> None:
+        seen.append(record.data)
+
+    return handle
+
+
 async def test_records_written_after_a_getrecords_brownout_are_handled(
     proxy: FaultProxy, moto_url: str, stream_name: str
 ) -> None:
-    async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 2)
-        await put(kinesis, stream_name, items("before", 20))
+    await stream_with(moto_url, stream_name, items("before", 20))
     seen: list[bytes] = []
     events: list[DiagnosticEvent] = []
-
-    async def handle(record: ConsumedRecord[bytes]) -> None:
-        seen.append(record.data)
+    handle = collecting(seen)
 
     consumer = consumer_at(proxy.url, stream_name, on_event=events.append)
     run = asyncio.create_task(consumer.consume(handle))
@@ -104,9 +113,7 @@ async def test_records_written_after_a_getrecords_brownout_are_handled(
 async def test_a_deleted_stream_ends_the_consumer_with_the_error_and_releases_its_leases(
     proxy: FaultProxy, moto_url: str, stream_name: str
 ) -> None:
-    async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 2)
-        await put(kinesis, stream_name, items("r", 10))
+    await stream_with(moto_url, stream_name, items("r", 10))
     seen: list[bytes] = []
     events: list[DiagnosticEvent] = []
     errors: list[tuple[str, str, BaseException]] = []
@@ -117,10 +124,7 @@ async def test_a_deleted_stream_ends_the_consumer_with_the_error_and_releases_it
         on_error=lambda stream, shard, error: errors.append((stream, shard, error)),
     )
 
-    async def handle(record: ConsumedRecord[bytes]) -> None:
-        seen.append(record.data)
-
-    run = asyncio.create_task(consumer.consume(handle))
+    run = asyncio.create_task(consumer.consume(collecting(seen)))
     await until(lambda: len(seen) >= 10, 30.0)
     async with kinesis_at(moto_url) as kinesis:
         await kinesis.delete_stream(StreamName=stream_name, EnforceConsumerDeletion=True)
