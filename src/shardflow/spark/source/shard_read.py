@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from shardflow.aggregation import deaggregate as deaggregate_record
 from shardflow.errors import DataLossError, InvalidArgumentError, SourceMetadataError
 from shardflow.fetch.batch import FetchedBatch
-from shardflow.fetch.fanout import FanOutFetcher
+from shardflow.fetch.fanout import FanOut, FanOutFetcher
 from shardflow.fetch.polling import GET_RECORDS_LIMIT, Polling, PollingFetcher
 from shardflow.positions import StartPosition
 from shardflow.records import Record
@@ -69,15 +69,22 @@ def fetcher_factory(plan: ShardReadPlan, kinesis: Any) -> FetcherFactory:
     if plan.consumer_arn is not None:
         arn = plan.consumer_arn
         return lambda start, _limit: FanOutFetcher(
-            kinesis, plan.stream, plan.shard_id, start, consumer_arn=arn
+            kinesis,
+            plan.stream,
+            plan.shard_id,
+            start,
+            consumer_arn=arn,
+            settings=FanOut(denied_for=0.0),
         )
     return lambda start, limit: PollingFetcher(
         kinesis,
         plan.stream,
         plan.shard_id,
         start,
-        # No idle wait: a task stops at the tip instead of waiting there.
-        Polling(max_records=limit, idle_time=0.0),
+        # No idle wait: a task stops at the tip instead of waiting there. Access denied fails
+        # the task at once: a consumer holding a lease waits for credentials to come back, but
+        # here Spark reports the failure and retries the task (or the query) itself.
+        Polling(max_records=limit, idle_time=0.0, denied_for=0.0),
     )
 
 
