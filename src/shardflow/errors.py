@@ -470,6 +470,12 @@ class SourceMetadataError(SparkSourceError):
     """The source's metadata at ``metadataPath`` is missing or unreadable for a batch it needs."""
 
 
+class MetadataOutOfStepError(SourceMetadataError):
+    """The query's checkpoint and the source's metadata do not belong together (a changed,
+    cleaned or restored ``metadataPath`` or checkpoint); the message names the fix. Raised
+    instead of reading records other than the ones the checkpoint's batch stands for."""
+
+
 # --- Spark sink ------------------------------------------------------------------------------
 
 

@@ -63,7 +63,7 @@ def test_streaming_needs_a_metadata_path_and_a_stream() -> None:
         parse_options({"streamName": "orders"}, streaming=True)
     with pytest.raises(SparkOptionError, match="streamName"):
         parse_options({"metadataPath": "/m"}, streaming=True)
-    assert parse_options({"streamName": "orders"}, streaming=False).metadata_path is None
+    assert parse_options({"streamName": "orders"}, streaming=False).metadata is None
 
 
 def test_starting_positions() -> None:

@@ -8,15 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from shardflow.errors import SourceMetadataError
+from shardflow.errors import MetadataOutOfStepError, SourceMetadataError
 from shardflow.spark.source.admission import shard_budgets
 from shardflow.spark.source.lineage import readable_shards
-from shardflow.spark.source.metadata import BatchEndStore, DataLoss, ShardBatchEnd
+from shardflow.spark.source.metadata import DataLoss, ShardBatchEnd
+from shardflow.spark.source.metadata_location import MetadataLocation, StoreKind
 from shardflow.spark.source.offsets import UNLIMITED, SourceOffset
 from shardflow.spark.source.positions import Kind, ShardPosition, parse_user_position
+from shardflow.spark.source.store_local import LocalBatchEnds
 
 END = ShardPosition.shard_end()
 TRIM = ShardPosition.trim_horizon()
+RUN = "0123456789abcdef" * 2
+
+
+def local_store(root: str) -> LocalBatchEnds:
+    return LocalBatchEnds(MetadataLocation(StoreKind.LOCAL, root), RUN)
 
 
 @pytest.mark.parametrize(
@@ -99,7 +106,7 @@ def test_children_wait_for_every_parent() -> None:
 
 
 def _race(root: str, index: int, results: multiprocessing.Queue[str]) -> None:
-    store = BatchEndStore(root, "run")
+    store = local_store(root)
     mine = ShardBatchEnd(end=f"AFTER:{index + 1}", rows=index, stopped="tip")
     results.put(store.record_first(4, "shardId-0", mine).end)
 
@@ -114,14 +121,14 @@ def test_the_first_recorded_end_holds_for_every_attempt(tmp_path: Path) -> None:
     for racer in racers:
         racer.join(30)
     seen = {results.get(timeout=5) for _ in racers}
-    store = BatchEndStore(str(tmp_path), "run")
+    store = local_store(str(tmp_path))
     held = store.require(4, "shardId-0")
     assert seen == {held.end}
-    assert [p.name for p in (tmp_path / "run" / "000000000004").iterdir()] == ["shardId-0.json"]
+    assert [p.name for p in (tmp_path / RUN / "000000000004").iterdir()] == ["shardId-0.json"]
 
 
 def test_store_round_trip_missing_and_cleanup(tmp_path: Path) -> None:
-    store = BatchEndStore(str(tmp_path), "run")
+    store = local_store(str(tmp_path))
     end = ShardBatchEnd(end="SHARD_END", rows=3, stopped="end", lost=DataLoss("AFTER:1", None))
     for batch in range(5):
         store.record_first(batch, "s", end)
@@ -129,7 +136,7 @@ def test_store_round_trip_missing_and_cleanup(tmp_path: Path) -> None:
     assert end.shard_ended
     assert end.position.kind is Kind.SHARD_END
     assert store.load(9, "s") is None
-    with pytest.raises(SourceMetadataError, match="no recorded end"):
+    with pytest.raises(MetadataOutOfStepError, match=r"holds no end for it.*Fix: restart"):
         store.require(9, "s")
     store.forget_before(3)
     assert sorted(p.name for p in store.root.iterdir()) == ["000000000003", "000000000004"]

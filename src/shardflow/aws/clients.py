@@ -20,7 +20,7 @@ NO_REGION = (
     "AwsSettings(region=...) or --region, or set region in your profile in ~/.aws/config"
 )
 
-Service = Literal["kinesis", "dynamodb", "dynamodbstreams", "cloudwatch"]
+Service = Literal["kinesis", "dynamodb", "dynamodbstreams", "cloudwatch", "s3"]
 
 
 class ClientFactory:

@@ -1,7 +1,8 @@
-"""One Spark task's write: its rows through a producer of its own, every result in before it ends.
+"""One Spark task's write: its rows through the process's producer, every result in before it ends.
 
 The task returns only once every record it put has been written (the producer flushed), so a
-task that Spark counts as successful never leaves records behind. A record the producer gives
+task that Spark counts as successful never leaves records behind. The producer is borrowed
+from :mod:`shardflow.spark.sink.producers` and kept for the next task. A record the producer gives
 up on fails the task with :class:`~shardflow.errors.SparkSinkWriteError` (Spark then retries
 the task, or fails the job with that message); a retried task writes its rows again, so the
 sink is at-least-once.
@@ -20,17 +21,15 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import WriterCommitMessage
 
 from shardflow.errors import ShardflowError, SparkSinkSchemaError, SparkSinkWriteError
-from shardflow.producer import PutResult, SyncProducer
+from shardflow.producer import PutResult
 from shardflow.spark.sink.columns import SinkColumns
 from shardflow.spark.sink.options import SinkOptions
+from shardflow.spark.sink.producers import borrowed_producer
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger("shardflow.spark.sink")
-
-ABORT_GRACE = 5.0
-"""Seconds a failing task gives its producer to settle what is in flight before abandoning it."""
 
 
 @dataclass(frozen=True)
@@ -84,12 +83,8 @@ def write_rows(
     """Write every row of ``batches``; returns the counts once all of them are in Kinesis."""
     stream = options.stream
     outcomes = _Outcomes()
-    producer = SyncProducer(
-        stream, settings=options.producer, aws=options.connection.aws_settings()
-    )
     rows_before = 0
-    try:
-        producer.start()  # inside: a start that fails half-way is closed too
+    with borrowed_producer(options) as producer:
         put = producer.put
         settle = outcomes.settle
         for batch in batches:
@@ -107,6 +102,7 @@ def write_rows(
             rows_before += batch.num_rows
             # Stop early once the producer gave up on a record: the task fails anyway.
             outcomes.raise_if_failed(stream)
+        # Every record of this task has its result before the task reports success.
         try:
             producer.flush(options.flush_timeout)
         except TimeoutError:
@@ -115,15 +111,7 @@ def write_rows(
                 f"records still had no result after flushTimeout={options.flush_timeout:g}s",
                 written=outcomes.written,
             ) from None
-    except BaseException:
-        # The task fails with the first error; a second one while closing would only hide it.
-        try:
-            producer.close(ABORT_GRACE)
-        except Exception:
-            log.exception("closing the producer of %s after a failed write failed", stream)
-        raise
-    producer.close()
-    outcomes.raise_if_failed(stream)
+        outcomes.raise_if_failed(stream)
     log.debug("task wrote %d records to %s", outcomes.written, stream)
     return SinkCommitMessage(
         records=outcomes.written,

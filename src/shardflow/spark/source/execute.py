@@ -13,9 +13,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from shardflow.errors import BatchEndConflictError
 from shardflow.spark.source.arrow import to_record_batch
-from shardflow.spark.source.metadata import BatchEndStore
+from shardflow.spark.source.metadata_store import open_store
 from shardflow.spark.source.partition import ShardPartition
 from shardflow.spark.source.runtime import runner
 from shardflow.spark.source.shard_read import ShardRead, fetcher_factory
@@ -25,11 +24,12 @@ def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
     """The rows of one task, as record batches with the exact schema Spark expects."""
     plan = partition.plan
     slot = partition.slot
-    store = None if slot is None else BatchEndStore(slot.metadata_path, slot.run_id)
+    store = None if slot is None else open_store(slot.metadata, slot.run_id)
     recorded = None
     if store is not None and slot is not None:
         recorded = store.load(slot.batch, plan.shard_id)
         if recorded is not None:
+            store.check_start(slot.batch, plan.shard_id, plan.start.to_text(), recorded)
             plan = dataclasses.replace(plan, until=recorded.position, budget=None, cutoff_ms=None)
     loop = runner()
     kinesis = loop.kinesis(partition.aws, fanout=plan.consumer_arn is not None)
@@ -40,8 +40,4 @@ def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
         return
     mine = read.outcome
     assert mine is not None
-    held = store.record_first(slot.batch, plan.shard_id, mine)
-    if (held.end, held.rows) != (mine.end, mine.rows):
-        raise BatchEndConflictError(
-            shard_id=plan.shard_id, batch=slot.batch, recorded=held.end, read=mine.end
-        )
+    store.record_or_conflict(slot.batch, plan.shard_id, mine)

@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from shardflow.aws.settings import AwsSettings
 from shardflow.errors import SparkOptionError
 from shardflow.spark.connection import StreamConnection, lookup, stream_connection
+from shardflow.spark.source.metadata_location import MetadataLocation, parse_location
 from shardflow.spark.source.positions import (
     LATEST,
     ShardPosition,
@@ -65,7 +67,7 @@ class SourceOptions:
     max_records_per_shard_per_trigger: int | None
     deaggregate: bool
     fail_on_data_loss: bool
-    metadata_path: str | None
+    metadata: MetadataLocation | None
     shard_sync_interval_s: float
 
     @property
@@ -82,12 +84,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     consumer_name = lookup(options, "consumerName") or None
     if consumer_type is ConsumerType.EFO and not consumer_name:
         raise SparkOptionError("consumerName", "required with consumerType=efo")
-    metadata_path = lookup(options, "metadataPath") or None
-    if streaming and not metadata_path:
+    metadata = _metadata(options, connection)
+    if streaming and metadata is None:
         raise SparkOptionError(
             "metadataPath",
-            "required for streaming: a directory where the source records where each "
-            "micro-batch ends (keep it with the query's checkpoint)",
+            "required for streaming: where the source records where each micro-batch ends, "
+            "shared by the driver and every executor (s3://bucket/prefix on a cluster, "
+            "dynamodb://table, or a shared directory); keep it with the query's checkpoint",
         )
     starting = _starting(options)
     if not streaming and starting.default == LATEST:
@@ -102,7 +105,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         max_records_per_shard_per_trigger=_positive_int(options, "maxRecordsPerShardPerTrigger"),
         deaggregate=_boolean(options, "deaggregate", default=True),
         fail_on_data_loss=_boolean(options, "failOnDataLoss", default=True),
-        metadata_path=metadata_path,
+        metadata=metadata,
         shard_sync_interval_s=_positive_float(options, "shardSyncIntervalSeconds", default=10.0),
     )
 
@@ -116,6 +119,19 @@ def check_options(options: Mapping[str, str]) -> None:
     neutral = {k: v for k, v in options.items() if k.lower() != "endingposition"}
     neutral.setdefault("metadataPath", "checked later")
     parse_options(neutral, streaming=True)
+
+
+def _metadata(options: Mapping[str, str], connection: StreamConnection) -> MetadataLocation | None:
+    """``metadataPath``, reached with ``metadataRegion``/``metadataEndpointUrl`` (S3, DynamoDB),
+    which default to the stream's ``region``/``endpointUrl`` (one local stack serves both)."""
+    text = lookup(options, "metadataPath")
+    if text is None or not text.strip():
+        return None
+    aws = AwsSettings(
+        region=lookup(options, "metadataRegion") or connection.region,
+        endpoint_url=lookup(options, "metadataEndpointUrl") or connection.endpoint_url,
+    )
+    return parse_location(text, aws)
 
 
 def _consumer_type(options: Mapping[str, str]) -> ConsumerType:

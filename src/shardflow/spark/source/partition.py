@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from shardflow.aws.settings import AwsSettings
+from shardflow.spark.source.metadata_location import MetadataLocation
 from shardflow.spark.source.shard_read import ShardReadPlan
 
 
@@ -14,7 +15,7 @@ from shardflow.spark.source.shard_read import ShardReadPlan
 class BatchSlot:
     """Which micro-batch of which run a streaming task belongs to, and the metadata store."""
 
-    metadata_path: str
+    metadata: MetadataLocation
     run_id: str
     batch: int
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
-from shardflow.aws.clients import ClientFactory
+from shardflow.aws.clients import ClientFactory, Service
 from shardflow.aws.settings import AwsSettings
 from shardflow.fetch.fanout import fanout_client
 
@@ -28,6 +28,7 @@ class LoopRunner:
         self.loop = asyncio.new_event_loop()
         self._stack = AsyncExitStack()
         self._clients: dict[tuple[AwsSettings, bool], Any] = {}
+        self._service_clients: dict[tuple[Service, AwsSettings], Any] = {}
 
     def run(self, work: Awaitable[T]) -> T:
         return self.loop.run_until_complete(work)
@@ -41,6 +42,16 @@ class LoopRunner:
             opening = fanout_client(factory, shards=16) if fanout else factory.kinesis()
             client = self.run(self._stack.enter_async_context(opening))
             self._clients[key] = client
+        return client
+
+    def client(self, service: Service, settings: AwsSettings) -> Any:
+        """An open aiobotocore client of ``service`` (the metadata stores: S3, DynamoDB)."""
+        key = (service, settings)
+        client = self._service_clients.get(key)
+        if client is None:
+            opening = ClientFactory(settings).client(service)
+            client = self.run(self._stack.enter_async_context(opening))
+            self._service_clients[key] = client
         return client
 
     def iterate(self, items: AsyncIterator[T]) -> Iterator[T]:

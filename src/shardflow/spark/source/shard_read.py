@@ -213,7 +213,13 @@ class ShardRead:
             end = ShardPosition.trim_horizon()
         else:
             end = plan.start
-        return ShardBatchEnd(end=end.to_text(), rows=self._rows, stopped=stopped, lost=self._lost)
+        return ShardBatchEnd(
+            end=end.to_text(),
+            rows=self._rows,
+            stopped=stopped,
+            lost=self._lost,
+            start=plan.start.to_text(),
+        )
 
     def _data_lost(self, first: Record | None, *, refused: bool = False) -> None:
         plan = self.plan

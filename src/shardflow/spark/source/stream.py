@@ -25,12 +25,14 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from shardflow.aws.kinesis import list_shards
+from shardflow.errors import MetadataOutOfStepError
 from shardflow.fetch.registration import register_consumer
 from shardflow.shards import ShardInfo
 from shardflow.spark.source.admission import shard_budgets
 from shardflow.spark.source.execute import read_partition
 from shardflow.spark.source.lineage import parents_of, readable_shards
-from shardflow.spark.source.metadata import BatchEndStore
+from shardflow.spark.source.metadata import ShardBatchEnd
+from shardflow.spark.source.metadata_store import FIX_OUT_OF_STEP, BatchEndStore, open_store
 from shardflow.spark.source.offsets import UNLIMITED, SourceOffset
 from shardflow.spark.source.options import ConsumerType, SourceOptions
 from shardflow.spark.source.partition import BatchSlot, ShardPartition
@@ -59,6 +61,9 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._listing: list[ShardInfo] | None = None
         self._listed_at = 0.0
         self._consumer_arn: str | None = None
+        self._store_prepared = False
+        # The ends read for the last planned batch: (run, batch) -> shard -> end.
+        self._ends_seen: tuple[tuple[str, int], dict[str, ShardBatchEnd]] | None = None
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -148,9 +153,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ended = False
         if previous.batch < 0:
             return positions, more, lost, ended
-        store = self._store(previous.run)
-        for shard_id in sorted(previous.read):
-            end = store.require(previous.batch, shard_id)
+        for shard_id, end in self._ends_of(previous).items():
             positions[shard_id] = end.position
             if end.stopped == "budget":
                 more.add(shard_id)
@@ -170,13 +173,40 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 )
         return positions, more, lost, ended
 
+    def _ends_of(self, offset: SourceOffset) -> dict[str, ShardBatchEnd]:
+        """The recorded ends of ``offset``'s batch for every shard it read (cached per batch)."""
+        key = (offset.run, offset.batch)
+        if self._ends_seen is None or self._ends_seen[0] != key:
+            store = self._store(offset.run)
+            ends = {shard: store.require(offset.batch, shard) for shard in sorted(offset.read)}
+            self._ends_seen = (key, ends)
+        return self._ends_seen[1]
+
+    def _check_in_step(self, previous: SourceOffset, offset: SourceOffset) -> None:
+        """Fail unless ``offset`` starts every shard where ``previous``'s batch recorded its end.
+
+        After a restart Spark plans a logged batch from the checkpoint alone; a metadataPath
+        that lost, or never had, the previous batch's ends would otherwise go unnoticed.
+        """
+        if previous.batch < 0 or previous.run != offset.run:
+            return
+        for shard_id, recorded in self._ends_of(previous).items():
+            planned = offset.shards.get(shard_id)
+            if planned is not None and planned != recorded.position:
+                raise MetadataOutOfStepError(
+                    f"the checkpoint starts shard {shard_id} at {planned} in batch "
+                    f"{offset.batch}, but batch {previous.batch} recorded its end at "
+                    f"{recorded.end} under {self._store(offset.run).where}. " + FIX_OUT_OF_STEP
+                )
+
     # --- planning --------------------------------------------------------------------------
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         offset = SourceOffset.from_dict(end)
-        metadata_path = self.options.metadata_path
-        assert metadata_path is not None
-        slot = BatchSlot(metadata_path, offset.run, offset.batch)
+        self._check_in_step(SourceOffset.from_dict(start), offset)
+        metadata = self.options.metadata
+        assert metadata is not None
+        slot = BatchSlot(metadata, offset.run, offset.batch)
         consumer_arn = self._efo_consumer_arn()
         return [
             ShardPartition(
@@ -216,9 +246,13 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self.options.connection.stream_label
 
     def _store(self, run_id: str) -> BatchEndStore:
-        metadata_path = self.options.metadata_path
-        assert metadata_path is not None
-        return BatchEndStore(metadata_path, run_id)
+        metadata = self.options.metadata
+        assert metadata is not None
+        store = open_store(metadata, run_id)
+        if not self._store_prepared:
+            store.prepare()  # the bucket exists, the table is there (created if missing)
+            self._store_prepared = True
+        return store
 
     def _kinesis(self) -> Any:
         return runner().kinesis(self.options.connection.aws_settings())
