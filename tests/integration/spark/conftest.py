@@ -1,7 +1,9 @@
-"""One SparkSession (local[2]) for every Spark test: a cold start costs 7-10 s."""
+"""One SparkSession (local[2]) for every Spark test: a cold start costs 7-10 s; one
+standalone cluster for the tests that need one."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -10,6 +12,8 @@ import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from shardflow.spark.cluster import StandaloneCluster
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +43,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     yield session
     session.stop()
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A standalone cluster (Master + 2 Workers of 1 core) on 127.0.0.1, one per session."""
+    from shardflow.spark.cluster import StandaloneCluster
+
+    with StandaloneCluster(
+        tmp_path_factory.mktemp("spark-cluster"), env=dict(os.environ)
+    ) as cluster:
+        yield cluster
