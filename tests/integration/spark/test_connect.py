@@ -1,0 +1,87 @@
+"""The source and the sink from a Spark Connect client (``sc://...``): the data source is
+registered on the remote session and runs in the server's Python workers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from support.boto import stored_records
+from support.connect_server import connect_server
+from support.parquet_log import committed_column
+from support.spark_source import make_stream, payloads, write
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    pytest.importorskip("grpc", reason="the pyspark[connect] extra")
+    from pyspark.sql import SparkSession
+
+    import shardflow.spark
+
+    with connect_server(tmp_path_factory.mktemp("spark-connect")) as address:
+        session = SparkSession.builder.remote(address).getOrCreate()
+        shardflow.spark.register(session)
+        yield session
+        session.stop()
+
+
+def test_streaming_source_and_sink_queries_over_spark_connect(
+    remote: SparkSession, moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    assert type(remote).__module__.startswith("pyspark.sql.connect")
+    make_stream(moto_url, stream_name, 2)
+    items = payloads("sc", 600)
+    write(moto_url, stream_name, items)
+    alerts = f"{stream_name}-alerts"
+    make_stream(moto_url, alerts, 1)
+
+    def source(meta: str) -> object:
+        return (
+            remote.readStream.format("shardflow")
+            .option("streamName", stream_name)
+            .option("endpointUrl", moto_url)
+            .option("region", "us-east-1")
+            .option("metadataPath", str(tmp_path / meta))
+            .option("maxRecordsPerTrigger", "250")
+            .load()
+        )
+
+    to_parquet = (
+        source("meta-parquet")  # type: ignore[attr-defined]
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ckpt-parquet"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    to_stream = (
+        source("meta-sink")  # type: ignore[attr-defined]
+        .selectExpr("data", "partitionKey")
+        .writeStream.format("shardflow")
+        .option("streamName", alerts)
+        .option("endpointUrl", moto_url)
+        .option("region", "us-east-1")
+        .option("checkpointLocation", str(tmp_path / "ckpt-sink"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    to_parquet.awaitTermination(240)
+    to_stream.awaitTermination(240)
+    assert to_parquet.exception() is None
+    assert to_stream.exception() is None
+
+    expected = {data for _, data in items}
+    rows = Counter(committed_column(tmp_path / "out", "data"))
+    assert set(rows) == expected
+    assert max(rows.values()) == 1
+    assert {bytes(r["Data"]) for _, r in stored_records(moto_url, alerts)} == expected
