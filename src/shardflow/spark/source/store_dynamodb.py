@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from shardflow.errors import SourceMetadataError
 from shardflow.spark.source.metadata_location import MetadataLocation
-from shardflow.spark.source.metadata_store import BatchEndStore, batch_name
-from shardflow.spark.source.runtime import runner
-
-T = TypeVar("T")
+from shardflow.spark.source.metadata_store import batch_name
+from shardflow.spark.source.store_aws import AwsBatchEnds
 
 RUN = "runId"
 ENTRY = "batchShard"
@@ -35,30 +32,16 @@ _HINTS = {
 }
 
 
-class DynamoDBBatchEnds(BatchEndStore):
+class DynamoDBBatchEnds(AwsBatchEnds):
+    service = "dynamodb"
+    hints = _HINTS
+
     def __init__(self, location: MetadataLocation, run_id: str) -> None:
         super().__init__(location, run_id)
         self.table = location.where
 
     def _key(self, batch: int, shard_id: str) -> dict[str, Any]:
         return {RUN: {"S": self.run_id}, ENTRY: {"S": f"{batch_name(batch)}/{shard_id}"}}
-
-    def _dynamodb(self) -> Any:
-        return runner().client("dynamodb", self.location.aws)
-
-    def _run(self, what: str, work: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``work(client)`` on this thread's loop, errors turned into SourceMetadataError."""
-        client = self._dynamodb()
-        try:
-            return runner().run(work(client))
-        except ClientError as error:
-            code = str(error.response.get("Error", {}).get("Code", "error"))
-            hint = _HINTS.get(code)
-            raise SourceMetadataError(
-                f"{what} table {self.table}: {code}" + (f"; {hint}" if hint else f" ({error})")
-            ) from error
-        except BotoCoreError as error:
-            raise SourceMetadataError(f"{what} table {self.table}: {error}") from error
 
     def prepare(self) -> None:
         self._run("preparing the metadata", self._ensure_table)

@@ -10,17 +10,13 @@ reads exactly what was recorded. Executors reach S3 with the standard AWS creden
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
-from shardflow.errors import SourceMetadataError
 from shardflow.spark.source.metadata_location import MetadataLocation
-from shardflow.spark.source.metadata_store import BatchEndStore, batch_name
-from shardflow.spark.source.runtime import runner
-
-T = TypeVar("T")
+from shardflow.spark.source.metadata_store import batch_name
+from shardflow.spark.source.store_aws import AwsBatchEnds
 
 # A competing conditional write in flight (409) settles within milliseconds; retry a few times.
 _CONFLICT_RETRIES = 5
@@ -40,7 +36,10 @@ _HINTS = {
 }
 
 
-class S3BatchEnds(BatchEndStore):
+class S3BatchEnds(AwsBatchEnds):
+    service = "s3"
+    hints = _HINTS
+
     def __init__(self, location: MetadataLocation, run_id: str) -> None:
         super().__init__(location, run_id)
         self.bucket = location.where
@@ -48,26 +47,6 @@ class S3BatchEnds(BatchEndStore):
 
     def _key(self, batch: int, shard_id: str) -> str:
         return f"{self.run_prefix}{batch_name(batch)}/{shard_id}.json"
-
-    def _s3(self) -> Any:
-        return runner().client("s3", self.location.aws)
-
-    def _run(self, what: str, work: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``work(client)`` on this thread's loop, errors turned into SourceMetadataError."""
-        client = self._s3()
-        try:
-            return runner().run(work(client))
-        except ClientError as error:
-            code = str(error.response.get("Error", {}).get("Code", "error"))
-            hint = _HINTS.get(code)
-            raise SourceMetadataError(
-                f"{what} s3://{self.bucket}/{self.run_prefix}: {code}"
-                + (f"; {hint}" if hint else f" ({error})")
-            ) from error
-        except BotoCoreError as error:
-            raise SourceMetadataError(
-                f"{what} s3://{self.bucket}/{self.run_prefix}: {error}"
-            ) from error
 
     def prepare(self) -> None:
         self._run("checking the metadata bucket", lambda s3: s3.head_bucket(Bucket=self.bucket))
