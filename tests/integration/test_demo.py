@@ -27,7 +27,8 @@ def without_aws_configuration(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.timeout(300)
-def test_spark_demo_verifies_every_event_end_to_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", [[], ["--cluster"]], ids=["local", "cluster"])
+def test_spark_demo_verifies_every_event_end_to_end(tmp_path: Path, where: list[str]) -> None:
     output = tmp_path / "demo-output"
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -46,6 +47,7 @@ def test_spark_demo_verifies_every_event_end_to_end(tmp_path: Path) -> None:
             str(output),
             "--timeout",
             "240",
+            *where,
         ],
         env=env,
         cwd=ROOT,
@@ -56,6 +58,8 @@ def test_spark_demo_verifies_every_event_end_to_end(tmp_path: Path) -> None:
     )
     shown = done.stdout[-4000:] + done.stderr[-3000:]
     assert done.returncode == 0, shown
+    if where:
+        assert "starting Spark (the cluster)" in done.stdout, shown
     assert "verified: every one of 600 events counted exactly once" in done.stdout, shown
     assert "exactly one consumed alert" in done.stdout
     parquet = output / "revenue-per-minute"

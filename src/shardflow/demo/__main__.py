@@ -29,6 +29,11 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="give up after (seconds)")
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run Spark as a standalone cluster (Master + 2 Workers), batch ends on S3 (moto)",
+    )
+    parser.add_argument(
         "--foundation", action="store_true", help="the demo without Spark (producer, reader)"
     )
     args = parser.parse_args()
@@ -49,6 +54,7 @@ def main() -> None:
         shards=args.shards or 2,
         output=args.output,
         timeout=args.timeout,
+        cluster=args.cluster,
     )
     ok = run_pipeline(settings, Console())
     sys.exit(0 if ok else 1)

@@ -42,10 +42,15 @@ class Endpoints:
     region: str
     orders_stream: str
     alerts_stream: str
+    # Where the source keeps its batch ends (default: the working directory); with
+    # ``--cluster`` an S3 prefix on moto, reached at ``metadata_endpoint``.
+    metadata_root: str | None = None
+    metadata_endpoint: str | None = None
 
 
-def start_spark(work_dir: Path) -> SparkSession:
-    """A local[2] session, quiet, in UTC, its Python workers on this interpreter."""
+def start_spark(work_dir: Path, cluster: dict[str, str] | None = None) -> SparkSession:
+    """A local[2] session (or one on a cluster, given its settings), quiet, in UTC, its Python
+    workers on this interpreter."""
     # SparkContext takes its workers' interpreter from PYSPARK_PYTHON (default: python3 on
     # PATH, which may lack shardflow and pyarrow).
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -57,9 +62,11 @@ def start_spark(work_dir: Path) -> SparkSession:
     # under the demo's working directory, which is removed at the end.
     jvm_tmp = work_dir / "jvm-tmp"
     jvm_tmp.mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.master("local[2]")
+    for key, value in (cluster or {}).items():
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("shardflow-demo")
+        builder.appName("shardflow-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.log.level", "ERROR")
@@ -75,19 +82,21 @@ def start_spark(work_dir: Path) -> SparkSession:
     return spark
 
 
-def business_events(spark: SparkSession, where: Endpoints, metadata: Path) -> DataFrame:
+def business_events(spark: SparkSession, where: Endpoints, work_dir: Path, job: str) -> DataFrame:
     """The orders stream's events, parsed, with ``event_time`` (ticks included)."""
     from pyspark.sql import functions as f
 
-    raw = (
+    reader = (
         spark.readStream.format("shardflow")
         .option("streamName", where.orders_stream)
         .option("endpointUrl", where.kinesis_url)
         .option("region", where.region)
         .option("startingPosition", "TRIM_HORIZON")
-        .option("metadataPath", str(metadata))
-        .load()
+        .option("metadataPath", f"{where.metadata_root or work_dir}/source-{job}")
     )
+    if where.metadata_endpoint:
+        reader = reader.option("metadataEndpointUrl", where.metadata_endpoint)
+    raw = reader.load()
     return (
         raw.select(f.from_json(f.col("data").cast("string"), EVENT_SCHEMA).alias("e"))
         .select("e.*")
@@ -101,7 +110,7 @@ def start_revenue_job(
     """Events and amount per one-minute window, type and segment, into Parquet at ``output``."""
     from pyspark.sql import functions as f
 
-    events = business_events(spark, where, work_dir / "source-revenue")
+    events = business_events(spark, where, work_dir, "revenue")
     # No filter on the type: Spark pushes a filter that does not name the event-time column
     # below the watermark, and the closing tick would then never move it. The tick is grouped
     # like any event, in a window the watermark never passes, so it is never written.
@@ -136,7 +145,7 @@ def start_alerts_job(spark: SparkSession, where: Endpoints, work_dir: Path) -> S
     """Large orders as JSON alerts to the alerts stream, through the shardflow sink."""
     from pyspark.sql import functions as f
 
-    events = business_events(spark, where, work_dir / "source-alerts")
+    events = business_events(spark, where, work_dir, "alerts")
     large = events.where((f.col("type") == "order") & (f.col("amount") >= f.lit(LARGE_ORDER_EUR)))
     alerts = large.select(
         f.to_json(

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +36,7 @@ from shardflow.demo.tracking import QueryTracker
 from shardflow.demo.verify import Verdict, read_windows, verify
 from shardflow.errors import ShardflowError
 from shardflow.local import LocalStack
+from shardflow.spark.cluster import StandaloneCluster
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 REGION = "us-east-1"
 ORDERS_STREAM = "demo-orders"
 ALERTS_STREAM = "demo-large-order-alerts"
+METADATA_BUCKET = "shardflow-demo-metadata"
 POLL = 0.5
 
 
@@ -59,6 +61,8 @@ class DemoSettings:
     shards: int = 2
     output: Path | None = None
     timeout: float = 300.0
+    # A standalone cluster (Master + 2 Workers) instead of local[2]; batch ends on moto's S3.
+    cluster: bool = False
 
 
 def run_pipeline(settings: DemoSettings, console: Console) -> bool:
@@ -79,7 +83,21 @@ def run_pipeline(settings: DemoSettings, console: Console) -> bool:
                 f"[cyan]{ALERTS_STREAM}[/] (1 shard) at {kinesis.endpoint_url}"
             )
             where = Endpoints(kinesis.endpoint_url or "", REGION, ORDERS_STREAM, ALERTS_STREAM)
-            verdict = _run_with_spark(settings, console, where, dynamodb, work, parquet, began)
+            if not settings.cluster:
+                verdict = _run_with_spark(settings, console, where, dynamodb, work, parquet, began)
+            else:
+                asyncio.run(_create_bucket(dynamodb, METADATA_BUCKET))
+                where = replace(
+                    where,
+                    metadata_root=f"s3://{METADATA_BUCKET}/demo",
+                    metadata_endpoint=dynamodb.endpoint_url,
+                )
+                console.print("   a standalone Spark cluster: Master + 2 Workers on 127.0.0.1")
+                with StandaloneCluster(work / "cluster") as cluster:
+                    verdict = _run_with_spark(
+                        settings, console, where, dynamodb, work, parquet, began,
+                        cluster=cluster.session_config(),
+                    )  # fmt: skip
         console.print("[bold]9.[/] local stack stopped")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -87,6 +105,11 @@ def run_pipeline(settings: DemoSettings, console: Console) -> bool:
         return False
     console.print(f"Parquet output: [cyan]{parquet}[/]")
     return verdict.ok
+
+
+async def _create_bucket(moto: AwsSettings, bucket: str) -> None:
+    async with ClientFactory(moto).client("s3") as s3:
+        await s3.create_bucket(Bucket=bucket)
 
 
 async def _create_streams(kinesis: AwsSettings, shards: int) -> None:
@@ -105,10 +128,12 @@ def _run_with_spark(
     work: Path,
     parquet: Path,
     began: float,
+    cluster: dict[str, str] | None = None,
 ) -> Verdict | None:
     kinesis = AwsSettings(endpoint_url=where.kinesis_url, region=where.region)
-    console.print("[bold]3.[/] starting Spark (local[2]) and its two streaming queries")
-    spark = start_spark(work)
+    on = "the cluster" if cluster else "local[2]"
+    console.print(f"[bold]3.[/] starting Spark ({on}) and its two streaming queries")
+    spark = start_spark(work, cluster)
     queries: list[StreamingQuery] = []
     desk = AlertDesk(ALERTS_STREAM, "demo-alert-desk", kinesis=kinesis, dynamodb=dynamodb)
     try:

@@ -29,11 +29,14 @@ def register(spark: SparkSession) -> None:
     """Register the ``shardflow`` data source with ``spark`` (idempotent per session).
 
     Warns (logger ``shardflow.spark``) when the interpreter Spark starts for its Python
-    workers on this machine cannot import shardflow, and says how to fix it.
+    workers on this machine cannot import shardflow, and says how to fix it (not for a Spark
+    Connect session: its workers run on the server).
     """
     from shardflow.spark.datasource import ShardflowDataSource
 
     spark.dataSource.register(ShardflowDataSource)
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return  # Spark Connect: the workers are the server's, which this machine cannot see
     problem = worker_python_problem(spark.conf.get("spark.pyspark.python", None))
     if problem is not None:
         log.warning("%s", problem)

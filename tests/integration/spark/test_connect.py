@@ -3,6 +3,7 @@ registered on the remote session and runs in the server's Python workers."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,16 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 
     with connect_server(tmp_path_factory.mktemp("spark-connect")) as address:
         session = SparkSession.builder.remote(address).getOrCreate()
-        shardflow.spark.register(session)
+        warnings: list[logging.LogRecord] = []
+        handler = logging.Handler()
+        handler.emit = warnings.append  # type: ignore[method-assign]
+        logging.getLogger("shardflow.spark").addHandler(handler)
+        with pytest.MonkeyPatch.context() as patch:
+            # The client's interpreter says nothing about the server's workers: no warning.
+            patch.setenv("PYSPARK_PYTHON", "/nonexistent/python3")
+            shardflow.spark.register(session)
+        logging.getLogger("shardflow.spark").removeHandler(handler)
+        assert not warnings, [w.getMessage() for w in warnings]
         yield session
         session.stop()
 
