@@ -584,14 +584,17 @@ def render(result: dict[str, Any]) -> str:
             f"{r['poison_dead_lettered']} / {r['poison_written']}",
         ),
         ("dead letters written twice (replayed after a fault)", r["dead_letters_repeated"]),
-        ("records lost", r["lost"]),
+        ("records lost (never handled by the end of the run)", r["lost"]),
         ("per-key order violations", r["order_violations"]),
         ("two workers in one shard's handler at once", r["overlaps"]),
         ("  ... of which a SIGSTOP froze a call", r["overlaps_frozen"]),
         ("interleaved ownership stretches", r["interleaved"]),
         ("records handled twice (by cause)", f"{r['duplicates']} ({causes})"),
         ("shards not progressing at the end", len(r["stuck_shards"])),
-        ("caught up after faults stopped", f"{result['drained_after']} s"),
+        (
+            "caught up after faults stopped",
+            "no" if result["drained_after"] is None else f"{result['drained_after']} s",
+        ),
         ("worker processes that failed on their own", len(result.get("workers_failed", []))),
     ]
     lines = ["| check | result |", "|---|---:|"]
