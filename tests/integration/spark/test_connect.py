@@ -4,6 +4,7 @@ registered on the remote session and runs in the server's Python workers."""
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,10 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 
     import shardflow.spark
 
+    # A remote session switches this process to Spark Connect for good (pyspark sets
+    # SPARK_CONNECT_MODE_ENABLED): put it back afterwards, or every later local session fails
+    # with CONNECT_URL_NOT_SET.
+    connect_mode_before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
     with connect_server(tmp_path_factory.mktemp("spark-connect")) as address:
         session = SparkSession.builder.remote(address).getOrCreate()
         warnings: list[logging.LogRecord] = []
@@ -41,8 +46,14 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             shardflow.spark.register(session)
         logging.getLogger("shardflow.spark").removeHandler(handler)
         assert not warnings, [w.getMessage() for w in warnings]
-        yield session
-        session.stop()
+        try:
+            yield session
+        finally:
+            session.stop()
+            if connect_mode_before is None:
+                os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+            else:
+                os.environ["SPARK_CONNECT_MODE_ENABLED"] = connect_mode_before
 
 
 def test_streaming_source_and_sink_queries_over_spark_connect(
