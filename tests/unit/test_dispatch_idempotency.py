@@ -20,6 +20,7 @@ from shardflow.consumer.dispatch import (
     ShardDispatcher,
 )
 from shardflow.consumer.dispatch.invoke import RetryingCall
+from shardflow.errors import TransientError
 from shardflow.idempotency import ClaimOutcome, MemoryIdempotencyGuard, by_position, by_user_key
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import Record
@@ -175,3 +176,61 @@ async def test_a_cancelled_wait_keeps_the_claim_while_the_handler_thread_runs() 
         # The handler still runs in its thread: nobody else may claim the record now.
         assert (await guard.claim(by_position(record))).outcome is ClaimOutcome.IN_PROGRESS
         go_on.set()
+
+
+class _Letters:
+    def __init__(self) -> None:
+        self.records: list[bytes] = []
+
+    async def dead_letter(self, record: Any, error: BaseException, attempts: int) -> None:
+        self.records.append(record.data)
+
+
+class _BrownedOutGuard(MemoryIdempotencyGuard):
+    """A guard whose table answers 500 to every claim until ``heal()``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed_claims = 0
+        self._healed = False
+
+    def heal(self) -> None:
+        self._healed = True
+
+    async def claim(self, key: str) -> Any:
+        if not self._healed:
+            self.failed_claims += 1
+            raise TransientError("InternalServerError", operation="PutItem", code="500")
+        return await super().claim(key)
+
+
+async def test_a_guard_brownout_spends_no_attempt_and_dead_letters_nothing() -> None:
+    """A DynamoDB brownout of the idempotency table is not the record's failure: records wait
+    (many times the retry policy's attempts) and are handled when the table answers again."""
+    kinesis = stream_of(4)
+    guard = _BrownedOutGuard()
+    store = InMemoryLeaseStore("app")
+    errors: list[BaseException] = []
+    handled: list[bytes] = []
+    letters = _Letters()
+    consumer = Consumer(
+        "s",
+        "app",
+        settings=fast_settings(dispatch=guarded(guard, on_failure="skip")),
+        kinesis=kinesis,
+        lease_store=store,
+        on_error=lambda stream, shard, error: errors.append(error),
+    )
+    run = asyncio.create_task(
+        consumer.consume(lambda record: handled.append(record.data), dead_letters=letters)
+    )
+    await eventually(lambda: guard.failed_claims > 10)
+    await asyncio.sleep(0.3)
+    assert handled == []
+    assert letters.records == []
+    guard.heal()
+    await eventually(lambda: sorted(handled) == [b"0", b"1", b"2", b"3"])
+    await consumer.close()
+    await asyncio.wait_for(run, 5)
+    assert not errors
+    assert letters.records == []

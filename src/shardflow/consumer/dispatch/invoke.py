@@ -25,7 +25,7 @@ from shardflow.clock import Clock
 from shardflow.consumer.dispatch.contracts import WorkerLimit
 from shardflow.consumer.dispatch.settings import Idempotency
 from shardflow.consumer.invocation import Invoker, handler_error
-from shardflow.errors import ClaimInProgressError, HandlerError
+from shardflow.errors import AwsError, ClaimInProgressError, HandlerError
 from shardflow.idempotency.guard import Claim, ClaimOutcome, IdempotencyGuard
 from shardflow.records import Record
 
@@ -56,6 +56,10 @@ class Attempts:
     @property
     def succeeded(self) -> bool:
         return self.error is None and not self.abandoned
+
+
+class _GuardUnavailable(Exception):
+    """The idempotency guard could not be asked for a claim for a reason that passes."""
 
 
 class RetryingCall(Generic[R]):
@@ -93,10 +97,12 @@ class RetryingCall(Generic[R]):
             calls += 1
             try:
                 ran = await self._guarded_call(record)
-            except ClaimInProgressError:
+            except (ClaimInProgressError, _GuardUnavailable):
                 # Another worker holds the record's claim: it is handling it, or it died and
-                # the claim runs out after its TTL. Not this record's failure, so no attempt
-                # is spent (it would end in the dead letters unhandled); wait and ask again.
+                # the claim runs out after its TTL. Or the guard's table answers 5xx or
+                # throttles (a DynamoDB brownout). Neither is this record's failure, so no
+                # attempt is spent (it would end in the dead letters unhandled); wait and ask
+                # again while the shard is still ours.
                 calls -= 1
                 waits += 1
                 await self._clock.sleep(retry.delay(waits - 1, self._rng))
@@ -118,7 +124,13 @@ class RetryingCall(Generic[R]):
             await self._call_once(record)
             return True
         guard = idempotency.guard
-        claim = await guard.claim(idempotency.key(record))
+        try:
+            claim = await guard.claim(idempotency.key(record))
+        except AwsError as exc:
+            if not exc.retryable:
+                raise
+            log.debug("idempotency guard unavailable, the record waits: %s", exc)
+            raise _GuardUnavailable from exc
         if claim.outcome is ClaimOutcome.DONE:
             return False
         if claim.outcome is ClaimOutcome.IN_PROGRESS:
