@@ -16,8 +16,8 @@ from shardflow.spark.source.metadata_location import (
     checked_shard_id,
     parse_location,
 )
-from shardflow.spark.source.metadata_store import open_store
 from shardflow.spark.source.options import parse_options
+from shardflow.spark.source.stores import open_store
 
 AWS = AwsSettings(region="eu-west-1", endpoint_url="http://127.0.0.1:5000")
 RUN = "0123456789abcdef" * 2

@@ -21,10 +21,11 @@ from shardflow.errors import BatchEndConflictError, MetadataOutOfStepError, Sour
 from shardflow.spark.source.execute import read_partition
 from shardflow.spark.source.metadata import ShardBatchEnd
 from shardflow.spark.source.metadata_location import MetadataLocation, parse_location
-from shardflow.spark.source.metadata_store import BatchEndStore, open_store
+from shardflow.spark.source.metadata_store import BatchEndStore
 from shardflow.spark.source.partition import BatchSlot, ShardPartition
 from shardflow.spark.source.positions import ShardPosition
 from shardflow.spark.source.shard_read import ShardReadPlan
+from shardflow.spark.source.stores import open_store
 from support.boto import boto_client, make_stream, put_records
 
 pytestmark = pytest.mark.timeout(120)

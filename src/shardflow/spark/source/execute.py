@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from shardflow.spark.source.arrow import to_record_batch
-from shardflow.spark.source.metadata_store import open_store
 from shardflow.spark.source.partition import ShardPartition
 from shardflow.spark.source.runtime import runner
 from shardflow.spark.source.shard_read import ShardRead, fetcher_factory
+from shardflow.spark.source.stores import open_store
 
 
 def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:

@@ -19,7 +19,6 @@ from shardflow.errors import BatchEndConflictError, MetadataOutOfStepError, Sour
 from shardflow.spark.source.metadata import ShardBatchEnd
 from shardflow.spark.source.metadata_location import (
     MetadataLocation,
-    StoreKind,
     checked_run_id,
     checked_shard_id,
 )
@@ -120,21 +119,6 @@ class BatchEndStore(ABC):
     def forget_before(self, batch: int) -> None:
         """Delete the ends of batches older than ``batch`` (they are never replayed again)."""
         self._delete_before(batch)
-
-
-def open_store(location: MetadataLocation, run_id: str) -> BatchEndStore:
-    """The store of ``run_id`` at ``location``."""
-    if location.kind is StoreKind.S3:
-        from shardflow.spark.source.store_s3 import S3BatchEnds
-
-        return S3BatchEnds(location, run_id)
-    if location.kind is StoreKind.DYNAMODB:
-        from shardflow.spark.source.store_dynamodb import DynamoDBBatchEnds
-
-        return DynamoDBBatchEnds(location, run_id)
-    from shardflow.spark.source.store_local import LocalBatchEnds
-
-    return LocalBatchEnds(location, run_id)
 
 
 def batch_name(batch: int) -> str:

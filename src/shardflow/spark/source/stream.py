@@ -32,7 +32,7 @@ from shardflow.spark.source.admission import shard_budgets
 from shardflow.spark.source.execute import read_partition
 from shardflow.spark.source.lineage import parents_of, readable_shards
 from shardflow.spark.source.metadata import ShardBatchEnd
-from shardflow.spark.source.metadata_store import FIX_OUT_OF_STEP, BatchEndStore, open_store
+from shardflow.spark.source.metadata_store import FIX_OUT_OF_STEP, BatchEndStore
 from shardflow.spark.source.offsets import UNLIMITED, SourceOffset
 from shardflow.spark.source.options import ConsumerType, SourceOptions
 from shardflow.spark.source.partition import BatchSlot, ShardPartition
@@ -40,6 +40,7 @@ from shardflow.spark.source.positions import LATEST, Kind, ShardPosition
 from shardflow.spark.source.probe import shards_with_records
 from shardflow.spark.source.runtime import runner
 from shardflow.spark.source.shard_read import ShardReadPlan
+from shardflow.spark.source.stores import open_store
 
 log = logging.getLogger("shardflow.spark.source")
 
