@@ -436,7 +436,7 @@ def scan_units(leases: int, item_bytes: float) -> int:
 
 
 def costs(item_bytes: float) -> tuple[str, dict[str, Any]]:
-    """Dollars per shard-hour of each pick-up mode at KCL's default timings (see the README)."""
+    """Dollars per shard-hour of each pick-up mode at KCL's default timings (docs/guides/operations.md#costs)."""
     from shardflow.leases.settings import LeaseSettings
 
     s = LeaseSettings()
