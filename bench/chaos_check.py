@@ -13,8 +13,9 @@ files and the harness's fault log (formats in ``chaos_roles.py`` and ``chaos.py`
 - ``interleaved``: shards where two workers' stretches of activity (calls less than
   ``stretch_gap`` apart) cross in time: double ownership even when single calls do not touch;
 - ``duplicates``: records handled ``ok`` more than once, each attributed to the fault that
-  explains it (the earlier worker killed, stopped, restarted, or a DynamoDB brownout between
-  the two calls); ``copies``: the same key/seq written twice to the stream by the producer;
+  explains it (the earlier worker killed, stopped or restarted within seconds of the call, or
+  a DynamoDB brownout during it: see ``_cause``); ``copies``: the same key/seq written twice
+  to the stream by the producer;
 - ``stuck_shards``: shards that hold acknowledged records never handled.
 """
 
@@ -31,6 +32,12 @@ from typing import Any
 # A worker's handler calls under SIGSTOP end only after SIGCONT: give the frozen span this much
 # margin when deciding that an overlap came from a frozen worker.
 _FREEZE_MARGIN = 1.0
+# How long after a handler call ends its idempotency completion may still be on its way to a
+# loaded moto (normally milliseconds): a worker killed or stopped later than this after the
+# call had already marked the record, so it cannot explain a second call.
+_COMPLETION_LAG = 5.0
+# A completion sent this close to a DynamoDB brownout may have met it.
+_BROWNOUT_MARGIN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,9 +387,19 @@ def _duplicates(
 def _cause(earlier: Call, later: Call, faults: Sequence[Fault]) -> str:
     """The fault that explains handling a record twice, or ``unexplained``.
 
-    The earlier worker killed, stopped or restarted between the two calls; a DynamoDB brownout
-    around them (the idempotency guard's completion could not be written); the same stream
-    record at two positions (a producer copy) is named as such.
+    With the idempotency guard a record runs again only when its claim was left open: its
+    handler ended (``ok``) but the completion never reached the table, so the claim ran out
+    after its TTL and the shard's next owner ran the record again. Two faults do that:
+
+    - the earlier worker was killed, stopped or shut down while the completion was on its
+      way: the call ended at most ``_COMPLETION_LAG`` before the fault began, or during it
+      (a call frozen by SIGSTOP ends after SIGCONT, hence ``_FREEZE_MARGIN``);
+    - a DynamoDB brownout refused the completion for longer than the claim's TTL: the call
+      ended inside the brownout (``_BROWNOUT_MARGIN`` either side).
+
+    The later call must begin after the fault began. A duplicate outside these windows (a
+    lease lapse on a loaded machine, a re-take by the same worker) is ``unexplained``: a bug.
+    The same key/seq at two stream positions is a ``producer copy``.
     """
     if (earlier.sequence_number, earlier.sub) != (later.sequence_number, later.sub):
         return "producer copy"
@@ -391,10 +408,15 @@ def _cause(earlier: Call, later: Call, faults: Sequence[Fault]) -> str:
         if (
             f.target == earlier.worker
             and f.kind in ("kill", "stop", "term")
-            and (end - _FREEZE_MARGIN <= f.end and f.start <= later.start)
+            and f.start - _COMPLETION_LAG <= end <= f.end + _FREEZE_MARGIN
+            and f.start <= later.start
         ):
             return f.kind
     for f in faults:
-        if f.kind == "dynamodb_brownout" and f.start - 1.0 <= later.start and end <= f.end + 5.0:
+        if (
+            f.kind == "dynamodb_brownout"
+            and f.start - _BROWNOUT_MARGIN <= end <= f.end + _BROWNOUT_MARGIN
+            and f.start <= later.start
+        ):
             return f.kind
     return "unexplained"

@@ -142,3 +142,17 @@ def test_logs_are_read_back_with_cut_calls_and_torn_lines(tmp_path: Path) -> Non
     )
     calls = cc.read_calls([log])
     assert [(c.seq, c.outcome) for c in calls] == [("0", "ok"), ("1", "cut")]
+
+
+def test_a_kill_long_after_the_call_does_not_explain_a_duplicate() -> None:
+    # The record was handled (and marked) 20 s before the kill: a second call is a bug.
+    calls = [call("w1", "k", 0, 1.0), call("w2", "k", 0, 30.0)]
+    report = run([acked("k", 0)], calls, [cc.Fault("kill", "w1", 21.0, 21.0)])
+    assert report.duplicates_by_cause == {"unexplained": 1}
+
+
+def test_a_call_after_a_brownout_ended_is_not_excused_by_it() -> None:
+    # The k043:17 case of a run: the same worker ran a record twice, 5 s after a brownout.
+    calls = [call("w1", "k", 0, 12.0), call("w1", "k", 0, 27.0)]
+    report = run([acked("k", 0)], calls, [cc.Fault("dynamodb_brownout", "", 0.0, 7.0)])
+    assert report.duplicates_by_cause == {"unexplained": 1}

@@ -151,6 +151,16 @@ def test_idempotency_settings_refuse_what_is_not_a_guard() -> None:
     assert Idempotency(MemoryIdempotencyGuard()).key is by_position
 
 
+async def answers(guard: MemoryIdempotencyGuard, key: str, outcome: ClaimOutcome) -> None:
+    """Wait (bounded) until claiming ``key`` answers ``outcome``; a claim made meanwhile is
+    given back."""
+    async with asyncio.timeout(5.0):
+        while (claim := await guard.claim(key)).outcome is not outcome:
+            if claim.claimed:
+                await guard.release(claim)
+            await asyncio.sleep(0.01)
+
+
 async def test_a_cancelled_wait_keeps_the_claim_while_the_handler_thread_runs() -> None:
     started, go_on = threading.Event(), threading.Event()
 
@@ -176,6 +186,66 @@ async def test_a_cancelled_wait_keeps_the_claim_while_the_handler_thread_runs() 
         # The handler still runs in its thread: nobody else may claim the record now.
         assert (await guard.claim(by_position(record))).outcome is ClaimOutcome.IN_PROGRESS
         go_on.set()
+        # Once the thread has returned the record is handled: the claim is completed, not left
+        # to its TTL (after which the shard's next owner would run the record again).
+        await answers(guard, by_position(record), ClaimOutcome.DONE)
+
+
+async def test_a_handler_thread_that_fails_after_the_wait_ended_releases_its_claim() -> None:
+    started, go_on = threading.Event(), threading.Event()
+
+    def handle(record: Record) -> None:
+        started.set()
+        go_on.wait(10.0)
+        raise ConnectionError("database gone")
+
+    guard = MemoryIdempotencyGuard()
+    record = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
+    with ThreadPoolExecutor(1) as pool:
+        call = RetryingCall(
+            handle,
+            retry=Backoff(max_attempts=1),
+            clock=SYSTEM_CLOCK,
+            executor=pool,
+            idempotency=Idempotency(guard),
+        )
+        running = asyncio.ensure_future(call.run(record, lambda: True))
+        await asyncio.to_thread(started.wait, 10.0)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        go_on.set()
+        # Not handled: the claim is released at once, so the next owner runs the record.
+        await answers(guard, by_position(record), ClaimOutcome.CLAIMED)
+
+
+class _UnmarkableGuard(MemoryIdempotencyGuard):
+    """A guard whose table answers 500 to the first ``failures`` completions."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def complete(self, claim: Any) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise TransientError("InternalServerError", operation="PutItem", code="500")
+        await super().complete(claim)
+
+
+async def test_a_completion_refused_by_a_brownout_is_retried_until_it_lands() -> None:
+    guard = _UnmarkableGuard(failures=3)
+    record = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
+    call = RetryingCall(
+        lambda record: None,
+        retry=Backoff(max_attempts=1),
+        clock=SYSTEM_CLOCK,
+        idempotency=Idempotency(guard),
+    )
+    attempts = await call.run(record, lambda: True)
+    assert attempts.succeeded  # handled: acknowledged at once, the mark follows
+    await answers(guard, by_position(record), ClaimOutcome.DONE)
+    assert guard.failures == 0
 
 
 class _Letters:

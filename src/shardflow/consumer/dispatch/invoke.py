@@ -7,7 +7,10 @@ A handler call holds a slot of the worker-wide limit while it runs; the pause be
 does not.
 
 With an idempotency guard each call is claim -> handler -> complete, and a failed handler
-releases its claim (see :class:`~shardflow.consumer.dispatch.settings.Idempotency`).
+releases its claim (see :class:`~shardflow.consumer.dispatch.settings.Idempotency`). A claim
+that cannot be settled on the spot (a sync handler's thread outliving a cancelled wait, a
+completion refused by a brownout) is settled in the background
+(:mod:`~shardflow.consumer.dispatch.claims`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Generic, TypeVar
 
 from shardflow.backoff import Backoff
 from shardflow.clock import Clock
+from shardflow.consumer.dispatch.claims import ClaimSettler
 from shardflow.consumer.dispatch.contracts import WorkerLimit
 from shardflow.consumer.dispatch.settings import Idempotency
 from shardflow.consumer.invocation import Invoker, handler_error
@@ -82,6 +86,9 @@ class RetryingCall(Generic[R]):
         self._limit = worker_limit
         self._rng = rng
         self._idempotency = idempotency
+        self._settler = (
+            None if idempotency is None else ClaimSettler(idempotency.guard, clock=clock)
+        )
 
     async def run(self, record: R, go_on: GoOn) -> Attempts:
         """Handle ``record``; between attempts, pause per the policy and ask ``go_on()``."""
@@ -135,27 +142,38 @@ class RetryingCall(Generic[R]):
             return False
         if claim.outcome is ClaimOutcome.IN_PROGRESS:
             raise ClaimInProgressError(claim.key)
-        try:
-            await self._call_once(record)
-        except asyncio.CancelledError:
-            if not self._invoke.is_async:
-                # Cancelling the wait does not stop the handler's thread: releasing now would
-                # let another worker run the record at the same time. The claim runs out
-                # after its TTL instead.
-                log.info("idempotency claim %r kept: its handler thread runs on", claim.key)
+        settler = self._settler
+        assert settler is not None
+        if self._invoke.is_async:
+            try:
+                await self._call_once(record)
+            except BaseException:
+                # Cancelled or failed, the handler has ended: free the record for a retry.
+                await self._release_quietly(guard, claim)
                 raise
-            await self._release_quietly(guard, claim)
-            raise
-        except BaseException:
-            # A failed release leaves the claim to its TTL; the handler's own error counts.
-            await self._release_quietly(guard, claim)
-            raise
+        else:
+            # The call in a task of its own, shielded: cancelling this wait does not stop the
+            # handler's thread, so the claim must stay until the thread ends (releasing now
+            # would let another worker run the record at the same time), and then be settled
+            # by the thread's outcome (left to its TTL, the record would run again after it
+            # although the handler finished).
+            call = asyncio.ensure_future(self._call_once(record))
+            try:
+                await asyncio.shield(call)
+            except asyncio.CancelledError:
+                log.info("idempotency claim %r kept: its handler thread runs on", claim.key)
+                settler.after(call, claim)
+                raise
+            except Exception:
+                await self._release_quietly(guard, claim)
+                raise
         try:
             await guard.complete(claim)
-        except Exception:
-            # The record was handled: acknowledge it. Unmarked, a later redelivery (after the
-            # claim expired) handles it again, which at-least-once allows.
-            log.warning("completing idempotency claim %r failed", claim.key, exc_info=True)
+        except Exception as exc:
+            # The record was handled: acknowledge it, and keep trying to mark it (unmarked,
+            # a redelivery after the claim's TTL would handle it again).
+            log.warning("completing idempotency claim %r failed, retried: %s", claim.key, exc)
+            settler.complete(claim)
         return True
 
     async def _release_quietly(self, guard: IdempotencyGuard, claim: Claim) -> None:
