@@ -304,3 +304,44 @@ async def test_a_guard_brownout_spends_no_attempt_and_dead_letters_nothing() -> 
     await asyncio.wait_for(run, 5)
     assert not errors
     assert letters.records == []
+
+
+class _SlowClaimGuard(MemoryIdempotencyGuard):
+    """A guard whose claims wait for ``answer`` (a table slow to answer, a frozen process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = asyncio.Event()
+        self.answer = asyncio.Event()
+
+    async def claim(self, key: str) -> Any:
+        self.asked.set()
+        await self.answer.wait()
+        return await super().claim(key)
+
+
+async def test_a_record_whose_lease_lapsed_during_its_claim_is_not_run() -> None:
+    """The lease is checked right before the handler call, not only when the record was
+    accepted: a worker frozen (SIGSTOP) while asking the guard wakes up past its lease's
+    deadline, and must not run the record while the shard's next owner may be running it."""
+    guard = _SlowClaimGuard()
+    records = shard_records(["a"])
+    tracker = delivered(records)
+    held = True
+    calls: list[bytes] = []
+    dispatcher: ShardDispatcher[Record] = ShardDispatcher(
+        lambda record: calls.append(record.data),
+        tracker,
+        guarded(guard),
+        lease_held=lambda: held,
+    )
+    await dispatcher.submit(records[0])
+    await asyncio.wait_for(guard.asked.wait(), 5)
+    held = False  # the lease lapsed while the claim was on its way
+    guard.answer.set()
+    await asyncio.wait_for(dispatcher.drain(), 5)
+    assert calls == []
+    assert not is_acked(tracker, records[0])
+    assert dispatcher.counts.abandoned == 1
+    # The claim was given back: the next owner handles the record without waiting for a TTL.
+    assert (await guard.claim(by_position(records[0]))).claimed

@@ -119,6 +119,7 @@ class DispatchedShards:
             executor=self._executor,
             clock=self._clock,
             on_stop=worker.fail,
+            lease_held=lambda: not worker.lost,
         )
         where = (worker.stream, worker.shard_id)
         self._running[where] = dispatcher

@@ -39,7 +39,8 @@ RecordHandler = Callable[[R], Awaitable[None] | None]
 """Handles one record; a plain function runs in a thread pool, an ``async def`` on the loop."""
 
 GoOn = Callable[[], bool]
-"""Asked before each retry: False once the dispatcher stops (the record is then abandoned)."""
+"""Asked before each retry and right before each handler call: False once the dispatcher stops
+or the shard's lease is gone (the record is then abandoned, unhandled)."""
 
 log = logging.getLogger("shardflow.consumer.dispatch")
 
@@ -64,6 +65,10 @@ class Attempts:
 
 class _GuardUnavailable(Exception):
     """The idempotency guard could not be asked for a claim for a reason that passes."""
+
+
+class _NoLongerOurs(Exception):
+    """Right before the handler call, ``go_on()`` said no: the record is not run."""
 
 
 class RetryingCall(Generic[R]):
@@ -103,7 +108,9 @@ class RetryingCall(Generic[R]):
                     return Attempts(calls, last, abandoned=True)
             calls += 1
             try:
-                ran = await self._guarded_call(record)
+                ran = await self._guarded_call(record, go_on)
+            except _NoLongerOurs:
+                return Attempts(calls - 1, last, abandoned=True)
             except (ClaimInProgressError, _GuardUnavailable):
                 # Another worker holds the record's claim: it is handling it, or it died and
                 # the claim runs out after its TTL. Or the guard's table answers 5xx or
@@ -124,11 +131,11 @@ class RetryingCall(Generic[R]):
             return Attempts(calls, skipped=not ran)
         return Attempts(calls, last)
 
-    async def _guarded_call(self, record: R) -> bool:
+    async def _guarded_call(self, record: R, go_on: GoOn) -> bool:
         """One attempt; False when the guard knew the record as handled (no call made)."""
         idempotency = self._idempotency
         if idempotency is None:
-            await self._call_once(record)
+            await self._call_once(record, go_on)
             return True
         guard = idempotency.guard
         try:
@@ -146,7 +153,7 @@ class RetryingCall(Generic[R]):
         assert settler is not None
         if self._invoke.is_async:
             try:
-                await self._call_once(record)
+                await self._call_once(record, go_on)
             except BaseException:
                 # Cancelled or failed, the handler has ended: free the record for a retry.
                 await self._release_quietly(guard, claim)
@@ -157,7 +164,7 @@ class RetryingCall(Generic[R]):
             # would let another worker run the record at the same time), and then be settled
             # by the thread's outcome (left to its TTL, the record would run again after it
             # although the handler finished).
-            call = asyncio.ensure_future(self._call_once(record))
+            call = asyncio.ensure_future(self._call_once(record, go_on))
             try:
                 await asyncio.shield(call)
             except asyncio.CancelledError:
@@ -182,11 +189,15 @@ class RetryingCall(Generic[R]):
         except Exception:
             log.warning("releasing idempotency claim %r failed", claim.key, exc_info=True)
 
-    async def _call_once(self, record: R) -> None:
+    async def _call_once(self, record: R, go_on: GoOn) -> None:
         limit = self._limit
         if limit is not None:
             await limit.acquire()
         try:
+            # Asked again after every wait (the claim, a slot): the lease may have lapsed
+            # meanwhile, e.g. while the process was frozen; a record may not start then.
+            if not go_on():
+                raise _NoLongerOurs
             await self._invoke(record)
         finally:
             if limit is not None:

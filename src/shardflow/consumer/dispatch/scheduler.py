@@ -78,7 +78,9 @@ class ShardDispatcher(Generic[R]):
     shards of a worker and bounds handler calls running at once; ``executor`` runs synchronous
     handlers (default: the loop's). ``sink`` is required by the ``skip`` and ``block-key``
     policies. ``on_stop`` is called once, at once, when dispatching stops (so a caller waiting
-    for more records learns of it). Use from one event loop.
+    for more records learns of it). ``lease_held`` is asked right before every handler call:
+    once it says no (the shard's lease lost or past its deadline) no record starts, not even
+    one that passed every earlier check before a wait. Use from one event loop.
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class ShardDispatcher(Generic[R]):
         rng: random.Random | None = None,
         shard_id: str | None = None,
         on_stop: Callable[[DispatchStoppedError], None] | None = None,
+        lease_held: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings = settings or DispatchSettings()
         if settings.needs_dead_letters and sink is None:
@@ -102,6 +105,7 @@ class ShardDispatcher(Generic[R]):
         self._tracker = tracker
         self._sink = sink
         self._on_stop = on_stop
+        self._lease_held = lease_held
         self._call = RetryingCall(
             handler,
             retry=settings.retry,
@@ -280,7 +284,9 @@ class ShardDispatcher(Generic[R]):
                 self._finish()
 
     def _may_go_on(self) -> bool:
-        return self._failure is None and not self._closed
+        if self._failure is not None or self._closed:
+            return False
+        return self._lease_held is None or self._lease_held()
 
     # --- one record ----------------------------------------------------------------------------
 
