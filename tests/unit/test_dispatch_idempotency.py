@@ -345,3 +345,38 @@ async def test_a_record_whose_lease_lapsed_during_its_claim_is_not_run() -> None
     assert dispatcher.counts.abandoned == 1
     # The claim was given back: the next owner handles the record without waiting for a TTL.
     assert (await guard.claim(by_position(records[0]))).claimed
+
+
+class _HangingCompletionGuard(MemoryIdempotencyGuard):
+    """A guard whose first completion hangs (a table retrying 5xx answers) until cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completing = asyncio.Event()
+        self.hung = False
+
+    async def complete(self, claim: Any) -> None:
+        if not self.hung:
+            self.hung = True
+            self.completing.set()
+            await asyncio.Event().wait()
+        await super().complete(claim)
+
+
+async def test_a_completion_whose_wait_is_cancelled_still_lands() -> None:
+    """The lease is lost while the handled record's completion is on its way: the record is
+    not acknowledged here, but its mark must still land, or the next owner runs it again."""
+    guard = _HangingCompletionGuard()
+    record = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
+    call = RetryingCall(
+        lambda record: None,
+        retry=Backoff(max_attempts=1),
+        clock=SYSTEM_CLOCK,
+        idempotency=Idempotency(guard),
+    )
+    running = asyncio.ensure_future(call.run(record, lambda: True))
+    await asyncio.wait_for(guard.completing.wait(), 5)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    await answers(guard, by_position(record), ClaimOutcome.DONE)

@@ -1,11 +1,12 @@
 """Settling an idempotency claim once the dispatcher no longer waits for it.
 
-Two cases leave a claim open although the record's handling is over or will end on its own:
+Some cases leave a claim open although the record's handling is over or will end on its own:
 
 - the dispatcher stopped waiting for a sync handler (its lease was lost, the consumer stops):
   cancelling the wait does not stop the handler's thread, so the claim may not be released
   while the thread runs (another worker would run the record at the same time);
-- the guard's table refused the completion for a reason that passes (a DynamoDB brownout).
+- the guard's table refused the completion or the release for a reason that passes (a
+  DynamoDB brownout), or the wait for that answer was cancelled (the lease lost meanwhile).
 
 Left open, the claim lasts its TTL: the shard's next owner (often this same worker, once the
 lease is back) finds it in progress, waits, and after the TTL runs the record again although
@@ -59,6 +60,10 @@ class ClaimSettler:
     def complete(self, claim: Claim) -> None:
         """Complete ``claim`` (its handler returned), retrying until the guard answers."""
         self._start(claim, release=False)
+
+    def release(self, claim: Claim) -> None:
+        """Release ``claim`` (its handler failed or never ran), retrying likewise."""
+        self._start(claim, release=True)
 
     def _start(self, claim: Claim, *, release: bool) -> None:
         task = asyncio.get_running_loop().create_task(self._settle(claim, release=release))

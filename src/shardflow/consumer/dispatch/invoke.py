@@ -174,20 +174,31 @@ class RetryingCall(Generic[R]):
             except Exception:
                 await self._release_quietly(guard, claim)
                 raise
+        # The record was handled: whatever happens to this wait, the mark must follow (left
+        # unmarked, a redelivery after the claim's TTL would handle the record again).
         try:
             await guard.complete(claim)
+        except asyncio.CancelledError:
+            settler.complete(claim)  # the lease was lost or the consumer stops meanwhile
+            raise
         except Exception as exc:
-            # The record was handled: acknowledge it, and keep trying to mark it (unmarked,
-            # a redelivery after the claim's TTL would handle it again).
             log.warning("completing idempotency claim %r failed, retried: %s", claim.key, exc)
-            settler.complete(claim)
+            settler.complete(claim)  # the record is acknowledged now, marked later
         return True
 
     async def _release_quietly(self, guard: IdempotencyGuard, claim: Claim) -> None:
+        """Give the claim back; one the table refuses now is given back in the background
+        (left alone, the shard's next owner would wait out its TTL)."""
+        settler = self._settler
+        assert settler is not None
         try:
             await guard.release(claim)
-        except Exception:
-            log.warning("releasing idempotency claim %r failed", claim.key, exc_info=True)
+        except asyncio.CancelledError:
+            settler.release(claim)
+            raise
+        except Exception as exc:
+            log.warning("releasing idempotency claim %r failed, retried: %s", claim.key, exc)
+            settler.release(claim)
 
     async def _call_once(self, record: R, go_on: GoOn) -> None:
         limit = self._limit
