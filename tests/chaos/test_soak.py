@@ -1,0 +1,76 @@
+"""The chaos soak, compressed to two minutes (``bench/chaos.py --short``), as part of the suite.
+
+Real OS processes: a producer and four workers on kinesis-local (Kinesis) and moto (leases, the
+idempotency table) behind fault proxies; Kinesis and DynamoDB brownouts, throttling, kill -9,
+SIGSTOP past the failover time, a SIGTERM rolling restart, a split, a merge and poison records.
+The script stops itself (bounded schedule and drain) and signals only the PIDs it started.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+# Every fault class of the short schedule runs; none is left out.
+FAULT_CLASSES = {
+    "throttle",
+    "kill",
+    "kinesis_brownout",
+    "stop",
+    "split",
+    "dynamodb_brownout",
+    "term",
+    "merge",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(780)
+def test_two_minutes_of_faults_lose_nothing_and_never_run_a_shard_twice(tmp_path: Path) -> None:
+    results = tmp_path / "chaos.json"
+    log = tmp_path / "chaos.out"
+    command = [
+        sys.executable,
+        str(BENCH / "chaos.py"),
+        "--short",
+        "--drain",
+        "120",
+        "--results",
+        str(results),
+        "--keep",
+        str(tmp_path / "run"),
+    ]
+    with log.open("wb") as out, subprocess.Popen(command, stdout=out, stderr=out) as soak:
+        try:
+            soak.wait(660)  # about 3 minutes; the bound is for a machine in trouble
+        except subprocess.TimeoutExpired:
+            soak.terminate()  # the script unwinds and stops every process it started
+            soak.wait(60)
+            pytest.fail(f"the soak did not end within 11 minutes: {log.read_text()[-3000:]}")
+    output = log.read_text()[-3000:]
+    assert results.exists(), output
+    result = json.loads(results.read_text())
+    report = result["report"]
+    assert set(result["faults"]) == FAULT_CLASSES, output
+    assert result["actions_failed"] == [], output
+    assert result["workers_failed"] == [], output
+    assert report["written"] > 1000, output
+    assert report["poison_written"] > 0, output
+    assert report["lost"] == 0, output
+    assert report["order_violations"] == 0, output
+    assert report["overlaps"] == 0, output
+    assert report["interleaved"] == 0, output
+    assert report["stuck_shards"] == [], output
+    assert result["drained_after"] is not None, output
+    # Every record handled twice is explained by a fault around it (the checker names which).
+    assert report["duplicates_by_cause"].get("unexplained", 0) == 0, (
+        report["duplicate_examples"],
+        output,
+    )
+    assert report["passed"], output
