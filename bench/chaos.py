@@ -567,9 +567,27 @@ class Soak:
             "took": round(took, 1),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}",
+            "commit": source_commit(),
             "run_dir": str(self.dir),
             "report": report.as_dict(),
         }
+
+
+def source_commit() -> str:
+    """The commit of the code this run measured ("+" if the work tree had changes)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, cwd=HERE, check=True
+        ).stdout.decode()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            cwd=HERE.parent,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.strip() + ("+" if dirty.strip() else "")
 
 
 def render(result: dict[str, Any]) -> str:
@@ -603,8 +621,41 @@ def render(result: dict[str, Any]) -> str:
     lines.append(
         f"({result['duration']:.0f} s of faults: {faults}; {result['shards']} shards, "
         f"{result['workers']} workers, {result['rate']:g} records/s, failover "
-        f"{result['failover_time']:g} s; {result['machine']})"
+        f"{result['failover_time']:g} s; {result['machine']}; "
+        f"commit {result.get('commit', 'unknown')})"
     )
+    return "\n".join(lines)
+
+
+def render_promises(result: dict[str, Any]) -> str:
+    """The faults guide's summary of what the soak showed, from its JSON."""
+    r = result["report"]
+    unexplained = r["duplicates_by_cause"].get("unexplained", 0)
+    attributed = r["duplicates"] - unexplained
+    faults = sum(result["faults"].values())
+    rows = [
+        ("records lost", f"{r['lost']} of {r['written']:,} acknowledged"),
+        ("per-key order violations", r["order_violations"]),
+        ("two workers in one shard's handler at once", r["overlaps"]),
+        (
+            "... besides calls frozen by SIGSTOP mid-way, ended after the next owner began",
+            r["overlaps_frozen"],
+        ),
+        ("shards not progressing at the end", len(r["stuck_shards"])),
+        (
+            "poison records dead-lettered",
+            f"{r['poison_dead_lettered']} of {r['poison_written']}",
+        ),
+        (
+            "records handled twice",
+            f"{r['duplicates']} ({attributed} attributed to a fault, {unexplained} unexplained)",
+        ),
+    ]
+    lines = [
+        f"| `bench/chaos.py`, {result['duration'] / 60:.0f} min, {faults} faults | result |",
+        "|---|---:|",
+    ]
+    lines += [f"| {name} | {value} |" for name, value in rows]
     return "\n".join(lines)
 
 

@@ -76,6 +76,8 @@ def headline(results: Path = RESULTS) -> str:
     drain = result("consumer", results)["drain"]
     handoff = {(o["scenario"], o["mode"]): o for o in result("handoff", results)["outcomes"]}
     spark = [r for r in result("spark_source", results)["results"] if r["variant"] == "plain"]
+    chaos = result("chaos", results)
+    soak = chaos["report"]
     put_loop, get_loop = (
         row(producer, "boto3 put_records loop"),
         row(drain, "boto3 GetRecords loop"),
@@ -122,6 +124,15 @@ def headline(results: Path = RESULTS) -> str:
             "Spark source (readStream) vs a boto3 GetRecords loop",
             f"{row(spark, 'source, readStream AvailableNow')['ratio_to_boto3']:.2f}x the rows/s",
             "spark_source",
+        ),
+        (
+            f"chaos soak, {chaos['duration'] / 60:.0f} min of faults: records lost, per-key order "
+            "violations, two workers in one shard, stuck shards",
+            f"{soak['lost']} / {soak['order_violations']} / {soak['overlaps']} / "
+            f"{len(soak['stuck_shards'])} of {soak['written']:,} records "
+            f"({soak['duplicates']} duplicates, "
+            f"{soak['duplicates_by_cause'].get('unexplained', 0)} unexplained)",
+            "chaos",
         ),
     ]
     lines = ["| what | result | printed by |", "|---|---|---|"]
