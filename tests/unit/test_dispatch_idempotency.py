@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -161,24 +162,42 @@ async def answers(guard: MemoryIdempotencyGuard, key: str, outcome: ClaimOutcome
             await asyncio.sleep(0.01)
 
 
-async def test_a_cancelled_wait_keeps_the_claim_while_the_handler_thread_runs() -> None:
+RECORD = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
+
+
+def single_call(
+    guard: MemoryIdempotencyGuard,
+    handle: Callable[[Record], None] = lambda record: None,
+    executor: ThreadPoolExecutor | None = None,
+) -> RetryingCall[Record]:
+    """One attempt per record, guarded by ``guard``."""
+    return RetryingCall(
+        handle,
+        retry=Backoff(max_attempts=1),
+        clock=SYSTEM_CLOCK,
+        executor=executor,
+        idempotency=Idempotency(guard),
+    )
+
+
+@pytest.mark.parametrize(
+    ("fails", "then"), [(False, ClaimOutcome.DONE), (True, ClaimOutcome.CLAIMED)]
+)
+async def test_a_cancelled_wait_keeps_the_claim_until_the_handler_thread_ends(
+    fails: bool, then: ClaimOutcome
+) -> None:
     started, go_on = threading.Event(), threading.Event()
 
     def handle(record: Record) -> None:
         started.set()
         go_on.wait(10.0)
+        if fails:
+            raise ConnectionError("database gone")
 
     guard = MemoryIdempotencyGuard()
-    record = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
+    record = RECORD
     with ThreadPoolExecutor(1) as pool:
-        call = RetryingCall(
-            handle,
-            retry=Backoff(max_attempts=1),
-            clock=SYSTEM_CLOCK,
-            executor=pool,
-            idempotency=Idempotency(guard),
-        )
-        running = asyncio.ensure_future(call.run(record, lambda: True))
+        running = asyncio.ensure_future(single_call(guard, handle, pool).run(record, lambda: True))
         await asyncio.to_thread(started.wait, 10.0)
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -186,37 +205,10 @@ async def test_a_cancelled_wait_keeps_the_claim_while_the_handler_thread_runs() 
         # The handler still runs in its thread: nobody else may claim the record now.
         assert (await guard.claim(by_position(record))).outcome is ClaimOutcome.IN_PROGRESS
         go_on.set()
-        # Once the thread has returned the record is handled: the claim is completed, not left
-        # to its TTL (after which the shard's next owner would run the record again).
-        await answers(guard, by_position(record), ClaimOutcome.DONE)
-
-
-async def test_a_handler_thread_that_fails_after_the_wait_ended_releases_its_claim() -> None:
-    started, go_on = threading.Event(), threading.Event()
-
-    def handle(record: Record) -> None:
-        started.set()
-        go_on.wait(10.0)
-        raise ConnectionError("database gone")
-
-    guard = MemoryIdempotencyGuard()
-    record = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
-    with ThreadPoolExecutor(1) as pool:
-        call = RetryingCall(
-            handle,
-            retry=Backoff(max_attempts=1),
-            clock=SYSTEM_CLOCK,
-            executor=pool,
-            idempotency=Idempotency(guard),
-        )
-        running = asyncio.ensure_future(call.run(record, lambda: True))
-        await asyncio.to_thread(started.wait, 10.0)
-        running.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await running
-        go_on.set()
-        # Not handled: the claim is released at once, so the next owner runs the record.
-        await answers(guard, by_position(record), ClaimOutcome.CLAIMED)
+        # Once the thread has ended its outcome settles the claim, not the TTL (after which the
+        # shard's next owner would run a handled record again): completed if the handler
+        # returned, released at once if it raised (the next owner runs the record).
+        await answers(guard, by_position(record), then)
 
 
 class _UnmarkableGuard(MemoryIdempotencyGuard):
@@ -235,14 +227,8 @@ class _UnmarkableGuard(MemoryIdempotencyGuard):
 
 async def test_a_completion_refused_by_a_brownout_is_retried_until_it_lands() -> None:
     guard = _UnmarkableGuard(failures=3)
-    record = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
-    call = RetryingCall(
-        lambda record: None,
-        retry=Backoff(max_attempts=1),
-        clock=SYSTEM_CLOCK,
-        idempotency=Idempotency(guard),
-    )
-    attempts = await call.run(record, lambda: True)
+    record = RECORD
+    attempts = await single_call(guard).run(record, lambda: True)
     assert attempts.succeeded  # handled: acknowledged at once, the mark follows
     await answers(guard, by_position(record), ClaimOutcome.DONE)
     assert guard.failures == 0
@@ -367,14 +353,8 @@ async def test_a_completion_whose_wait_is_cancelled_still_lands() -> None:
     """The lease is lost while the handled record's completion is on its way: the record is
     not acknowledged here, but its mark must still land, or the next owner runs it again."""
     guard = _HangingCompletionGuard()
-    record = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
-    call = RetryingCall(
-        lambda record: None,
-        retry=Backoff(max_attempts=1),
-        clock=SYSTEM_CLOCK,
-        idempotency=Idempotency(guard),
-    )
-    running = asyncio.ensure_future(call.run(record, lambda: True))
+    record = RECORD
+    running = asyncio.ensure_future(single_call(guard).run(record, lambda: True))
     await asyncio.wait_for(guard.completing.wait(), 5)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
