@@ -16,8 +16,9 @@ safety_margin`` and not a moment longer, whatever its own renewals are doing; pa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Literal
 
 from shardflow.clock import Clock
@@ -67,6 +68,7 @@ class OwnedLease:
         self._deadline = acquired_at + settings.usable_time
         self._on_end = on_end
         self._lock = asyncio.Lock()
+        self._bounds: set[asyncio.Timeout] = set()
         self._in_doubt: ExtendedSequenceNumber | None = None
         self.lost = asyncio.Event()
         """Set once the lease is no longer this worker's (lost, expired, or released)."""
@@ -164,22 +166,23 @@ class OwnedLease:
             self.mark_lost("expired")
             return "lost"
         try:
-            async with asyncio.timeout(self.remaining()):
-                async with self._lock:
-                    if self.ended:
-                        return "gone"
-                    sent = self._clock.monotonic()
-                    known = self._lease
-                    try:
-                        renewed = await self._attempt(
-                            lambda lease: self._store.renew(lease, self._worker_id),
-                            lands_as=known.checkpoint,
-                        )
-                    except LeaseConditionFailed as exc:
-                        return self._after_conflict(exc)
-                    self._confirm(renewed, sent)
-                    return "renewed"
+            async with self._until_deadline(), self._lock:
+                if self.ended:
+                    return "gone"
+                sent = self._clock.monotonic()
+                known = self._lease
+                try:
+                    renewed = await self._attempt(
+                        lambda lease: self._store.renew(lease, self._worker_id),
+                        lands_as=known.checkpoint,
+                    )
+                except LeaseConditionFailed as exc:
+                    return self._after_conflict(exc)
+                self._confirm(renewed, sent)
+                return "renewed"
         except TimeoutError:
+            if self.remaining() > 0:  # the deadline moved just as the bound fired
+                return "failed"
             self.mark_lost("expired")
             return "lost"
         except AwsError as exc:
@@ -216,11 +219,10 @@ class OwnedLease:
             )
 
         try:
-            async with asyncio.timeout(self.remaining()):
-                async with self._lock:
-                    self.ensure_valid()
-                    sent = self._clock.monotonic()
-                    self._confirm(await self._conditional(write, lands_as=position), sent)
+            async with self._until_deadline(), self._lock:
+                self.ensure_valid()
+                sent = self._clock.monotonic()
+                self._confirm(await self._conditional(write, lands_as=position), sent)
         except TimeoutError:
             self.mark_lost("expired")
             raise ShardLeaseLost(self.shard_id) from None
@@ -244,10 +246,9 @@ class OwnedLease:
             )
 
         try:
-            async with asyncio.timeout(self.remaining()):
-                async with self._lock:
-                    self.ensure_valid()
-                    handed = await self._conditional(write, lands_as=position)
+            async with self._until_deadline(), self._lock:
+                self.ensure_valid()
+                handed = await self._conditional(write, lands_as=position)
         except TimeoutError:
             self.mark_lost("expired")
             raise ShardLeaseLost(self.shard_id) from None
@@ -301,7 +302,7 @@ class OwnedLease:
         abandoned when the write outlives it (a landed write shows on the next renewal).
         """
         try:
-            async with asyncio.timeout(self.remaining()), self._lock:
+            async with self._until_deadline(), self._lock:
                 if (
                     self.ended
                     or not self.valid()
@@ -358,6 +359,24 @@ class OwnedLease:
         """A write sent at ``sent`` succeeded: others restart their expiry clocks after it."""
         self._lease = lease
         self._deadline = max(self._deadline, sent + self._settings.usable_time)
+        if self._bounds:
+            when = asyncio.get_running_loop().time() + self.remaining()
+            for bound in self._bounds:
+                if not bound.expired():
+                    bound.reschedule(when)
+
+    @contextlib.asynccontextmanager
+    async def _until_deadline(self) -> AsyncIterator[None]:
+        """Bound a wait for the lock and the write after it by the deadline, following the
+        deadline when another write moves it meanwhile: a renewal queued behind a checkpoint
+        write must not give the lease up at the deadline that write has just pushed back
+        (under load, with writes taking most of a second, this lost valid leases)."""
+        async with asyncio.timeout(self.remaining()) as bound:
+            self._bounds.add(bound)
+            try:
+                yield
+            finally:
+                self._bounds.discard(bound)
 
     async def _conditional(
         self, write: Callable[[Lease], Awaitable[Lease]], *, lands_as: ExtendedSequenceNumber

@@ -1,0 +1,73 @@
+"""A held lease's writes are bounded by its deadline, and that deadline moves with every
+successful write: a renewal queued behind a checkpoint write is not cut short by the deadline
+the checkpoint write has just pushed back (under load this lost valid leases, issue 10)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from shardflow.clock import SYSTEM_CLOCK
+from shardflow.leases import InMemoryLeaseStore, Lease
+from shardflow.leases.owned import OwnedLease
+from shardflow.leases.settings import LeaseSettings
+from shardflow.leases.writes import LeaseWrite
+from shardflow.records import ExtendedSequenceNumber
+
+
+class SlowStore(InMemoryLeaseStore):
+    """An in-memory lease table whose writes take ``delays[operation]`` seconds."""
+
+    def __init__(self, delays: dict[str, float]) -> None:
+        super().__init__("leases", create_table=True)
+        self.delays = delays
+
+    async def execute(self, write: LeaseWrite) -> Lease | None:
+        await asyncio.sleep(self.delays.get(write.operation, 0.0))
+        return await super().execute(write)
+
+
+async def held(store: SlowStore, *, remaining: float, settings: LeaseSettings) -> OwnedLease:
+    """A lease held by worker "a" whose deadline is ``remaining`` seconds away."""
+    created = await store.create_if_absent(Lease("shardId-000000000000"))
+    taken = await store.take(created, "a")
+    acquired_at = SYSTEM_CLOCK.monotonic() + remaining - settings.usable_time
+    return OwnedLease(
+        taken,
+        stream="s",
+        store=store,
+        worker_id="a",
+        settings=settings,
+        clock=SYSTEM_CLOCK,
+        acquired_at=acquired_at,
+    )
+
+
+async def test_a_renewal_behind_a_checkpoint_write_follows_the_deadline_that_write_moved() -> None:
+    settings = LeaseSettings(failover_time=2.0)  # usable 1.8 s after a write is sent
+    # The checkpoint write (sent at once) lands after 0.3 s and moves the deadline to ~1.8 s;
+    # the renewal waits for it, then takes 0.4 s itself: it ends at ~0.7 s, past the 0.5 s
+    # deadline it started with, long before the one in force by then.
+    store = SlowStore({"checkpoint": 0.3, "renew": 0.4})
+    owned = await held(store, remaining=0.5, settings=settings)
+    checkpoint = asyncio.create_task(owned.writer.write(ExtendedSequenceNumber("100")))
+    await asyncio.sleep(0.01)
+    outcome = await owned.renew()
+    await checkpoint
+
+    assert outcome == "renewed"
+    assert not owned.lost.is_set()
+    assert owned.valid()
+    assert owned.remaining() > 1.0
+    stored = (await store.list_leases())[0]
+    assert stored.lease_owner == "a"
+    assert stored.lease_counter == owned.lease.lease_counter
+
+
+async def test_a_write_that_outlives_the_deadline_in_force_still_loses_the_lease() -> None:
+    settings = LeaseSettings(failover_time=2.0)
+    store = SlowStore({"renew": 0.6})
+    owned = await held(store, remaining=0.3, settings=settings)
+    assert await owned.renew() == "lost"
+    assert owned.lost.is_set()
+    assert owned.ended_why == "expired"
+    assert not owned.valid()
