@@ -8,10 +8,12 @@ from datetime import UTC, datetime
 import pytest
 
 from shardflow.aggregation import aggregate
+from shardflow.aggregation.encode import AggregateBuilder
 from shardflow.errors import DataLossError
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.positions import StartPosition
 from shardflow.records import Record
+from shardflow.shards import HashKeyRange
 from shardflow.spark.source.positions import ShardPosition
 from shardflow.spark.source.shard_read import ShardRead, ShardReadPlan
 
@@ -29,6 +31,22 @@ def plain(seq: int, arrived_ms: int = 0) -> Record:
 def aggregated(seq: int, count: int) -> Record:
     (packed,) = aggregate([("k", f"d{seq}.{i}".encode(), None) for i in range(count)])
     return Record(data=packed.data, partition_key="k", sequence_number=str(seq), shard_id="s")
+
+
+def marked(seq: int, hash_keys: list[int]) -> Record:
+    """An aggregate of shardflow's producer (re-send mark set): sub-record i has hash key
+    ``hash_keys[i]``."""
+    builder = AggregateBuilder(resends_out_of_range=True)
+    for i, hash_key in enumerate(hash_keys):
+        assert builder.try_add("k", f"d{seq}.{i}".encode(), str(hash_key))
+    packed = builder.build()
+    return Record(
+        data=packed.data,
+        partition_key=packed.partition_key,
+        explicit_hash_key=packed.explicit_hash_key,
+        sequence_number=str(seq),
+        shard_id="s",
+    )
 
 
 class Script:
@@ -129,3 +147,46 @@ async def test_a_vanished_start_record_is_data_loss() -> None:
     assert read.outcome is not None
     assert read.outcome.lost is not None
     assert read.outcome.lost.resumed_at == "5"
+
+
+LOW = HashKeyRange(0, 99)
+
+
+async def test_sub_records_resent_to_another_shard_are_skipped_and_the_end_moves_past_them() -> (
+    None
+):
+    # After a split the producer's aggregate for the parent landed on the child holding 0-99:
+    # the sub-records with keys >= 100 were put again on the other child.
+    records = [marked(10, [5, 150, 7]), marked(11, [120, 130]), plain(12)]
+    rows, read = await run(plan(ShardPosition.trim_horizon(), hash_range=LOW), Script(records))
+    assert rows == ["10/0", "10/2", "12/0"]
+    assert read.outcome is not None
+    assert (read.outcome.end, read.outcome.rows) == ("AFTER:12", 3)
+    # A read whose last records are all skipped still moves its end past them.
+    rows, read = await run(
+        plan(ShardPosition.after("10"), hash_range=LOW), Script(records[:2], size=1)
+    )
+    assert rows == []
+    assert read.outcome is not None
+    assert (read.outcome.end, read.outcome.rows, read.outcome.stopped) == ("AFTER:11", 0, "tip")
+    # A replay up to a recorded end on a skipped sub-record stops there.
+    rows, _ = await run(
+        plan(ShardPosition.trim_horizon(), until=ShardPosition.after("10", 1), hash_range=LOW),
+        Script(records),
+    )
+    assert rows == ["10/0"]
+
+
+async def test_out_of_range_sub_records_without_the_mark_or_the_range_are_delivered() -> None:
+    (packed,) = aggregate([("k", b"a", "5"), ("k", b"b", "150")])
+    unmarked = Record(
+        data=packed.data,
+        partition_key=packed.partition_key,
+        explicit_hash_key=packed.explicit_hash_key,
+        sequence_number="10",
+        shard_id="s",
+    )
+    rows, _ = await run(plan(ShardPosition.trim_horizon(), hash_range=LOW), Script([unmarked]))
+    assert rows == ["10/0", "10/1"]  # another producer never re-sends: nothing may be lost
+    rows, _ = await run(plan(ShardPosition.trim_horizon()), Script([marked(10, [5, 150])]))
+    assert rows == ["10/0", "10/1"]

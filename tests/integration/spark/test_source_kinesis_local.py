@@ -20,7 +20,7 @@ from support.spark_source import (
     wait_until,
     write,
 )
-from support.streams import kinesis_at, put
+from support.streams import create_stream, kinesis_at, put
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -157,3 +157,64 @@ def test_enhanced_fan_out_reads_every_record_once(
             return [c["ConsumerName"] for c in listed["Consumers"]]
 
     assert asyncio.run(consumers()) == ["spark-test"]
+
+
+def test_sub_records_the_producer_resent_after_a_split_are_read_once(
+    spark: SparkSession, kinesis_local_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    """After a split shardflow's producer, its shard map stale, puts aggregates meant for the
+    parent on one child and those of their records that belong to the other child again
+    there: the source reads each record once, in a batch read and in micro-batches that may end
+    on a skipped sub-record (maxRecordsPerTrigger)."""
+    from shardflow.aws import AwsSettings
+    from shardflow.producer import Producer, ProducerSettings
+
+    url = kinesis_local_url
+    written: list[tuple[str, bytes]] = []
+    settings = ProducerSettings(aggregate=True, linger=0.2, shard_refresh_interval=3600.0)
+    keys = [f"key-{n}" for n in range(48)]
+
+    async def produce() -> int:
+        async with kinesis_at(url) as kinesis:
+            await create_stream(kinesis, stream_name, 1)
+            async with Producer(
+                stream_name, settings=settings, aws=AwsSettings(endpoint_url=url)
+            ) as producer:
+
+                async def wave(label: str) -> None:
+                    futures = []
+                    for n, key in enumerate(keys):
+                        data = f"{label}-{n}".encode()
+                        written.append((key, data))
+                        futures.append(await producer.put(data, key))
+                    await asyncio.gather(*futures)
+
+                await wave("before")
+                (parent,) = await list_shards(kinesis, stream_name)
+                middle = (parent.hash_range.start + parent.hash_range.end + 1) // 2
+                await kinesis.split_shard(
+                    StreamName=stream_name,
+                    ShardToSplit=parent.shard_id,
+                    NewStartingHashKey=str(middle),
+                )
+                await wait_for_active(kinesis, stream_name)
+                await wave("after")
+                await wave("later")
+                return producer.metrics().retries
+
+    retried = asyncio.run(produce())
+    assert retried > 0  # out-of-range records were put again: the copies are in the stream
+    batch = (
+        spark.read.format("shardflow")
+        .option("streamName", stream_name)
+        .option("endpointUrl", url)
+        .option("region", "us-east-1")
+        .load()
+        .collect()
+    )
+    expect_each_once(batch, written)
+    df = source(
+        spark, url, stream_name, metadataPath=str(tmp_path / "meta"), maxRecordsPerTrigger="10"
+    )
+    to_parquet(df, tmp_path / "out", tmp_path / "ckpt").awaitTermination(120)
+    expect_each_once(output_rows(spark, tmp_path / "out"), written)

@@ -51,6 +51,7 @@ class ShardflowBatchReader(DataSourceReader):
                 deaggregate=options.deaggregate,
                 fail_on_data_loss=options.fail_on_data_loss,
                 consumer_arn=consumer_arn,
+                hash_range=shard.hash_range,
             )
             partitions.append(ShardPartition(plan, options.connection.aws_settings(), None))
         return partitions

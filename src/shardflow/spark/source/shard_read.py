@@ -22,6 +22,7 @@ from shardflow.fetch.fanout import FanOut, FanOutFetcher
 from shardflow.fetch.polling import GET_RECORDS_LIMIT, Polling, PollingFetcher
 from shardflow.positions import StartPosition
 from shardflow.records import Record
+from shardflow.shards import HashKeyRange
 from shardflow.spark.source.metadata import DataLoss, ShardBatchEnd, StopReason
 from shardflow.spark.source.positions import Kind, ShardPosition
 
@@ -42,6 +43,11 @@ class ShardReadPlan:
     position equal to ``start`` nothing. Without it the read is fresh and stops at the tip,
     after ``budget`` rows, before the first record that arrived after ``cutoff_ms``, or at the
     shard's end.
+
+    ``hash_range`` is the shard's hash-key range: a sub-record outside it, in an aggregate whose
+    producer (shardflow's) says it put such sub-records again on the right shard after a
+    reshard, is skipped (its copy there is read), as the consumer does. A skipped sub-record is
+    no row, but the read's end moves past it.
     """
 
     stream: str
@@ -54,6 +60,7 @@ class ShardReadPlan:
     deaggregate: bool = True
     fail_on_data_loss: bool = True
     consumer_arn: str | None = None
+    hash_range: HashKeyRange | None = None
 
 
 class _Fetcher(Protocol):
@@ -96,6 +103,7 @@ class ShardRead:
         self._make_fetcher = make_fetcher
         self.outcome: ShardBatchEnd | None = None
         self._rows = 0
+        self._skipped = 0
         self._last: Record | None = None
         self._lost: DataLoss | None = None
 
@@ -170,20 +178,32 @@ class ShardRead:
             if plan.deaggregate
             else raw
         )
+        hash_range = plan.hash_range
         taken: list[Record] = []
         for record in records:
             if plan.start.skips(record.sequence_number, record.sub_sequence_number):
                 continue
+            resent = (
+                hash_range is not None
+                and record.resent_if_out_of_range
+                and record.hash_key not in hash_range
+            )
             if plan.until is not None:
                 if _beyond(record, plan.until):
                     return taken, "until"
-                taken.append(record)
-                self._note(record)
+                if resent:
+                    self._pass(record)
+                else:
+                    taken.append(record)
+                    self._note(record)
                 if _reaches(record, plan.until):
                     return taken, "until"
                 continue
             if plan.cutoff_ms is not None and _arrived_after(record, plan.cutoff_ms):
                 return taken, "cutoff"
+            if resent:
+                self._pass(record)
+                continue
             taken.append(record)
             self._note(record)
             if plan.budget is not None and self._rows >= plan.budget:
@@ -192,6 +212,11 @@ class ShardRead:
 
     def _note(self, record: Record) -> None:
         self._rows += 1
+        self._last = record
+
+    def _pass(self, record: Record) -> None:
+        """Skip a sub-record its producer put again on the right shard; the end moves past it."""
+        self._skipped += 1
         self._last = record
 
     # --- endings ---------------------------------------------------------------------------
@@ -213,6 +238,14 @@ class ShardRead:
             end = ShardPosition.trim_horizon()
         else:
             end = plan.start
+        if self._skipped:
+            log.info(
+                "shard %s of %s: skipped %d sub-record(s) outside the shard's hash-key range that "
+                "their producer put again on the right shard (after a reshard)",
+                plan.shard_id,
+                plan.stream_label,
+                self._skipped,
+            )
         return ShardBatchEnd(
             end=end.to_text(),
             rows=self._rows,

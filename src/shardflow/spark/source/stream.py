@@ -209,6 +209,10 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         assert metadata is not None
         slot = BatchSlot(metadata, offset.run, offset.batch)
         consumer_arn = self._efo_consumer_arn()
+        # A shard's hash-key range never changes: the listing of any moment has it.
+        ranges = {shard.shard_id: shard.hash_range for shard in self._list(force=False)}
+        if not ranges.keys() >= offset.read.keys():
+            ranges = {shard.shard_id: shard.hash_range for shard in self._list(force=True)}
         return [
             ShardPartition(
                 ShardReadPlan(
@@ -221,6 +225,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     deaggregate=self.options.deaggregate,
                     fail_on_data_loss=self.options.fail_on_data_loss,
                     consumer_arn=consumer_arn,
+                    hash_range=ranges.get(shard_id),
                 ),
                 self.options.connection.aws_settings(),
                 slot,
