@@ -9,8 +9,8 @@ with ``match`` or ``isinstance``. Callbacks receiving them must be quick and mus
 Observations flow one way, through one :class:`EventEmitter` per worker: the lease
 coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
 WorkerJoined and WorkerLeft; the fetchers FetchThrottled and SubscriptionRenewed; the
-checkpointer CheckpointWritten; the consumer ShardStarted and ShardFailed. Subscribers (the
-consumer's metrics, the user's ``on_event``) receive every event.
+checkpointer CheckpointWritten; the consumer ShardStarted, ShardFailed and HandlerOverrun.
+Subscribers (the consumer's metrics, the user's ``on_event``) receive every event.
 """
 
 from __future__ import annotations
@@ -126,6 +126,25 @@ class ShardFailed(_ShardEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerOverrun(_ShardEvent):
+    """A handler call of the shard still runs ``waited`` seconds (``drain_timeout``) after this
+    worker stopped handing out the shard's records (its lease lost, handed over or released,
+    or the consumer stopping): a plain handler's thread, which cannot be interrupted
+    (``async def`` handlers are cancelled).
+
+    ``running``: such calls now. Until they return this process does not start the shard
+    again, and a lease still held is not let go (a handoff completes only then), so that no
+    other worker starts it meanwhile. A lease already lost is another worker's now: its
+    handler may run at the same time as this one.
+    """
+
+    lease_key: str
+    running: int
+    waited: float
+    lease_lost: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointWritten(_ShardEvent):
     """A checkpoint was stored for the shard: ``position``, after ``previous`` (None: none
     written before); ``records`` newly covered by it; ``lag``: records delivered but not
@@ -187,6 +206,7 @@ DiagnosticEvent = (
     | ShardStarted
     | ShardEnded
     | ShardFailed
+    | HandlerOverrun
     | CheckpointWritten
     | FetchThrottled
     | SubscriptionRenewed

@@ -70,20 +70,38 @@ async def test_a_request_nobody_answers_falls_back_to_a_steal() -> None:
         assert [e.why for e in w.recorders["a"].of(LeaseLost)] == ["taken"]
 
 
-async def test_a_handoff_the_old_owner_never_completes_is_taken_after_the_timeout() -> None:
+async def test_a_handoff_is_not_taken_over_while_its_old_owner_renews_it() -> None:
+    """The old owner may still run a handler for the shard (it completes the handoff only once
+    none runs): however long past ``handoff_timeout``, the next owner waits while it renews."""
     async with world([shard(i) for i in range(2)]) as w:
-        await w.start("a", settings=HANDOFF)  # nobody completes a's handoffs
+        a = await w.start("a", settings=HANDOFF)  # nobody completes a's handoffs
         b = await w.start("b", settings=HANDOFF)
         await run_for(1.0, w.clock, step=0.05)
         pending = [lease for lease in (await w.leases()).values() if lease.handoff_pending]
         assert len(pending) == 1
         assert pending[0].lease_owner == "b"
         assert not b.owned()
-        await run_for(HANDOFF.handoff_timeout + 0.5, w.clock, step=0.1)
-        assert len(b.owned()) == 1
-        assert [e.how for e in w.recorders["b"].of(LeaseAcquired)] == ["expired"]
-        await run_for(HANDOFF.renew_every + 0.5, w.clock, step=0.1)
-        assert [e.why for e in w.recorders["a"].of(LeaseLost)] == ["handoff"]
+        await run_for(3 * HANDOFF.handoff_timeout, w.clock, step=0.1)
+        assert not b.owned(), "taken over while the old owner still renews it"
+        assert pending[0].lease_key in a.owned()
+        assert not w.recorders["a"].of(LeaseLost)
+
+
+async def test_a_handoff_whose_old_owner_stopped_renewing_is_taken_once_it_expires() -> None:
+    async with world([shard(i) for i in range(2)]) as w:
+        a = await w.start("a", settings=HANDOFF)  # nobody completes a's handoffs
+        b = await w.start("b", settings=HANDOFF)
+        await run_for(1.0, w.clock, step=0.05)
+        (pending,) = [lease for lease in (await w.leases()).values() if lease.handoff_pending]
+        await a.stop(release=False)  # a dies: its renewals stop
+        stopped = w.clock.monotonic()
+        await run_for(HANDOFF.failover_time - 1.0, w.clock, step=0.1)
+        assert pending.lease_key not in b.owned(), "taken before it expired"
+        await run_for(2.0 + 3 * HANDOFF.pickup_poll_interval, w.clock, step=0.1)
+        assert pending.lease_key in b.owned()
+        takes = [at for at, e in w.recorders["b"].times(LeaseAcquired) if e.how == "expired"]
+        assert takes
+        assert min(takes) >= stopped + HANDOFF.failover_time - HANDOFF.renew_every
 
 
 async def test_leave_hands_every_lease_to_the_least_loaded_live_workers() -> None:
@@ -161,7 +179,7 @@ def test_successors_are_the_least_loaded_live_workers_and_skip_leavers() -> None
     assert successors([Lease("1", lease_owner="me")], 1, worker_id="me", is_expired=bool) == []
 
 
-def test_the_handoff_book_times_out_requests_and_inbound_handoffs() -> None:
+def test_the_handoff_book_times_out_requests_but_never_inbound_handoffs() -> None:
     book = HandoffBook("me", timeout=5.0)
     asked = Lease("1", lease_owner="a")
     book.requested(asked, now=10.0)
@@ -171,10 +189,10 @@ def test_the_handoff_book_times_out_requests_and_inbound_handoffs() -> None:
     assert book.next_deadline() == 15.0
     assert book.overdue_requests(14.0) == []
     assert book.overdue_requests(15.0) == ["1"]
-    assert book.overdue_inbound(15.0) == []
-    assert book.overdue_inbound(16.0) == ["2"]
+    assert book.next_deadline() is None, "an inbound handoff waits for expiry, not a timeout"
+    assert book.inbound() == ["2"]
     book.update({"2": replace(inbound, checkpoint_owner=None)}, now=17.0)
-    assert book.next_deadline() is None
+    assert book.inbound() == []
 
 
 def test_a_request_overwritten_by_another_joiner_is_dropped_at_once() -> None:

@@ -364,7 +364,15 @@ class Consumer:
         mode = coordinator.fleet_mode if coordinator is not None else "standalone"
         parked = dict(supervisor.parked) if supervisor is not None else {}
         failed = dict(supervisor.failed) if supervisor is not None else {}
-        return ConsumerStatus(self.worker_id, tuple(shards), parked, failed, fleet_mode=mode)
+        overrunning = dict(supervisor.overrunning) if supervisor is not None else {}
+        return ConsumerStatus(
+            self.worker_id,
+            tuple(shards),
+            parked,
+            failed,
+            overrunning=overrunning,
+            fleet_mode=mode,
+        )
 
     # --- running -----------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ failure is raised as :class:`~shardflow.errors.HandlerError` naming the record.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 
 from shardflow.consumer.invocation import Invoker, handler_error
 from shardflow.consumer.records import ConsumedRecord
+from shardflow.consumer.running import RunningCalls, in_thread
 from shardflow.consumer.turns import Turns
 from shardflow.errors import HandlerError
 
@@ -66,19 +66,30 @@ class HandlerAdapter:
         self._executor = executor
 
     async def run(
-        self, records: Sequence[ConsumedRecord[Any]], may_continue: MayContinue
+        self,
+        records: Sequence[ConsumedRecord[Any]],
+        may_continue: MayContinue,
+        calls: RunningCalls | None = None,
     ) -> ChunkOutcome:
-        """Hand ``records`` to the handler; stops early once ``may_continue()`` is False."""
+        """Hand ``records`` to the handler; stops early once ``may_continue()`` is False.
+
+        Handler calls are counted in ``calls`` until they have really ended: cancelling this
+        coroutine cancels an ``async def`` handler, but a thread runs on to the end of its
+        record (it asks ``may_continue()`` before the next one)."""
         if not records:
             return ChunkOutcome()
         if self.batch:
-            outcome = await self._run_batch(list(records), may_continue)
+            outcome = await self._run_batch(list(records), may_continue, calls)
         elif self.is_async:
-            return await self._run_each_async(records, may_continue)  # acks as it goes
+            ended = calls.enter() if calls is not None else None
+            try:
+                return await self._run_each_async(records, may_continue)  # acks as it goes
+            finally:
+                if ended is not None:
+                    ended()
         else:
-            loop = asyncio.get_running_loop()
-            outcome = await loop.run_in_executor(
-                self._executor, self._run_each_sync, records, may_continue
+            outcome = await in_thread(
+                self._executor, calls, self._run_each_sync, records, may_continue
             )
         if self.auto_ack:
             turns = Turns()  # thousands of acks, each possibly a checkpoint trigger
@@ -88,14 +99,17 @@ class HandlerAdapter:
         return outcome
 
     async def _run_batch(
-        self, records: list[ConsumedRecord[Any]], may_continue: MayContinue
+        self,
+        records: list[ConsumedRecord[Any]],
+        may_continue: MayContinue,
+        calls: RunningCalls | None,
     ) -> ChunkOutcome:
         outcome = ChunkOutcome()
         if not may_continue():
             return outcome
         started = time.perf_counter()
         try:
-            await self._invoke(records)
+            await self._invoke(records, calls)
         except Exception as exc:
             outcome.error = handler_error(exc, records[0])
             return outcome

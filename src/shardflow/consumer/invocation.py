@@ -11,12 +11,12 @@ consumer as a :class:`~shardflow.errors.HandlerError` naming the record
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
+from shardflow.consumer.running import RunningCalls, in_thread
 from shardflow.errors import HandlerError
 from shardflow.records import Record
 
@@ -56,16 +56,21 @@ class Invoker(Generic[A]):
         self.is_async = is_async_handler(handler)
         self._executor = executor
 
-    async def __call__(self, argument: A) -> None:
+    async def __call__(self, argument: A, calls: RunningCalls | None = None) -> None:
         """One call: awaited on the loop, or run in the executor; raises what the handler
-        raised."""
+        raised. Counted in ``calls`` until it has really ended (a thread outlives a cancelled
+        wait)."""
         if self.is_async:
-            result = self.handler(argument)
-            if inspect.isawaitable(result):
-                await result
+            ended = calls.enter() if calls is not None else None
+            try:
+                result = self.handler(argument)
+                if inspect.isawaitable(result):
+                    await result
+            finally:
+                if ended is not None:
+                    ended()
         else:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self.call_sync, argument)
+            await in_thread(self._executor, calls, self.call_sync, argument)
 
     def call_sync(self, argument: A) -> None:
         """One call of a plain handler on this thread (a worker thread of the executor)."""

@@ -8,7 +8,9 @@
 
 Exported (namespace ``shardflow_consumer``): ``records_total`` and ``bytes_total`` handed to
 handlers, ``records_per_second`` over the last 10 s, ``out_of_range_sub_records_total`` by
-action, ``checkpoints_total``, ``shard_failures_total``, ``parked_shards`` (now), ``fetch_throttles_total`` (reads
+action, ``checkpoints_total``, ``shard_failures_total``, ``parked_shards`` (now),
+``handler_overruns_total`` and ``overrunning_shards`` (now: shards whose handler call outlived
+``drain_timeout`` after the shard was stopped here), ``fetch_throttles_total`` (reads
 Kinesis throttled), ``subscription_renewals_total`` (fan-out subscriptions opened again),
 ``handler_latency_seconds`` (histogram, one observation per handler call) per stream; per
 owned shard ``millis_behind_latest``, ``checkpoint_age_seconds`` (since this worker last wrote
@@ -38,6 +40,7 @@ from shardflow.events import (
     CheckpointWritten,
     DiagnosticEvent,
     FetchThrottled,
+    HandlerOverrun,
     ShardFailed,
     SubscriptionRenewed,
 )
@@ -139,6 +142,10 @@ class StreamCounters:
     shard_failures: int = 0
     parked_shards: int = 0
     """Shards parked now (a handler failure under ``on_error="stop_shard"``)."""
+    handler_overruns: int = 0
+    """Handler calls found still running ``drain_timeout`` after their shard stopped here."""
+    overrunning_shards: int = 0
+    """Shards with such a call running now (not started again here until it returns)."""
     fetch_throttles: int = 0
     subscription_renewals: int = 0
     dead_letters: int = 0
@@ -201,6 +208,8 @@ class ConsumerMetrics:
                 self._stream(event.stream).checkpoints += 1
             case ShardFailed():
                 self._stream(event.stream).shard_failures += 1
+            case HandlerOverrun():
+                self._stream(event.stream).handler_overruns += 1
             case FetchThrottled():
                 self._stream(event.stream).fetch_throttles += 1
             case SubscriptionRenewed():
@@ -211,6 +220,10 @@ class ConsumerMetrics:
     def shard_parked(self, stream: str, change: int) -> None:
         """A shard was parked (+1) or let go after being parked (-1)."""
         self._stream(stream).parked_shards += change
+
+    def shard_overrunning(self, stream: str, change: int) -> None:
+        """A shard's handler call outlived ``drain_timeout`` (+1), or it has ended since (-1)."""
+        self._stream(stream).overrunning_shards += change
 
     def dead_lettered(self, stream: str) -> None:
         self._stream(stream).dead_letters += 1
@@ -239,6 +252,8 @@ class ConsumerMetrics:
                 checkpoints=counters.checkpoints,
                 shard_failures=counters.shard_failures,
                 parked_shards=counters.parked_shards,
+                handler_overruns=counters.handler_overruns,
+                overrunning_shards=counters.overrunning_shards,
                 fetch_throttles=counters.fetch_throttles,
                 subscription_renewals=counters.subscription_renewals,
                 dead_letters=counters.dead_letters,
@@ -318,6 +333,11 @@ class ConsumerCollector(Collector):
             lambda c: c.shard_failures,
         )
         yield counter(
+            "handler_overruns",
+            "Handler calls still running drain_timeout after their shard stopped here.",
+            lambda c: c.handler_overruns,
+        )
+        yield counter(
             "dead_letters",
             "Records written to the dead letters (acknowledged without being handled).",
             lambda c: c.dead_letters,
@@ -347,6 +367,12 @@ class ConsumerCollector(Collector):
             "Shards parked now: stopped by a handler failure, lease kept (on_error=stop_shard).",
             labels=["stream"],
         )
+        overrunning = GaugeMetricFamily(
+            f"{ns}_overrunning_shards",
+            "Shards whose handler call outlived drain_timeout after the shard stopped here "
+            "(not started again, nor let go, until it returns).",
+            labels=["stream"],
+        )
         latency = HistogramMetricFamily(
             f"{ns}_handler_latency_seconds",
             "Duration of handler calls (one per record, or one per batch).",
@@ -355,6 +381,7 @@ class ConsumerCollector(Collector):
         for stream, counters in streams:
             rate.add_metric([stream], counters.records_per_second)
             parked.add_metric([stream], counters.parked_shards)
+            overrunning.add_metric([stream], counters.overrunning_shards)
             out_of_range.add_metric([stream, "delivered"], counters.out_of_range_delivered)
             out_of_range.add_metric([stream, "dropped"], counters.out_of_range_dropped)
             latency.add_metric(
@@ -362,6 +389,7 @@ class ConsumerCollector(Collector):
             )
         yield rate
         yield parked
+        yield overrunning
         yield out_of_range
         yield latency
 

@@ -8,9 +8,14 @@ deliver (register with the ack tracker, deserialize) -> the user's code -> acks 
 Rules the worker keeps:
 
 - Records are delivered only while the lease is valid. Once it is lost (or its deadline passed)
-  delivery stops at once and the worker never writes a checkpoint again.
+  delivery stops at once, a handler call in flight is cancelled (an ``async def`` one; a
+  thread cannot be stopped and is counted in :attr:`ShardWorker.calls` until it returns) and
+  the worker never writes a checkpoint again.
 - On stop or when the lease is given up: fetching stops, records already delivered may finish
-  (at most ``drain_timeout`` seconds), then the handled prefix is checkpointed.
+  (at most ``drain_timeout`` seconds; then an ``async def`` call is cancelled), then the
+  handled prefix is checkpointed. The last checkpoint of a handoff hands the lease over, so
+  it waits until no handler call of the shard runs any more, threads included
+  (:meth:`ShardWorker.finish`): the next owner never starts while one still does.
 - At the shard's end: once every delivered record is handled, SHARD_END is written.
 - A record that cannot be deserialized stops the shard with a
   :class:`~shardflow.errors.DeserializationError`; what was handled before it is checkpointed.
@@ -32,6 +37,7 @@ from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
 from shardflow.consumer.prefetch import Chunk, PrefetchBuffer
 from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.resume import ResumePlan, resume_filter
+from shardflow.consumer.running import RunningCalls
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.shard_reader import ShardReader
 from shardflow.consumer.turns import Turns
@@ -77,8 +83,11 @@ class ShardWorker:
         clock: Clock = SYSTEM_CLOCK,
         metrics: ConsumerMetrics | None = None,
         events: ShardEmitter = SILENT,
+        calls: RunningCalls | None = None,
     ) -> None:
         self.lease = lease
+        self.calls = calls if calls is not None else RunningCalls()
+        """The shard's handler calls that have not really ended (threads included)."""
         self.settings = settings or ConsumerSettings()
         self.shard_id = lease.shard_id
         self.stream = stream_name or lease.stream
@@ -105,6 +114,7 @@ class ShardWorker:
         self._stop_reason: StopReason | None = None
         self._stop_requested = asyncio.Event()  # wakes the watcher: stop, failure or finish
         self._stop_called = asyncio.Event()  # request_stop only
+        self._stopped_at: float | None = None  # monotonic, when request_stop was first called
         self._all_acked = asyncio.Event()
         self._failure: BaseException | None = None
         self._undecodable: DeserializationError | None = None
@@ -209,6 +219,8 @@ class ShardWorker:
         """Stop delivering (the consumer is stopping); :meth:`finish` then checkpoints."""
         if self._stop_reason is None:
             self._stop_reason = reason
+        if self._stopped_at is None:
+            self._stopped_at = self._clock.monotonic()
         self._stop_called.set()
         self._stop_requested.set()
 
@@ -309,13 +321,15 @@ class ShardWorker:
     async def _handle(
         self, adapter: HandlerAdapter, records: list[ConsumedRecord[Any]]
     ) -> ChunkOutcome | None:
-        """One handler run; on stop it gets ``drain_timeout`` more seconds, then is cancelled
-        (None): a stop must end even when a handler hangs."""
-        call = asyncio.ensure_future(adapter.run(records, self.may_deliver))
+        """One handler run; on stop or when the lease is given up it gets ``drain_timeout``
+        more seconds, then is cancelled (None): a stop must end even when a handler hangs.
+        Once the lease is lost it is cancelled at once: the shard may be someone else's."""
+        lease = self.lease
+        call = asyncio.ensure_future(adapter.run(records, self.may_deliver, self.calls))
         try:
-            await first_of(call, self._stop_called)
-            if not call.done():
-                await first_of(call, timeout=self.settings.drain_timeout)
+            await first_of(call, self._stop_called, lease.giving_up, lease.lost)
+            if not call.done() and not self.lost:
+                await first_of(call, lease.lost, timeout=self.settings.drain_timeout)
         finally:
             if not call.done():
                 call.cancel()
@@ -326,11 +340,14 @@ class ShardWorker:
                     if current is not None and current.cancelling():
                         raise  # this task itself is being cancelled: let it go
         if call.cancelled():
-            log.warning(
-                "shard %s: handler still running %.1fs after the stop; abandoned it",
-                self.shard_id,
-                self.settings.drain_timeout,
-            )
+            if self.lost:
+                log.warning("shard %s: lease lost; the handler call was cancelled", self.shard_id)
+            else:
+                log.warning(
+                    "shard %s: handler still running %.1fs after the stop; abandoned it",
+                    self.shard_id,
+                    self.settings.drain_timeout,
+                )
             return None
         return call.result()
 
@@ -375,10 +392,15 @@ class ShardWorker:
             return ShardResult(reason, self.checkpointer.last_written)
         try:
             if reason is StopReason.SHARD_END:
-                reason = await self._finish_shard_end(drain)
+                try:
+                    reason = await self._finish_shard_end(drain)
+                except _HandlerStillRuns:
+                    return await self._left_running(self._stop_reason or StopReason.STOPPED)
             else:
                 if reason is not StopReason.FAILED:
                     await self._drain(drain)
+                if not await self._handlers_ended():
+                    return await self._left_running(reason)
                 await self.checkpointer.final(shard_end=False)
         except ShardLeaseLost:
             return ShardResult(StopReason.LOST, self.checkpointer.last_written)
@@ -423,12 +445,56 @@ class ShardWorker:
             )
         if self.lost:
             raise ShardLeaseLost(self.shard_id)
+        if not await self._handlers_ended():
+            raise _HandlerStillRuns
         shard_end = tracker.all_acked
         await self.checkpointer.final(shard_end=shard_end)
         if shard_end:
             log.info("shard %s (stream %s): SHARD_END checkpointed", self.shard_id, self.stream)
             return StopReason.SHARD_END
         return self._stop_reason or StopReason.GIVEN_UP
+
+    async def _handlers_ended(self) -> bool:
+        """Before the last checkpoint, which lets the lease go (to the next owner of a handoff,
+        or to anyone): wait until no handler call of the shard runs, threads included.
+
+        While the lease is held and the consumer goes on, as long as it takes (the lease is
+        renewed meanwhile; the consumer reports a call that outlives ``drain_timeout``): the
+        next owner must not start while one runs. At a stop, until ``drain_timeout`` after it at
+        most; False if a call still runs then.
+        """
+        calls = self.calls
+        while not calls.idle:
+            if self.lost:
+                raise ShardLeaseLost(self.shard_id)
+            if self._stop_called.is_set():
+                stopped_at = self._stopped_at or self._clock.monotonic()
+                left = stopped_at + self.settings.drain_timeout - self._clock.monotonic()
+                return await calls.wait_idle(max(left, 0.0))
+            log.info(
+                "shard %s: %d handler call(s) still running; the lease is let go once they end",
+                self.shard_id,
+                calls.running,
+            )
+            await first_of(calls.wait_idle(), self.lease.lost, self._stop_called)
+        return True
+
+    async def _left_running(self, reason: StopReason) -> ShardResult:
+        """A handler call still runs at a stop: checkpoint what was handled, keep the lease
+        (it expires; nobody takes it before then) and say so."""
+        log.warning(
+            "shard %s: %d handler call(s) still running %.1fs after the stop; the lease is "
+            "left to expire rather than let go, so that no one starts the shard meanwhile",
+            self.shard_id,
+            self.calls.running,
+            self.settings.drain_timeout,
+        )
+        with contextlib.suppress(Exception):
+            await self.checkpointer.flush()
+        await self.checkpointer.stop()
+        return ShardResult(
+            reason, self.checkpointer.last_written, error=self._failure, handler_running=True
+        )
 
     async def _drain(self, seconds: float) -> None:
         """Give delivered records up to ``seconds`` to be acknowledged."""
@@ -455,6 +521,10 @@ class ShardWorker:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class _HandlerStillRuns(Exception):
+    """A handler call outlived the stop: the last checkpoint must not let the lease go."""
 
 
 def _deserialization_error(exc: Exception, record: Record) -> DeserializationError:

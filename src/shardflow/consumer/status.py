@@ -38,6 +38,11 @@ class ConsumerStatus:
     failed: Mapping[str, BaseException] = field(default_factory=dict)
     """Lease keys of shards stopped by an error retrying cannot fix (the stream deleted, access
     denied for too long), with the error; their leases were released and the consumer stops."""
+    overrunning: Mapping[str, int] = field(default_factory=dict)
+    """Lease keys of shards whose handler calls (plain handlers' threads) still run
+    ``drain_timeout`` after the shard stopped here, with how many: the shard is not started
+    again here, nor its lease let go, until they return (see
+    :class:`~shardflow.events.HandlerOverrun`)."""
     fleet_mode: str = "standalone"
     """How this worker shares the lease table: "standalone" (shardflow's own rules, also with
     KCL 2.x workers), "kcl3" (a KCL 3.x leader assigns leases; this worker defers) or

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from shardflow.aws.persistence import Persistence
 from shardflow.clock import Clock
@@ -23,10 +24,11 @@ from shardflow.consumer.checkpoint import FINAL_WRITE_PATIENCE
 from shardflow.consumer.connections import Connections
 from shardflow.consumer.failures import failure_kind
 from shardflow.consumer.metrics import ConsumerMetrics
+from shardflow.consumer.running import RunningCalls
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.shard_worker import ShardResult, ShardWorker, StopReason
 from shardflow.errors import AwsError
-from shardflow.events import EventEmitter, ShardFailed, ShardStarted
+from shardflow.events import EventEmitter, HandlerOverrun, ShardFailed, ShardStarted
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.owned import OwnedLease
 from shardflow.shards import HashKeyRange
@@ -39,6 +41,19 @@ ErrorCallback = Callable[[str, str, BaseException], None]
 
 ShardDriver = Callable[[ShardWorker], Awaitable[ShardResult]]
 """The delivery path of one shard: runs its worker to the end (shard order or dispatch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One run of a lease in this process: its task and its handler calls (which may outlive
+    the task: a plain handler's thread runs on after the wait for it was cancelled)."""
+
+    task: asyncio.Task[None]
+    calls: RunningCalls
+
+    @property
+    def over(self) -> bool:
+        return self.task.done() and self.calls.idle
 
 
 class ShardSupervisor:
@@ -70,8 +85,12 @@ class ShardSupervisor:
         """Shards stopped by an error retrying cannot fix, by lease key."""
         self.fatal: BaseException | None = None
         """The error that stops the consumer, if one did."""
+        self.overrunning: dict[str, int] = {}
+        """Shards whose handler calls outlived ``drain_timeout`` after the shard stopped here,
+        by lease key: how many still run."""
         self._shard_tasks: set[asyncio.Task[None]] = set()
-        self._shard_runs: dict[str, asyncio.Task[None]] = {}  # by lease key: the latest run
+        self._shard_runs: dict[str, _Run] = {}  # by lease key: the latest run
+        self._watchers: set[asyncio.Task[None]] = set()
 
     def is_shard_task(self, task: asyncio.Task[object] | None) -> bool:
         """Whether ``task`` runs one of the shards (a handler calling ``close()``, say)."""
@@ -85,14 +104,16 @@ class ShardSupervisor:
                 if self._stop_requested.is_set():
                     continue  # the coordinator releases it at stop
                 previous = self._shard_runs.get(owned.lease_key)
+                calls = RunningCalls()
                 task = asyncio.create_task(
-                    self._shard_after(previous, coordinator, owned, drive),
+                    self._shard_after(previous, coordinator, owned, drive, calls),
                     name=f"shardflow-shard-{owned.shard_id}",
                 )
-                self._shard_runs[owned.lease_key] = task
+                run = _Run(task, calls)
+                self._shard_runs[owned.lease_key] = run
                 self._shard_tasks.add(task)
                 task.add_done_callback(self._shard_tasks.discard)
-                task.add_done_callback(self._forget_run(owned.lease_key))
+                task.add_done_callback(self._forget_run(owned.lease_key, run))
 
         acceptor = asyncio.create_task(accept(), name="shardflow-accept")
         graceful = False
@@ -117,47 +138,102 @@ class ShardSupervisor:
                 for task in tasks:
                     task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            watchers = list(self._watchers)
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
 
     # --- one shard ---------------------------------------------------------------------------
 
-    def _forget_run(self, key: str) -> Callable[[asyncio.Task[None]], None]:
-        def forget(task: asyncio.Task[None]) -> None:
-            if self._shard_runs.get(key) is task:
+    def _forget_run(self, key: str, run: _Run) -> Callable[[asyncio.Task[None]], None]:
+        def forget() -> None:
+            if self._shard_runs.get(key) is run:
                 del self._shard_runs[key]
 
-        return forget
+        return lambda _task: run.calls.when_idle(forget)
 
     async def _shard_after(
         self,
-        previous: asyncio.Task[None] | None,
+        previous: _Run | None,
         coordinator: LeaseCoordinator,
         owned: OwnedLease,
         drive: ShardDriver,
+        calls: RunningCalls,
     ) -> None:
-        """:meth:`_shard`, once the previous run of the same lease in this process has ended.
+        """:meth:`_shard`, once the previous run of the same lease in this process has ended,
+        its handler calls included.
 
         One shard, one running handler: a lease lost and taken again at once must not start
-        a second worker while the first one's handler (a thread, a batch) still runs. After
-        ``drain_timeout`` the wait is reported, and goes on.
+        a second worker while the first one's handler (a thread, a batch) still runs. A call
+        that outlives ``drain_timeout`` is reported (:meth:`_watch_calls`); the wait goes on.
         """
-        if previous is not None and not previous.done():
+        if previous is not None and not previous.over:
             log.info("shard %s: waiting for its previous worker here to end", owned.shard_id)
-            await asyncio.wait({previous}, timeout=self.settings.drain_timeout)
-            if not previous.done():
+            await asyncio.wait({previous.task})
+            if not previous.calls.idle:
                 log.warning(
-                    "shard %s: its previous worker here still runs a handler %.1fs after its "
-                    "lease ended; the shard starts again only once that handler returns",
+                    "shard %s: a handler call of its previous worker here still runs; the "
+                    "shard starts again only once it returns",
                     owned.shard_id,
-                    self.settings.drain_timeout,
                 )
-                await asyncio.wait({previous})
-        await self._shard(coordinator, owned, drive)
+                await previous.calls.wait_idle()
+        await self._shard(coordinator, owned, drive, calls)
+
+    def _watch_calls(self, owned: OwnedLease, calls: RunningCalls, run_over: asyncio.Event) -> None:
+        """Report handler calls still running ``drain_timeout`` after the shard stopped here
+        (lease lost or given up, the consumer stopping, or the worker ended): a
+        :class:`~shardflow.events.HandlerOverrun` event, the ``overrunning_shards`` metric and
+        :attr:`overrunning` (in ``Consumer.status()``) until they return."""
+
+        async def watch() -> None:
+            await first_of(owned.lost, owned.giving_up, self._stop_requested, run_over)
+            patience = self.settings.drain_timeout
+            if await calls.wait_idle(patience):
+                return
+            key = owned.lease_key
+            lost = owned.lost.is_set() and not owned.released
+            log.error(
+                "shard %s (stream %s): %d handler call(s) still running %.1fs after the shard "
+                "stopped here (%s); the shard is not started again here%s until they return",
+                owned.shard_id,
+                owned.stream,
+                calls.running,
+                patience,
+                "its lease lost" if lost else "stopping",
+                "" if lost else ", nor its lease let go,",
+            )
+            self._events.for_shard(owned.stream, owned.shard_id).emit(
+                HandlerOverrun,
+                lease_key=key,
+                running=calls.running,
+                waited=patience,
+                lease_lost=lost,
+            )
+            self._metrics.shard_overrunning(owned.stream, +1)
+            try:
+                while not calls.idle:
+                    self.overrunning[key] = calls.running
+                    await calls.wait_idle(1.0)
+            finally:
+                self.overrunning.pop(key, None)
+                self._metrics.shard_overrunning(owned.stream, -1)
+            log.info("shard %s: its overrunning handler call(s) ended", owned.shard_id)
+
+        task = asyncio.create_task(watch(), name=f"shardflow-calls-{owned.shard_id}")
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
 
     async def _shard(
-        self, coordinator: LeaseCoordinator, owned: OwnedLease, drive: ShardDriver
+        self,
+        coordinator: LeaseCoordinator,
+        owned: OwnedLease,
+        drive: ShardDriver,
+        calls: RunningCalls,
     ) -> None:
         key = owned.lease_key
         worker: ShardWorker | None = None
+        run_over = asyncio.Event()
+        self._watch_calls(owned, calls, run_over)
         try:
             if owned.parent_shard_ids and not await self._parents_done(coordinator, owned):
                 return
@@ -174,6 +250,7 @@ class ShardSupervisor:
                     clock=self._clock,
                     metrics=self._metrics,
                     events=events,
+                    calls=calls,
                 )
                 self.workers[key] = worker
                 events.emit(ShardStarted, position=str(owned.checkpoint))
@@ -196,6 +273,7 @@ class ShardSupervisor:
                 with contextlib.suppress(Exception):
                     await coordinator.release(owned, why="requested")
         finally:
+            run_over.set()
             if worker is not None and self.workers.get(key) is worker:
                 del self.workers[key]
 
@@ -213,7 +291,11 @@ class ShardSupervisor:
         self, coordinator: LeaseCoordinator, owned: OwnedLease, result: ShardResult
     ) -> None:
         """What a shard's end means for its lease. Every way out lets the lease go, except a
-        parked shard, which keeps it until the consumer stops or the lease is asked for."""
+        parked shard, which keeps it until the consumer stops or the lease is asked for; and a
+        lease whose shard's handler still ran at the stop, which is left to expire (nobody may
+        start the shard while that handler runs)."""
+        if result.handler_running:
+            owned.let_expire()
         reason = result.reason
         if reason in (StopReason.SHARD_END, StopReason.ALREADY_ENDED):
             try:

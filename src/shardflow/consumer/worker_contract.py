@@ -86,3 +86,7 @@ class ShardResult:
     children: tuple[ChildShard, ...] = ()
     """Child shards GetRecords reported at the shard's end (may be empty: list the stream)."""
     error: BaseException | None = None
+    handler_running: bool = False
+    """A handler call of the shard still ran when the consumer stopped, ``drain_timeout`` after
+    the stop: the lease must not be let go (released or handed over), nobody else may start
+    the shard while that call runs; it is left to expire instead."""

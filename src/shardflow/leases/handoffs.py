@@ -6,7 +6,12 @@ Three kinds of handoff concern a worker besides its own leases:
   begins the handoff; not answered within ``handoff_timeout`` (the owner is a KCL worker, or
   stuck) the requester steals the lease as KCL would;
 - handoffs to it under way (``leaseOwner`` is this worker, ``checkpointOwner`` the old one):
-  the old owner completes them; one it has not completed within ``handoff_timeout`` is taken;
+  the old owner completes them, once no handler call of the shard runs there any more. This
+  worker never takes one over while the old owner renews it, however long that takes (it may
+  still be running a handler for the shard); only once the lease has expired (the old owner
+  stopped renewing it for ``failover_time``: crashed, frozen, cut off) is it taken, as any
+  expired lease. KCL 3.x works the same way: its old owner transfers the lease itself, and
+  its next owner never takes a lease whose ``checkpointOwner`` is set;
 - when it leaves: which live workers get its leases (:func:`successors`).
 
 Times are the observer's monotonic clock, as for expiry.
@@ -81,16 +86,15 @@ class HandoffBook:
             del self._requested[key]
         return overdue
 
-    def overdue_inbound(self, now: float) -> list[str]:
-        """Handoffs to this worker that their old owner has not completed within the timeout."""
-        return [k for k, h in self._inbound.items() if now - h.since >= self._timeout]
+    def inbound(self) -> list[str]:
+        """Handoffs to this worker under way: taken over only once they expire (see the
+        module doc), never on a timeout."""
+        return list(self._inbound)
 
     def next_deadline(self) -> float | None:
-        """When the next request or inbound handoff becomes overdue."""
-        moments = [
-            s.since + self._timeout for s in (*self._requested.values(), *self._inbound.values())
-        ]
-        return min(moments, default=None)
+        """When the next request becomes overdue (inbound handoffs wait for expiry, which
+        the expiry tracker schedules)."""
+        return min((s.since + self._timeout for s in self._requested.values()), default=None)
 
 
 def asked_by_another(lease: Lease, worker_id: str) -> bool:

@@ -348,6 +348,21 @@ class OwnedLease:
         )
         self._end(why, released=False)
 
+    def let_expire(self) -> None:
+        """Stop using the lease without letting it go: nothing is written and renewals stop,
+        so others take it only once it expired (``failover_time`` after this worker's last
+        write as they saw it; a handoff under way is then taken over). For a shard whose
+        handler still runs when the consumer stops: released or handed over, the lease would
+        let another worker start the shard at once."""
+        if self.ended:
+            return
+        log.warning(
+            "lease %s left to expire: a handler of shard %s still runs",
+            self.lease_key,
+            self.shard_id,
+        )
+        self._end("expired", released=False)
+
     def _end(self, why: LostWhy | ReleasedWhy, *, released: bool) -> None:
         self.ended_why = why
         self.released = released

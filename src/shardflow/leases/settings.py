@@ -62,9 +62,10 @@ class LeaseSettings:
     them, and the owner drains and checkpoints before the next owner starts. False: KCL 2.x
     behaviour (release at shutdown, steal to balance)."""
     handoff_timeout: float = 30.0
-    """A handoff its old owner has not completed after this long (as the next owner observes
-    it) is taken over by the next owner; a handoff request not honoured after this long falls
-    back to a steal (e.g. the owner is a KCL worker, which ignores requests)."""
+    """A handoff request not honoured after this long falls back to a steal (e.g. the owner is
+    a KCL worker, which ignores requests). A handoff under way is never taken over on a
+    timeout: its next owner waits for the old owner to complete it (once no handler call of
+    the shard runs there) or for the lease to expire (the old owner stopped renewing it)."""
     pickup: PickupMode = "auto"
     """How lease changes are noticed between take cycles (a released or handed-over lease
     picked up, a handoff request seen, an expired lease taken when it expires): ``"stream"``

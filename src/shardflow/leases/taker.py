@@ -3,7 +3,8 @@
 With planned handoffs (``LeaseSettings.handoff``) a cycle also claims leases handed to this
 worker, asks a busy worker for a lease (a handoff request) where KCL would steal one, steals
 only when such a request was not answered in ``handoff_timeout``, and takes over a handoff to
-this worker that its old owner did not complete in that time.
+this worker that its old owner did not complete only once the lease expired (the old owner
+stopped renewing it; see :mod:`~shardflow.leases.handoffs`).
 
 Also what a scan shows besides balance: other workers appearing and leaving, finished shards
 (checkpoint SHARD_END: never taken) whose children lack leases (a shard sync is asked for)
@@ -183,22 +184,40 @@ class LeaseTaker:
         self._book.requested(lease, self._clock.monotonic())
 
     async def _take_overdue(self, leases: list[Lease], now: float) -> list[OwnedLease]:
-        """Fall back to taking: handoffs to us not completed, requests not answered in time."""
+        """Fall back to taking: handoffs to us whose old owner stopped renewing them, requests
+        not answered in time.
+
+        A handoff to us is never taken on a timeout while its old owner renews it: that owner
+        may still be running a handler for the shard (it completes the handoff only once none
+        runs). Once the lease expired (no renewal for ``failover_time`` as seen here) the old
+        owner's own deadline has passed, and it is taken as any expired lease."""
         by_key = {lease.lease_key: lease for lease in leases}
-        overdue = [PlannedTake(by_key[key], "expired") for key in self._book.overdue_inbound(now)]
-        overdue += [
-            PlannedTake(by_key[key], "stolen")
-            for key in self._book.overdue_requests(now)
-            if key in by_key and not by_key[key].handoff_pending
-        ]
         taken: list[OwnedLease] = []
-        for planned in overdue:
+        for key in self._book.inbound():
+            lease = by_key.get(key)
+            if lease is None or not self._tracker.is_expired(lease, now):
+                continue
             log.warning(
-                "lease %s: handoff not done within %.1fs; taking it",
-                planned.lease.lease_key,
+                "lease %s: the handoff from %s was not completed and %s stopped renewing it "
+                "%.1fs ago; taking it",
+                key,
+                lease.checkpoint_owner,
+                lease.checkpoint_owner,
+                self._settings.failover_time,
+            )
+            owned = await self._take(PlannedTake(lease, "expired"))
+            if owned is not None:
+                taken.append(owned)
+        for key in self._book.overdue_requests(now):
+            lease = by_key.get(key)
+            if lease is None or lease.handoff_pending:
+                continue
+            log.warning(
+                "lease %s: handoff request not answered within %.1fs; taking it",
+                key,
                 self._settings.handoff_timeout,
             )
-            owned = await self._take(planned)
+            owned = await self._take(PlannedTake(lease, "stolen"))
             if owned is not None:
                 taken.append(owned)
         return taken

@@ -4,8 +4,10 @@ The consumer uses this in place of :meth:`ShardWorker.run` when dispatch setting
 The worker's delivery rules stay: records are submitted only while the shard may deliver; on
 stop, when the lease is given up or when the shard fails (the dispatcher stopped, the key
 function failed), records in flight get ``drain_timeout`` seconds, then are abandoned
-unacknowledged; on lease loss they are abandoned at once. Acknowledgements come from the
-dispatcher only, so the final checkpoint needs no drain of its own.
+unacknowledged; on lease loss they are abandoned at once (``async def`` handler calls are
+cancelled; a thread runs on, counted in the worker's ``calls``, and the final checkpoint waits
+for it, see :meth:`ShardWorker.finish`). Acknowledgements come from the dispatcher only, so
+the final checkpoint needs no drain of its own.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ class DispatchedShards:
             clock=self._clock,
             on_stop=worker.fail,
             lease_held=lambda: not worker.lost,
+            calls=worker.calls,
         )
         where = (worker.stream, worker.shard_id)
         self._running[where] = dispatcher

@@ -29,6 +29,7 @@ from shardflow.consumer.dispatch.claims import ClaimSettler
 from shardflow.consumer.dispatch.contracts import WorkerLimit
 from shardflow.consumer.dispatch.settings import Idempotency
 from shardflow.consumer.invocation import Invoker, handler_error
+from shardflow.consumer.running import RunningCalls
 from shardflow.errors import AwsError, ClaimInProgressError, HandlerError
 from shardflow.idempotency.guard import Claim, ClaimOutcome, IdempotencyGuard
 from shardflow.records import Record
@@ -84,8 +85,10 @@ class RetryingCall(Generic[R]):
         worker_limit: WorkerLimit | None = None,
         rng: random.Random | None = None,
         idempotency: Idempotency | None = None,
+        calls: RunningCalls | None = None,
     ) -> None:
         self._invoke: Invoker[R] = Invoker(handler, executor)
+        self._calls = calls
         self._retry = retry
         self._clock = clock
         self._limit = worker_limit
@@ -209,7 +212,7 @@ class RetryingCall(Generic[R]):
             # meanwhile, e.g. while the process was frozen; a record may not start then.
             if not go_on():
                 raise _NoLongerOurs
-            await self._invoke(record)
+            await self._invoke(record, self._calls)
         finally:
             if limit is not None:
                 limit.release()

@@ -36,6 +36,7 @@ from shardflow.consumer.acks import AckTracker
 from shardflow.consumer.dispatch.contracts import DeadLetterSink, WorkerLimit
 from shardflow.consumer.dispatch.invoke import RecordHandler, RetryingCall
 from shardflow.consumer.dispatch.settings import DispatchSettings
+from shardflow.consumer.running import RunningCalls
 from shardflow.errors import (
     DeadLetteringFailedError,
     DispatchStoppedError,
@@ -80,7 +81,8 @@ class ShardDispatcher(Generic[R]):
     policies. ``on_stop`` is called once, at once, when dispatching stops (so a caller waiting
     for more records learns of it). ``lease_held`` is asked right before every handler call:
     once it says no (the shard's lease lost or past its deadline) no record starts, not even
-    one that passed every earlier check before a wait. Use from one event loop.
+    one that passed every earlier check before a wait. Handler calls are counted in ``calls``
+    until they have really ended (a thread outlives :meth:`abort`). Use from one event loop.
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class ShardDispatcher(Generic[R]):
         shard_id: str | None = None,
         on_stop: Callable[[DispatchStoppedError], None] | None = None,
         lease_held: Callable[[], bool] | None = None,
+        calls: RunningCalls | None = None,
     ) -> None:
         self.settings = settings = settings or DispatchSettings()
         if settings.needs_dead_letters and sink is None:
@@ -114,6 +117,7 @@ class ShardDispatcher(Generic[R]):
             worker_limit=worker_limit,
             rng=rng,
             idempotency=settings.idempotency,
+            calls=calls,
         )
         self._key_function = settings.key_function
         self._needs_key = settings.ordering == "key" or settings.on_failure == "block-key"
@@ -216,8 +220,8 @@ class ShardDispatcher(Generic[R]):
         """Cancel running handler calls and drop waiting records, all unacknowledged.
 
         For a lost lease or a drain that timed out. A synchronous handler already running in a
-        thread cannot be interrupted; it is no longer waited for. Later :meth:`submit` calls
-        raise :class:`RuntimeError`.
+        thread cannot be interrupted; it is no longer waited for here (it stays counted in
+        ``calls`` until it returns). Later :meth:`submit` calls raise :class:`RuntimeError`.
         """
         self._closed = True
         self._room.set()
