@@ -17,6 +17,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Final
 
 from shardflow.aws.persistence import Persistence
 from shardflow.clock import Clock
@@ -41,6 +42,10 @@ ErrorCallback = Callable[[str, str, BaseException], None]
 
 ShardDriver = Callable[[ShardWorker], Awaitable[ShardResult]]
 """The delivery path of one shard: runs its worker to the end (shard order or dispatch)."""
+
+OVERRUN_GRACE: Final = 0.5
+"""Seconds past ``drain_timeout`` before a handler call still running is reported: the worker
+cancels an ``async def`` call at ``drain_timeout`` itself, and that takes a moment."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +193,7 @@ class ShardSupervisor:
         async def watch() -> None:
             await first_of(owned.lost, owned.giving_up, self._stop_requested, run_over)
             patience = self.settings.drain_timeout
-            if await calls.wait_idle(patience):
+            if await calls.wait_idle(patience + OVERRUN_GRACE):
                 return
             key = owned.lease_key
             lost = owned.lost.is_set() and not owned.released
