@@ -34,6 +34,8 @@ def test_producer_knobs_are_read_case_insensitively() -> None:
             "linger": "0",
             "maxConcurrentRequests": "2",
             "flushTimeout": "30",
+            "shardRecordsPerSecond": "500",
+            "shardbytespersecond": "1e9",
             "region": "eu-west-1",
         }
     )
@@ -43,6 +45,7 @@ def test_producer_knobs_are_read_case_insensitively() -> None:
     assert (producer.aggregate, producer.preserve_key_order) == (True, True)
     assert (producer.retry.max_attempts, producer.record_ttl, producer.linger) == (3, 7.5, 0.0)
     assert producer.max_concurrent_requests == 2
+    assert (producer.shard_records_per_second, producer.shard_bytes_per_second) == (500.0, 1e9)
     assert options.flush_timeout == 30.0
     assert options.connection.aws_settings().region == "eu-west-1"
 
@@ -56,6 +59,8 @@ def test_producer_knobs_are_read_case_insensitively() -> None:
         ("recordTtl", "-1", "must be > 0"),
         ("linger", "soon", "number of seconds"),
         ("flushTimeout", "nan", "must be > 0"),
+        ("shardRecordsPerSecond", "0", "must be > 0"),
+        ("shardBytesPerSecond", "fast", "number per second"),
     ],
 )
 def test_bad_values_name_the_option(option: str, value: str, problem: str) -> None:

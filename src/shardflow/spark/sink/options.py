@@ -11,6 +11,8 @@ maxAttempts            10         PutRecords attempts per record before the task
 recordTtl              120        seconds a failing record is retried before the task fails
 linger                 0.05       seconds a record waits for its request to fill
 maxConcurrentRequests  16         PutRecords calls in flight per task
+shardRecordsPerSecond  1000       records/s a task's producer sends to one shard at most
+shardBytesPerSecond    1048576    bytes/s a task's producer sends to one shard at most
 flushTimeout           600        seconds a task waits for its last results before failing
 =====================  =========  =========================================================
 """
@@ -66,6 +68,14 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     concurrency = _int(options, "maxConcurrentRequests")
     if concurrency is not None:
         changes["max_concurrent_requests"] = concurrency
+    rate_options = {
+        "shardRecordsPerSecond": "shard_records_per_second",
+        "shardBytesPerSecond": "shard_bytes_per_second",
+    }
+    for option, field in rate_options.items():
+        rate = _rate(options, option)
+        if rate is not None:
+            changes[field] = rate
     flush_timeout = _seconds(options, "flushTimeout")
     try:
         producer = replace(settings, **changes)  # type: ignore[arg-type]
@@ -113,4 +123,17 @@ def _seconds(options: Mapping[str, str], name: str, *, allow_zero: bool = False)
         raise SparkOptionError(name, f"expected a number of seconds, got {raw!r}") from None
     if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
         raise SparkOptionError(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {raw!r}")
+    return value
+
+
+def _rate(options: Mapping[str, str], name: str) -> float | None:
+    raw = lookup(options, name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise SparkOptionError(name, f"expected a number per second, got {raw!r}") from None
+    if not value > 0:
+        raise SparkOptionError(name, f"must be > 0, got {raw!r}")
     return value

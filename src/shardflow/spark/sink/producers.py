@@ -15,9 +15,12 @@ must not reach the next task's flush.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from shardflow.aws.settings import AwsSettings
 from shardflow.producer import ProducerSettings, SyncProducer
@@ -29,7 +32,19 @@ ABORT_GRACE = 5.0
 """Seconds a failing task gives its producer to settle what is in flight before abandoning it."""
 
 _Key = tuple[str, ProducerSettings, AwsSettings]
-_idle: dict[_Key, list[SyncProducer]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class PooledProducer:
+    """A producer of this process and its name, ``host/pid#n`` (the n-th one started here):
+    a task's commit message carries the name, so the driver's log shows which tasks and
+    micro-batches shared a producer."""
+
+    producer: SyncProducer
+    name: str
+
+
+_idle: dict[_Key, list[PooledProducer]] = {}
 _lock = threading.Lock()
 _started = 0
 
@@ -40,28 +55,28 @@ def producers_started() -> int:
 
 
 @contextmanager
-def borrowed_producer(options: SinkOptions) -> Iterator[SyncProducer]:
+def borrowed_producer(options: SinkOptions) -> Iterator[PooledProducer]:
     """A started producer for ``options``, kept for the next task if the block succeeds."""
     key: _Key = (options.stream, options.producer, options.connection.aws_settings())
     with _lock:
         spare = _idle.get(key)
-        producer = spare.pop() if spare else None
-    if producer is None:
-        producer = _start(key)
+        pooled = spare.pop() if spare else None
+    if pooled is None:
+        pooled = _start(key)
     try:
-        yield producer
+        yield pooled
     except BaseException:
         # The task fails with the first error; a second one while closing would only hide it.
         try:
-            producer.close(ABORT_GRACE)
+            pooled.producer.close(ABORT_GRACE)
         except Exception:
             log.exception("closing the producer of %s after a failed write failed", key[0])
         raise
     with _lock:
-        _idle.setdefault(key, []).append(producer)
+        _idle.setdefault(key, []).append(pooled)
 
 
-def _start(key: _Key) -> SyncProducer:
+def _start(key: _Key) -> PooledProducer:
     global _started
     stream, settings, aws = key
     producer = SyncProducer(stream, settings=settings, aws=aws)
@@ -72,5 +87,6 @@ def _start(key: _Key) -> SyncProducer:
         raise
     with _lock:
         _started += 1
-    log.debug("started a producer for %s in this executor process", stream)
-    return producer
+        name = f"{socket.gethostname()}/{os.getpid()}#{_started}"
+    log.debug("started producer %s for %s in this executor process", name, stream)
+    return PooledProducer(producer, name)

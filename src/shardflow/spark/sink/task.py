@@ -39,6 +39,8 @@ class SinkCommitMessage(WriterCommitMessage):
     records: int
     retried: int
     records_per_shard: dict[str, int] = field(default_factory=dict)
+    producer: str = ""
+    """The name of the producer the task wrote through (``host/pid#n``, see producers)."""
 
 
 class _Outcomes:
@@ -84,7 +86,8 @@ def write_rows(
     stream = options.stream
     outcomes = _Outcomes()
     rows_before = 0
-    with borrowed_producer(options) as producer:
+    with borrowed_producer(options) as pooled:
+        producer = pooled.producer
         put = producer.put
         settle = outcomes.settle
         for batch in batches:
@@ -117,6 +120,7 @@ def write_rows(
         records=outcomes.written,
         retried=outcomes.retried,
         records_per_shard=dict(outcomes.per_shard),
+        producer=pooled.name,
     )
 
 

@@ -77,10 +77,16 @@ class ShardflowStreamArrowWriter(DataSourceStreamArrowWriter):
 def summarize(messages: Sequence[object], stream: str) -> str:
     """``"N records to STREAM (shard: n, ...)"`` over the tasks' commit messages."""
     per_shard: Counter[str] = Counter()
+    producers: set[str] = set()
     records = 0
     for message in messages:
         if isinstance(message, SinkCommitMessage):
             records += message.records
             per_shard.update(message.records_per_shard)
+            if message.producer:
+                producers.add(message.producer)
     shards = ", ".join(f"{shard}: {n}" for shard, n in sorted(per_shard.items()))
-    return f"{records} records to {stream}" + (f" ({shards})" if shards else "")
+    summary = f"{records} records to {stream}" + (f" ({shards})" if shards else "")
+    if producers:
+        summary += f" through producer(s) {', '.join(sorted(producers))}"
+    return summary
