@@ -7,6 +7,7 @@ for the test that appends every record to that worker's own file.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import signal
@@ -49,6 +50,16 @@ async def picky(record):
         out.write(f"{record.partition_key} {record.value['n']}\\n")
 
 
+def timed(record):
+    # Logs each call's start and end; with SHARDFLOW_TEST_SLOW a "-slow" record takes 5 s.
+    with open(OUT, "a", encoding="utf-8") as out:
+        out.write(f"start {record.shard_id} {record.data.decode()} {time.time()}\\n")
+    slow = os.environ.get("SHARDFLOW_TEST_SLOW") and record.data.endswith(b"-slow")
+    time.sleep(5.0 if slow else 0.01)
+    with open(OUT, "a", encoding="utf-8") as out:
+        out.write(f"end {record.shard_id} {record.data.decode()} {time.time()}\\n")
+
+
 async def handle_batch(records):
     with open(OUT, "a", encoding="utf-8") as out:
         for record in records:
@@ -79,10 +90,11 @@ def worker(
     app_name: str,
     *extra: str,
     target: str = "handler:handle",
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     out = tmp_path / f"{name}.out"
     log = (tmp_path / f"{name}.log").open("wb")
-    env = {**os.environ, "SHARDFLOW_TEST_OUT": str(out), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "SHARDFLOW_TEST_OUT": str(out), "PYTHONUNBUFFERED": "1", **(env or {})}
     command = [
         sys.executable,
         "-m",
@@ -319,4 +331,90 @@ def test_sigterm_ends_the_process_even_when_a_handler_hangs(
     assert item["leaseOwner"]["S"] == "w1"
     log = (tmp_path / "w1.log").read_text()
     assert "abandoned" in log
+    assert "left to expire" in log
+
+
+def spans_of(out: Path, name: str, gone: float | None) -> list[tuple[str, str, float, float]]:
+    """(worker, shard, start, end) of every call ``timed`` logged; a call that never ended
+    ended at the latest when its process was gone (``gone``)."""
+    spans: list[tuple[str, str, float, float]] = []
+    open_calls: dict[tuple[str, str], float] = {}
+    for line in lines(out):
+        kind, shard, data, at = line.split(" ")
+        if kind == "start":
+            open_calls[(shard, data)] = float(at)
+        else:
+            spans.append((name, shard, open_calls.pop((shard, data)), float(at)))
+    for (shard, _), start in open_calls.items():
+        assert gone is not None, f"a call of {name} never ended"
+        spans.append((name, shard, start, gone))
+    return spans
+
+
+def test_a_stopping_worker_whose_handler_thread_runs_on_is_not_overlapped_by_the_next_owner(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    """w1 stops (SIGTERM) while its plain handler sleeps 5 s in a thread, with a drain of 1 s:
+    it hands its lease to w2 but cannot complete the handoff while the thread runs, leaves the
+    lease to expire and exits without the thread. w2 starts the shard only then: no two calls
+    of one shard overlap (each call's start and end logged by the handler, across processes)."""
+    (tmp_path / "handler.py").write_text(HANDLER)
+    app_name = f"app-{stream_name}"
+    kinesis = make_stream(moto_url, stream_name, 2)
+    before = [(f"k{i}", f"before-{i}".encode()) for i in range(10)]
+    put_records(kinesis, stream_name, before)
+    slow = [(f"k{i}", f"x{i}-slow".encode()) for i in range(10)]
+    common = ("--deserializer", "bytes", "--checkpoint-every", "1")
+    with worker(
+        tmp_path,
+        "w1",
+        moto_url,
+        stream_name,
+        app_name,
+        *common,
+        "--drain-timeout",
+        "1",
+        target="handler:timed",
+        env={"SHARDFLOW_TEST_SLOW": "1"},
+    ) as (first, first_out):
+        wait_for(lambda: sum(x.startswith("end") for x in lines(first_out)) == 10, what="w1")
+        with worker(
+            tmp_path, "w2", moto_url, stream_name, app_name, *common, target="handler:timed"
+        ) as (second, second_out):
+
+            def one_each() -> bool:
+                items = lease_items(moto_url, app_name).values()
+                owners = Counter(i.get("leaseOwner", {}).get("S") for i in items)
+                handing = any("checkpointOwner" in i for i in items)
+                return owners == Counter({"w1": 1, "w2": 1}) and not handing
+
+            wait_for(one_each, what="one lease per worker")
+            time.sleep(1.0)
+            put_records(kinesis, stream_name, slow)
+            wait_for(
+                lambda: any(x.startswith("start") and "-slow" in x for x in lines(first_out)),
+                what="w1 in its slow handler",
+            )
+            stop(first, tmp_path / "w1.log")
+            gone = time.time()
+
+            def all_handled() -> bool:
+                ended = [x.split(" ") for x in lines(first_out) + lines(second_out)]
+                done = {parts[2] for parts in ended if parts[0] == "end"}
+                return done >= {d.decode() for _, d in slow}
+
+            wait_for(all_handled, what="every slow record handled")
+            stop(second, tmp_path / "w2.log")
+
+    by_shard: dict[str, list[tuple[str, str, float, float]]] = {}
+    for span in spans_of(first_out, "w1", gone) + spans_of(second_out, "w2", None):
+        by_shard.setdefault(span[1], []).append(span)
+    for shard, spans in by_shard.items():
+        spans.sort(key=lambda span: span[2])
+        for earlier, later in itertools.pairwise(spans):
+            assert later[2] >= earlier[3], (
+                f"shard {shard}: {later[0]} started a call {earlier[3] - later[2]:.2f}s "
+                f"before a call of {earlier[0]} ended"
+            )
+    log = (tmp_path / "w1.log").read_text()
     assert "left to expire" in log
