@@ -237,3 +237,29 @@ async def test_a_handler_thread_still_running_at_the_stop_leaves_the_lease_to_ex
 async def _first(found: Callable[[], list[Any]], within: float) -> list[Any]:
     await until(lambda: bool(found()), within)
     return found()
+
+
+async def test_a_stop_while_a_lease_taken_back_waits_for_the_old_thread_does_not_wait_for_it() -> (
+    None
+):
+    store = InMemoryLeaseStore("app")
+    events: list[DiagnosticEvent] = []
+    spans = Spans()
+    first_call = threading.Event()
+    go_on = threading.Event()
+    consumer = consumer_for(stream(), store, events, drain_timeout=0.3)
+    run = asyncio.create_task(consumer.consume(blocking_handler(spans, first_call, go_on)))
+    try:
+        await until(first_call.is_set, 10.0)
+        taken = await steal(store, "thief")
+        await until(of(events, LeaseLost), 10.0)
+        await store.release(taken, "thief")
+        await until(lambda: len(of(events, LeaseAcquired)()) >= 2, 10.0)
+        async with asyncio.timeout(5.0):
+            await consumer.close()  # the thread runs on: the stop does not wait for it
+            await run
+        lease = await only_lease(store)
+        assert lease.lease_owner == "a", "released while the old handler still ran"
+        assert spans.seen == []
+    finally:
+        go_on.set()

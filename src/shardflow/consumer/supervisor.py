@@ -170,7 +170,10 @@ class ShardSupervisor:
 
         One shard, one running handler: a lease lost and taken again at once must not start
         a second worker while the first one's handler (a thread, a batch) still runs. A call
-        that outlives ``drain_timeout`` is reported (:meth:`_watch_calls`); the wait goes on.
+        that outlives ``drain_timeout`` is reported (:meth:`_watch_calls`); the wait goes on,
+        until the call returns, the lease is lost, or the consumer stops: then the lease, held
+        while that call still runs, is left to expire (released, another worker could start
+        the shard at once).
         """
         if previous is not None and not previous.over:
             log.info("shard %s: waiting for its previous worker here to end", owned.shard_id)
@@ -181,7 +184,11 @@ class ShardSupervisor:
                     "shard starts again only once it returns",
                     owned.shard_id,
                 )
-                await previous.calls.wait_idle()
+            while not previous.calls.idle and not owned.lost.is_set():
+                if self._stop_requested.is_set():
+                    owned.let_expire()
+                    return
+                await first_of(previous.calls.wait_idle(), owned.lost, self._stop_requested)
         await self._shard(coordinator, owned, drive, calls)
 
     def _watch_calls(self, owned: OwnedLease, calls: RunningCalls, run_over: asyncio.Event) -> None:
