@@ -412,10 +412,10 @@ class LeaseCoordinator:
             events.emit(LeaseReleased, lease_key=owned.lease_key, why=why)
         else:
             assert why in ("taken", "expired", "deleted", "handoff")
-            if why == "expired":
-                # Left to expire (its deadline passed, or a handler of the shard still runs
-                # here): never released by this worker afterwards (see pass_on_inbound).
-                self._moves.expiring.add(owned.lease_key)
+            if owned.left_to_expire:
+                # A handler of the shard still runs here: neither claimed again nor released
+                # by this worker (see pass_on_inbound); others take it once it expired.
+                self._taker.expiring.add(owned.lease_key)
             events.emit(LeaseLost, lease_key=owned.lease_key, why=why, new_owner=owned.new_owner)
 
     async def _release_quietly(self, owned: OwnedLease) -> None:

@@ -63,8 +63,6 @@ class LeaseMoves:
         self._handing: set[str] = set()
         self.leaving = False
         """Set once the worker leaves: nothing is claimed, taken or handed over any more."""
-        self.expiring: set[str] = set()
-        """Lease keys this worker stopped using without letting them go: they must expire."""
         self.kcl_workers: Callable[[], frozenset[str]] = frozenset
         """Live KCL 3.x workers: candidates to hand leases to even while they hold none."""
         self.pickup_source = "off"
@@ -125,7 +123,8 @@ class LeaseMoves:
             inbound = [
                 lease
                 for lease in leases
-                if lease.lease_owner == self._worker_id and lease.lease_key not in self.expiring
+                if lease.lease_owner == self._worker_id
+                and lease.lease_key not in self._taker.expiring
             ]
             for lease in inbound:
                 if lease.checkpoint_owner is None:

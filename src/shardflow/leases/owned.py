@@ -79,6 +79,8 @@ class OwnedLease:
         """True when the lease ended by :meth:`release` (not lost)."""
         self.new_owner: str | None = None
         """Who holds the lease after it was lost, when known."""
+        self.left_to_expire = False
+        """Ended by :meth:`let_expire`: this worker must not claim it again nor release it."""
         self.writer = LeaseCheckpointWriter(self)
         """The shard's :class:`~shardflow.consumer.checkpoint.CheckpointWriter`."""
 
@@ -356,6 +358,7 @@ class OwnedLease:
         let another worker start the shard at once."""
         if self.ended:
             return
+        self.left_to_expire = True
         log.warning(
             "lease %s left to expire: a handler of shard %s still runs",
             self.lease_key,

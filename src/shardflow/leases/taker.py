@@ -81,6 +81,9 @@ class LeaseTaker:
         self._free_left = False
         self.enabled = True
         """False stops taking (at shutdown), even in a cycle under way."""
+        self.expiring: set[str] = set()
+        """Leases this worker left to expire (:meth:`OwnedLease.let_expire`): never claimed
+        again here, although they still name this worker."""
         self.defers: Callable[[], bool] = lambda: False
         """True while a KCL 3.x leader assigns leases: take free and expired leases only,
         never steal or ask for a live one (see :mod:`shardflow.leases.fleet`)."""
@@ -266,6 +269,7 @@ class LeaseTaker:
             not self.enabled
             or key in self._owned
             or key in self._claiming  # one claim at a time: a second would renew ours away
+            or key in self.expiring  # a handler of its shard may still run here
             or lease.lease_owner != self._worker_id
             or lease.checkpoint_owner is not None
         ):
