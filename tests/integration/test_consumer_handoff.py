@@ -61,10 +61,12 @@ class Worker:
             on_event=self.events.append,
         )
         self.hold: asyncio.Event | None = None
+        self.hanging = asyncio.Event()
         self._run: asyncio.Task[None] | None = None
 
     async def _handle(self, record: ConsumedRecord[bytes]) -> None:
         if self.hold is not None and record.data.endswith(b"-hang"):
+            self.hanging.set()
             await self.hold.wait()
         self.handled.append(record.data)
 
@@ -206,7 +208,7 @@ async def test_a_handoff_the_owner_cannot_finish_in_time_waits_for_its_drain_not
         hang = [(f"k{i}", f"x{i}-hang".encode()) for i in range(20)]
         await put(kinesis, stream_name, hang)
         await until(lambda: len(b.handled) > 0 and b.handled[-1].endswith(b"-hang"), LIMIT)
-        await asyncio.sleep(0.3)  # a is stuck in its handler now
+        await asyncio.wait_for(a.hanging.wait(), LIMIT)  # a is stuck in its handler now
     loop = asyncio.get_running_loop()
     stopped_at = loop.time()
     stopping = asyncio.create_task(a.stop())  # hands its lease to b, cannot drain
