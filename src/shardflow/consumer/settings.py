@@ -82,8 +82,13 @@ class ConsumerSettings:
     delivered from it until the consumer restarts; other shards go on), ``"stop_consumer"``
     stops the whole consumer gracefully and ``consume`` raises the error."""
     drain_timeout: float = 30.0
-    """On stop: how long records handed to user code may still be acknowledged (manual acks)
-    or finish (dispatch) before the final checkpoint."""
+    """On stop or when the lease is handed over: how long records handed to user code may
+    still finish or be acknowledged before the final checkpoint; ``async def`` handler calls
+    still running then are cancelled. A plain handler's thread cannot be: the lease is not let
+    go while it runs (a handoff completes once it returns; at a stop the lease is left to
+    expire), and one still running this long after its shard stopped here is reported
+    (:class:`~shardflow.events.HandlerOverrun`). A lost lease cancels ``async def`` calls at
+    once."""
     handler_threads: int | None = None
     """Threads for synchronous handlers (default: min(32, CPUs + 4))."""
     dispatch: DispatchSettings | None = None
