@@ -86,12 +86,35 @@ async def test_a_full_prefetch_buffer_stops_the_unpacking() -> None:
     try:
         await until(lambda: buffer.records_in_use >= 100, 10.0)
         await asyncio.sleep(0.2)  # the reader would go on now if it were not held back
-        # The buffer's 100, the chunk waiting for room, and at most one piece beyond.
-        assert shaping.counts.user_records <= 100 + 50 + intake_module.PIECE_RECORDS
+        # The buffer's 100 and at most the rest of one piece: no chunk is made to wait for room.
+        assert shaping.counts.user_records <= 100 + intake_module.PIECE_RECORDS
         taken = await buffer.get()
         assert taken is not None
         await buffer.release(taken)
         await until(lambda: buffer.records_in_use >= 100, 10.0)
-        assert shaping.counts.user_records <= 150 + 50 + intake_module.PIECE_RECORDS
+        assert shaping.counts.user_records <= 150 + intake_module.PIECE_RECORDS
+    finally:
+        await reader.stop()
+
+
+async def test_no_more_user_records_exist_than_the_prefetch_bound_allows() -> None:
+    """The next chunk is begun only once the buffer has room for it: a full buffer leaves
+    no finished chunk waiting for room, only the rest of the piece in the making."""
+    shaping = intake()
+    buffer = PrefetchBuffer(max_records=2_000, max_bytes=1 << 20)
+    reader = ShardReader(one_batch([big_aggregate(1)]), shaping, buffer, stream="s")
+    reader.start(StartPosition.trim_horizon())
+    released = 0
+    try:
+        for _ in range(5):
+            await until(lambda: buffer.records_in_use >= 2_000, 10.0)
+            await asyncio.sleep(0.1)  # the reader would go on now if it were not held back
+            # Made and not yet handled: the buffer's 2,000 and at most the rest of one piece
+            # (the chunk waiting for room made it 3,000 before).
+            assert shaping.counts.user_records - released <= 2_000 + intake_module.PIECE_RECORDS
+            taken = await buffer.get()
+            assert taken is not None
+            await buffer.release(taken)
+            released += taken.records
     finally:
         await reader.stop()

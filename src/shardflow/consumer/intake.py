@@ -34,7 +34,7 @@ the record is still delivered plain, logged as an error and counted in
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
@@ -109,7 +109,7 @@ class RecordIntake:
         # then on (unless completed-record state lists some) the filter costs nothing.
         self._resuming = plan.kind in ("AT_SEQUENCE_NUMBER", "SHARD_END") or bool(plan.completed)
 
-    async def pieces(self, fetched: Iterable[Record]) -> AsyncIterator[list[Intake]]:
+    async def pieces(self, fetched: Iterable[Record]) -> AsyncGenerator[list[Intake], None]:
         """The items for one fetched batch, in shard order, a piece at a time (see the module
         doc). Ask for the next piece only when ready to take it: nothing is made ahead."""
         turns = Turns(SLICE_SECONDS)

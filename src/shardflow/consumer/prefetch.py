@@ -4,7 +4,9 @@ The fetcher puts chunks of records; the handler side gets them and releases each
 is handled. Records count against the bounds from ``put`` until ``release``, so a slow handler
 stops the fetcher: it waits in ``put`` and makes no further GetRecords calls. A chunk is at most
 half of each bound (so the next one can be fetched while one is handled); a single record larger
-than the byte bound is still let through, alone.
+than the byte bound is still let through, alone. A producer that makes records as it goes (the
+unpacking of aggregates) waits in :meth:`wait_for_room` before it makes the next chunk, so that
+no more records exist than the bounds allow.
 """
 
 from __future__ import annotations
@@ -97,6 +99,24 @@ class PrefetchBuffer:
             self._records + chunk.records <= self.max_records
             and self._bytes + chunk.size <= self.max_bytes
         )
+
+    def _has_room(self) -> bool:
+        """A chunk of the largest size (half of each bound) would fit now."""
+        return self._records == 0 or (
+            self._records + self.chunk_records <= self.max_records
+            and self._bytes + self.chunk_bytes <= self.max_bytes
+        )
+
+    async def wait_for_room(self) -> bool:
+        """Wait until a chunk of the largest size fits (or nothing is in use); False if the
+        buffer was closed meanwhile. A chunk cut after this returned is put without waiting."""
+        if self._closed:
+            return False
+        if self._has_room():
+            return True
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._closed or self._has_room())
+            return not self._closed
 
     async def put(self, chunk: Chunk) -> bool:
         """Wait for room, then append ``chunk``; False if the buffer was closed meanwhile."""

@@ -87,21 +87,32 @@ class ShardReader:
     async def _put(self, records: list[Record]) -> bool:
         """Shape ``records`` into chunks of at most half the buffer's bounds and put each as
         soon as it is cut; False if the buffer was closed. A record bigger than the byte bound
-        forms a chunk of its own."""
+        forms a chunk of its own. The next chunk is begun only once the buffer has room for it,
+        so at most ``prefetch_records`` user records (plus the rest of one piece) exist at once:
+        the unpacking waits, not a finished chunk."""
         buffer = self._buffer
         max_records, max_bytes = buffer.chunk_records, buffer.chunk_bytes
         items: list[Intake] = []
         size = 0
-        async for piece in self._intake.pieces(records):
-            for item in piece:
-                record_size = item.record.size
-                if items and (len(items) >= max_records or size + record_size > max_bytes):
-                    if not await buffer.put(Chunk(items, size)):
+        begun = False  # the chunk in the making was begun with room for it in the buffer
+        async with contextlib.aclosing(self._intake.pieces(records)) as pieces:
+            while True:
+                if not begun:
+                    if not await buffer.wait_for_room():
                         return False
-                    items, size = [], 0
-                items.append(item)
-                size += record_size
-            self._report_out_of_range()
+                    begun = True
+                piece = await anext(pieces, None)
+                if piece is None:
+                    break
+                for item in piece:
+                    record_size = item.record.size
+                    if items and (len(items) >= max_records or size + record_size > max_bytes):
+                        if not await buffer.put(Chunk(items, size)):
+                            return False
+                        items, size, begun = [], 0, False
+                    items.append(item)
+                    size += record_size
+                self._report_out_of_range()
         return not items or await buffer.put(Chunk(items, size))
 
     def _report_out_of_range(self) -> None:
