@@ -55,7 +55,7 @@ SHORT := SHARDFLOW_BENCH_RESULTS=.bench/short
 bench: setup
 	@mkdir -p .bench/short
 	$(SHORT) $(HEAVY) $(BIN)/python bench/producer.py --records 20000
-	$(SHORT) $(HEAVY) $(BIN)/python bench/consumer.py --records 20000 --repeat 1 --first-repeat 1 --scale-shards 100 --scale-observe 10
+	$(SHORT) $(HEAVY) $(BIN)/python bench/consumer.py --records 20000 --repeat 1 --first-repeat 1 --scale-shards 100 --scale-observe 10 --aggregates 1 --idle 5
 	$(SHORT) $(HEAVY) $(BIN)/python bench/parallel.py --records 2000 --keys 200
 	$(SHORT) $(HEAVY) $(BIN)/python bench/handoff.py --scenarios a
 	$(SHORT) $(HEAVY) $(BIN)/python bench/spark_source.py --records 100000 --repeat 1 --idle-seconds 5

@@ -18,8 +18,11 @@ own (the emulators' CPU is not counted for anybody).
 3. scale: one process consumes a 1,000-shard stream (a few records per shard) with its 1,000
    leases on moto; resident memory before taking leases, once every lease is held and every
    shard delivered its records, and while it keeps running (renewals, idle polling).
+4. starve: lease renewals on time while 8 shards drain full-size KPL aggregates, with
+   ``failover_time`` 2 s: renewal lateness p50/p99/max and leases lost, against the same
+   consumer idle (bench/consumer_starvation.py, its own JSON; its table ends the output).
 
-    .venv/bin/python bench/consumer.py                  # everything (~5 minutes on 2 cores)
+    .venv/bin/python bench/consumer.py                  # everything (~7 minutes on 2 cores)
     .venv/bin/python bench/consumer.py --parts drain --records 20000 --repeat 1
     .venv/bin/python bench/consumer.py --parts scale --scale-shards 200 --scale-observe 20
     .venv/bin/python bench/consumer.py --parts starve   # see bench/consumer_starvation.py
@@ -787,9 +790,11 @@ def parent(args: argparse.Namespace) -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     parts = args.parts.split(",")
+    starvation = None
     if "starve" in parts:
-        # Lease renewals while 8 shards drain 1 MiB aggregates: its own emulators and JSON.
-        starvation_module().run(args)
+        # Lease renewals while 8 shards drain 1 MiB aggregates: its own emulators and JSON
+        # (consumer_starvation.json); its table is printed again at the end, with the others.
+        starvation = starvation_module().run(args)
         parts = [part for part in parts if part != "starve"]
         if not parts:
             return
@@ -843,6 +848,11 @@ def parent(args: argparse.Namespace) -> None:
         f"Python {platform.python_version()}",
     }
     print("\n" + render(payload_out))
+    if starvation is not None:
+        print(
+            "\nLease renewals while 8 shards drain 1 MiB aggregates (part starve, "
+            "bench/consumer_starvation.py):\n\n" + starvation_module().render(starvation)
+        )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "consumer.json").write_text(json.dumps(payload_out, indent=2) + "\n")
 
@@ -889,7 +899,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--parts", default="drain,first,scale", help="drain,first,scale (and starve)"
+        "--parts",
+        default="drain,first,scale,starve",
+        help="drain,first,scale,starve (starve: lease renewal lateness, see "
+        "bench/consumer_starvation.py)",
     )
     starvation_module().add_arguments(parser)
     parser.add_argument("--records", type=int, default=200_000, help="preloaded for the drain")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -34,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
 REGION = "us-east-1"
 SHARDS = 8
 FAILOVER = 2.0
@@ -74,8 +75,19 @@ async def watch(stream: str, application: str, expected: int, limit: float) -> d
     writes: list[float] = []
     lags: list[float] = []
     lost: list[str] = []
+    pauses: list[float] = []  # full (generation 2) garbage collections: the loop stops
     handled = 0
     done = asyncio.Event()
+    collecting = 0.0
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        nonlocal collecting
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            collecting = time.perf_counter()
+        else:
+            pauses.append(time.perf_counter() - collecting)
 
     def on_event(event: DiagnosticEvent) -> None:
         if isinstance(event, LeaseRenewed):
@@ -107,9 +119,11 @@ async def watch(stream: str, application: str, expected: int, limit: float) -> d
     run = asyncio.create_task(consumer.consume(handle, batch=True))
     prober = asyncio.create_task(probe())
     started = time.monotonic()
+    gc.callbacks.append(on_gc)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), limit)
     seconds = time.monotonic() - started
+    gc.callbacks.remove(on_gc)
     prober.cancel()
     await consumer.close()
     await run
@@ -126,6 +140,9 @@ async def watch(stream: str, application: str, expected: int, limit: float) -> d
         "renew_write_p99": percentile(writes, 99),
         "loop_lag_p99": percentile(lags, 99),
         "loop_lag_max": max(lags, default=0.0),
+        "full_collections": len(pauses),
+        "full_collection_max": max(pauses, default=0.0),
+        "full_collection_seconds": sum(pauses),
     }
 
 
@@ -224,10 +241,17 @@ def render(result: dict[str, Any]) -> str:
     for phase, label in (("idle", "idle"), ("draining", "draining")):
         m = result[phase]
         if "loop_lag_p99" in m:
+            collections = (
+                f"; {m['full_collections']} full garbage collections (the loop stops for each) "
+                f"took {m['full_collection_seconds']:.1f} s, the longest "
+                f"{m['full_collection_max'] * 1000:.0f} ms"
+                if m.get("full_collections")
+                else ""
+            )
             rows.append(
                 f"\n{label}: event loop lag (a 10 ms sleep's overrun) p99 "
                 f"{m['loop_lag_p99'] * 1000:.0f} ms, max {m['loop_lag_max'] * 1000:.0f} ms; "
-                f"renewal write p99 {m['renew_write_p99'] * 1000:.0f} ms"
+                f"renewal write p99 {m['renew_write_p99'] * 1000:.0f} ms{collections}"
             )
     draining = result["draining"]
     share = draining["lateness_p99"] / result["failover_time"]

@@ -78,6 +78,8 @@ def headline(results: Path = RESULTS) -> str:
     spark = [r for r in result("spark_source", results)["results"] if r["variant"] == "plain"]
     chaos = result("chaos", results)
     soak = chaos["report"]
+    starvation = result("consumer_starvation", results)
+    draining = starvation["draining"]
     put_loop, get_loop = (
         row(producer, "boto3 put_records loop"),
         row(drain, "boto3 GetRecords loop"),
@@ -114,6 +116,14 @@ def headline(results: Path = RESULTS) -> str:
             )
             for kcl in drain
             if kcl["contender"] == "KCL 2.5.8 MultiLangDaemon" and kcl["verified"]
+        ),
+        (
+            f"lease renewal lateness p99 while {starvation['shards']} shards drain 1 MiB KPL "
+            f"aggregates, failover_time {starvation['failover_time']:g} s (target: under 10 %)",
+            f"{draining['lateness_p99'] * 1000:.0f} ms "
+            f"({draining['lateness_p99'] / starvation['failover_time']:.1%} of failover_time), "
+            f"{draining['leases_lost']} leases lost",
+            "consumer",
         ),
         (
             "rolling restart, longest pause of a shard: KCL-2.x-style baseline / handoff",

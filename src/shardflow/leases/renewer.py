@@ -64,7 +64,9 @@ class LeaseRenewer:
             self.expire_lapsed()
             now = self._clock.monotonic()
             if now >= next_round:
-                next_round = now + interval
+                # At a fixed rate, as the KCL schedules its renewer: a round that starts late
+                # does not push every later round back (unless it is a whole interval late).
+                next_round = max(next_round + interval, now + interval / 2)
                 for key, owned in list(self._owned.items()):
                     if key not in self._queued:  # still queued from the last round: once is enough
                         self._queued.add(key)
