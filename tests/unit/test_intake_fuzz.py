@@ -18,7 +18,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from shardflow.consumer.intake import Intake, RecordIntake
+from shardflow.consumer.intake import Intake, RecordIntake, Settled
 from shardflow.consumer.resume import resume_filter
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record
 from shardflow.shards import HashKeyRange
@@ -44,15 +44,16 @@ def _check_batch(batch: list[Record], items: list[Intake], problems: list[str]) 
     plain = unpacked = 0
     previous: ExtendedSequenceNumber | None = None
     for item in items:
-        record = item.record
+        record = item.record if isinstance(item, Settled) else item
         if previous is not None and not record.position > previous:
             problems.append(f"position {record.position} after {previous}")
         previous = record.position
-        if not item.handle:
+        if isinstance(item, Settled):
             problems.append(f"{record.position} not handed to the handler")
     by_sequence: dict[str, list[Record]] = {}
     for item in items:
-        by_sequence.setdefault(item.record.sequence_number, []).append(item.record)
+        record = item.record if isinstance(item, Settled) else item
+        by_sequence.setdefault(record.sequence_number, []).append(record)
     for kinesis_record in batch:
         out = by_sequence.get(kinesis_record.sequence_number, [])
         if out == [kinesis_record] and not out[0].aggregated:

@@ -33,7 +33,7 @@ from shardflow.aggregation._messages import (
     new_aggregated_record,
 )
 from shardflow.errors import AggregationError
-from shardflow.records import Record, build_record
+from shardflow.records import Record, RecordBuilder, build_record
 from shardflow.shards import MAX_HASH_KEY
 
 MalformedPolicy = Literal["plain", "raise"]
@@ -52,6 +52,7 @@ class Unpacking:
 
     __slots__ = (
         "_budget",
+        "_build",
         "_checks",
         "_explicit_hash_keys",
         "_made",
@@ -64,13 +65,20 @@ class Unpacking:
         "record",
     )
 
-    def __init__(self, record: Record, *, on_malformed: MalformedPolicy = "plain") -> None:
+    def __init__(
+        self,
+        record: Record,
+        *,
+        on_malformed: MalformedPolicy = "plain",
+        build: RecordBuilder = build_record,
+    ) -> None:
         if on_malformed not in ("plain", "raise"):
             raise ValueError(f"on_malformed must be 'plain' or 'raise', got {on_malformed!r}")
         self.record = record
         self.malformed: AggregationError | None = None
         """Why the record was delivered plain although it starts with the KPL magic."""
         self._on_malformed = on_malformed
+        self._build = build
         self._message: AggregatedRecordMessage | None = None
         self._records: RecordList | None = None
         self._partition_keys: list[str] = []
@@ -236,6 +244,7 @@ class Unpacking:
         explicit_hash_keys = self._explicit_hash_keys
         last = len(records) - 1
         resent = self._resent
+        build = self._build
         made: list[Record] = []
         for index in range(start, end):
             sub = records[index]
@@ -245,7 +254,7 @@ class Unpacking:
                 else None
             )
             made.append(
-                build_record(
+                build(
                     sub.data,
                     partition_keys[sub.partition_key_index],
                     outer.sequence_number,

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+import orjson
 from aiobotocore.parsers import AioResponseParserFactory
 from botocore.utils import parse_timestamp
 
@@ -62,7 +63,7 @@ def parse_get_records_body(body: bytes) -> dict[str, Any]:
     Raises ``ValueError``, ``TypeError``, ``KeyError``, ``AttributeError`` or
     ``binascii.Error`` for a body that is not GetRecords JSON.
     """
-    parsed = _members(json.loads(body), _GET_OUTPUT)
+    parsed = _members(orjson.loads(body), _GET_OUTPUT)
     if "ChildShards" in parsed:
         parsed["ChildShards"] = [_child_shard(child) for child in parsed["ChildShards"]]
     records = parsed.get("Records", ())
@@ -84,7 +85,7 @@ def parse_get_records_body(body: bytes) -> dict[str, Any]:
 
 def parse_put_records_body(body: bytes) -> dict[str, Any]:
     """The parsed body of a successful PutRecords response, as botocore would return it."""
-    parsed = _members(json.loads(body), _PUT_OUTPUT)
+    parsed = _members(orjson.loads(body), _PUT_OUTPUT)
     records = parsed.get("Records", ())
     for index, result in enumerate(records):
         if not result.keys() <= _PUT_RESULT or None in result.values():
@@ -122,6 +123,7 @@ class KinesisParser:
             try:
                 parsed = _PARSERS[operation](response["body"])
             except (ValueError, TypeError, KeyError, AttributeError, binascii.Error) as exc:
+                # (orjson.JSONDecodeError is a ValueError.)
                 log.debug("%s body left to botocore's parser: %r", operation, exc)
             else:
                 headers = response["headers"]

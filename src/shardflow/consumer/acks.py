@@ -61,11 +61,12 @@ class PendingCounts:
 class AckHandle:
     """The acknowledgement of one delivered record; :meth:`ack` may be called from any thread."""
 
-    __slots__ = ("_index", "_record", "_tracker")
+    __slots__ = ("_record", "index", "tracker")
 
     def __init__(self, tracker: AckTracker, index: int, record: Record) -> None:
-        self._tracker = tracker
-        self._index = index
+        self.tracker = tracker
+        self.index = index
+        """The record's slot in ``tracker``."""
         self._record = record
 
     @property
@@ -74,7 +75,7 @@ class AckHandle:
 
     def ack(self) -> None:
         """Mark the record as handled. Idempotent, never blocks, never fails."""
-        self._tracker._ack_from_any_thread(self._index)
+        self.tracker._ack_from_any_thread(self.index)
 
     def __repr__(self) -> str:
         return f"AckHandle({self.position})"
@@ -118,6 +119,10 @@ class AckTracker:
 
     def deliver(self, record: Record) -> AckHandle:
         """Register the next record of the shard; positions must strictly increase."""
+        return AckHandle(self, self.register(record), record)
+
+    def register(self, record: Record) -> int:
+        """:meth:`deliver` without the handle: the record's slot index, for ``ack_index``."""
         last = self._last
         sequence_number = record.sequence_number
         # Sequence numbers of one length order as strings do: the common case needs no ints.
@@ -137,7 +142,7 @@ class AckTracker:
         records.append(record)
         self._acked.append(0)
         self._last = record
-        return AckHandle(self, index, record)
+        return index
 
     def _check_order(self, record: Record) -> None:
         """Raise unless ``record`` may follow the last delivered one; the first delivery also
@@ -166,7 +171,7 @@ class AckTracker:
         """
         index = self._resolve(target)
         if index is not None:
-            self._ack_index(index)
+            self.ack_index(index)
 
     def ack_through(self, target: AckTarget) -> None:
         """Mark every delivered record up to and including ``target`` as handled."""
@@ -211,10 +216,10 @@ class AckTracker:
     def _ack_from_any_thread(self, index: int) -> None:
         loop = self._loop
         if loop is None or threading.get_ident() == self._loop_thread:
-            self._ack_index(index)
+            self.ack_index(index)
             return
         try:
-            loop.call_soon_threadsafe(self._ack_index, index)
+            loop.call_soon_threadsafe(self.ack_index, index)
         except RuntimeError:
             # The loop is closed: nothing will write a checkpoint any more, so the ack is moot.
             log.debug("ack of %s dropped: event loop closed", self.shard_id)
@@ -234,7 +239,8 @@ class AckTracker:
             return None
         raise RecordNotDeliveredError(self.shard_id, str(position))
 
-    def _ack_index(self, index: int) -> None:
+    def ack_index(self, index: int) -> None:
+        """Mark the record in slot ``index`` (from :meth:`register`) as handled, on the loop."""
         local = index - self._base
         acked = self._acked
         if local < self._head or acked[local]:

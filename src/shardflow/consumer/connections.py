@@ -16,6 +16,7 @@ from typing import Any
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import list_shards, require_stream
 from shardflow.clock import Clock
+from shardflow.consumer.records import build_undelivered
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.consumer.worker_contract import FetcherFactory
 from shardflow.events import SILENT, ShardEmitter
@@ -126,6 +127,7 @@ class Connections:
                     consumer_arn=consumer_arn,
                     clock=clock,
                     events=events,
+                    build=build_undelivered,
                 )
 
             return fanout
@@ -133,7 +135,14 @@ class Connections:
 
         def poll(start: StartPosition) -> AsyncIterator[FetchedBatch]:
             return PollingFetcher(
-                kinesis, stream, shard_id, start, polling, clock=clock, events=events
+                kinesis,
+                stream,
+                shard_id,
+                start,
+                polling,
+                clock=clock,
+                events=events,
+                build=build_undelivered,
             )
 
         return poll

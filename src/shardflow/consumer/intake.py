@@ -36,13 +36,13 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal
 
 from shardflow.aggregation import MAGIC, MalformedPolicy, Unpacking, log_malformed
 from shardflow.consumer.resume import ResumePlan
 from shardflow.consumer.turns import SLICE_SECONDS, Turns
 from shardflow.errors import AggregationError
-from shardflow.records import Record
+from shardflow.records import Record, RecordBuilder, build_record
 from shardflow.shards import HashKeyRange
 
 log = logging.getLogger("shardflow.consumer")
@@ -53,13 +53,26 @@ PIECE_RECORDS: Final = 256
 """The most items one piece holds (and the user records one unpacking step makes)."""
 
 
-class Intake(NamedTuple):
-    """A record to register with the ack tracker; ``handle`` False: ack it without the handler.
+class Settled:
+    """A record to register with the ack tracker and acknowledge at once, without the handler
+    (already handled by the stored state, or dropped by the hash-range rule). Rare: every other
+    intake item is the record itself, so the common path makes no object per record."""
 
-    (A named tuple: one is made per record, and a tuple is the cheapest immutable pair.)"""
+    __slots__ = ("record",)
 
-    record: Record
-    handle: bool
+    def __init__(self, record: Record) -> None:
+        self.record = record
+
+    @property
+    def size(self) -> int:
+        return self.record.size
+
+    def __repr__(self) -> str:
+        return f"Settled({self.record.position})"
+
+
+Intake = Record | Settled
+"""An intake item: a record for the handler, or a :class:`Settled` one."""
 
 
 @dataclass(slots=True)
@@ -83,7 +96,11 @@ class IntakeCounts:
 
 
 class RecordIntake:
-    """Turns fetched records of one shard into :class:`Intake` items (see the module doc)."""
+    """Turns fetched records of one shard into :data:`Intake` items (see the module doc).
+
+    ``build`` makes the user records of aggregates (the consumer's fetchers make the plain
+    ones with the same builder).
+    """
 
     def __init__(
         self,
@@ -94,6 +111,7 @@ class RecordIntake:
         on_malformed: MalformedPolicy = "plain",
         stream: str = "",
         shard_id: str = "",
+        build: RecordBuilder = build_record,
     ) -> None:
         if out_of_range not in ("deliver", "drop"):
             raise ValueError(f"out_of_range must be 'deliver' or 'drop', got {out_of_range!r}")
@@ -104,6 +122,7 @@ class RecordIntake:
         self.stream = stream
         self.shard_id = shard_id
         self.counts = IntakeCounts()
+        self._build = build
         # Whether records may still be at or before the checkpoint or listed as handled. Records
         # come in shard order, so once one is past the checkpoint every later one is too: from
         # then on (unless completed-record state lists some) the filter costs nothing.
@@ -124,7 +143,7 @@ class RecordIntake:
                     piece = []
                     await turns.take()
                 continue
-            unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed)
+            unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed, build=self._build)
             made_any = False
             while not unpacking.done:
                 records = self._step(unpacking, made_any)
@@ -172,11 +191,13 @@ class RecordIntake:
                     continue
                 if plan.already_completed(record):
                     counts.already_handled += 1
-                    out.append(Intake(record, handle=False))
+                    out.append(Settled(record))
                     continue
                 self._resuming = bool(plan.completed)
             # Plain records are never judged by the hash-range rule (see the module doc).
-            out.append(Intake(record, not record.aggregated or self._in_range(record)))
+            out.append(
+                record if not record.aggregated or self._in_range(record) else Settled(record)
+            )
 
     def _in_range(self, record: Record) -> bool:
         """Whether to hand sub-record ``record`` to the handler under the hash-range rule."""

@@ -105,7 +105,7 @@ class ShardReader:
                 if piece is None:
                     break
                 for item in piece:
-                    record_size = item.record.size
+                    record_size = item.size
                     if items and (len(items) >= max_records or size + record_size > max_bytes):
                         if not await buffer.put(Chunk(items, size)):
                             return False

@@ -32,10 +32,10 @@ from typing import Any
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.checkpoint import Checkpointer
 from shardflow.consumer.handlers import ChunkOutcome, HandlerAdapter
-from shardflow.consumer.intake import RecordIntake
+from shardflow.consumer.intake import RecordIntake, Settled
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
 from shardflow.consumer.prefetch import Chunk, PrefetchBuffer
-from shardflow.consumer.records import ConsumedRecord
+from shardflow.consumer.records import ConsumedRecord, bind_delivered, build_undelivered
 from shardflow.consumer.resume import ResumePlan, resume_filter
 from shardflow.consumer.running import RunningCalls
 from shardflow.consumer.settings import ConsumerSettings
@@ -101,6 +101,7 @@ class ShardWorker:
             on_malformed=self.settings.on_malformed_aggregate,
             stream=self.stream,
             shard_id=self.shard_id,
+            build=build_undelivered,
         )
         self.buffer = PrefetchBuffer(self.settings.prefetch_records, self.settings.prefetch_bytes)
         self.checkpointer = Checkpointer(
@@ -282,25 +283,26 @@ class ShardWorker:
     async def _deliver(self, chunk: Chunk) -> list[ConsumedRecord[Any]]:
         """Register the chunk's records with the tracker and deserialize the ones to hand out
         (a chunk of thousands: the loop gets its turns meanwhile)."""
-        deliver = self.checkpointer.tracker.deliver
+        tracker = self.checkpointer.tracker
+        register = tracker.register
         deserializer = self.settings.deserializer
-        consumed = ConsumedRecord.of
         out: list[ConsumedRecord[Any]] = []
         append = out.append
         turns = Turns()
-        for record, to_handler in chunk.items:
+        for item in chunk.items:
             await turns.take()
-            handle = deliver(record)
-            if not to_handler:
-                handle.ack()
+            if isinstance(item, Settled):
+                tracker.ack_index(register(item.record))
                 continue
             try:
-                value = deserializer(record)
+                value = deserializer(item)
             except Exception as exc:
                 # Raised once the records before it are handled (see batches()).
-                self._undecodable = _deserialization_error(exc, record)
+                self._undecodable = _deserialization_error(exc, item)
                 break
-            append(consumed(record, value, handle))
+            # Registered after deserializing: a record that cannot be deserialized is not
+            # delivered, and the checkpoint stops before it.
+            append(bind_delivered(item, value, tracker, register(item)))
         return out
 
     async def run(self, adapter: HandlerAdapter) -> ShardResult:

@@ -33,12 +33,13 @@ from shardflow.events import (
     SubscriptionRenewed,
 )
 from shardflow.fetch.batch import FetchedBatch
-from shardflow.fetch.convert import record_from_kinesis
+from shardflow.fetch.convert import records_from_kinesis
 from shardflow.fetch.eventstream import tolerate_missing_initial_response
 from shardflow.fetch.pacing import SubscriptionPacer, shared_pacer
 from shardflow.fetch.shard_end import shard_end_at
 from shardflow.fetch.subscription import Lapse, Subscription, starting_position
 from shardflow.positions import StartPosition
+from shardflow.records import RecordBuilder, build_record
 from shardflow.shards import ChildShard
 
 log = logging.getLogger("shardflow.fetch")
@@ -177,6 +178,7 @@ class FanOutFetcher:
         rng: random.Random | None = None,
         events: ShardEmitter = SILENT,
         closed_shard_check: float | None = None,
+        build: RecordBuilder = build_record,
     ) -> None:
         if closed_shard_check is not None and closed_shard_check <= 0:
             raise ValueError("closed_shard_check must be positive")
@@ -194,6 +196,7 @@ class FanOutFetcher:
         self._clock = clock
         self._rng = rng
         self._events = events
+        self._build = build
         tolerate_missing_initial_response(kinesis)
         self._subscription: Subscription | None = None
         self._subscribed_at = self.start
@@ -417,10 +420,12 @@ class FanOutFetcher:
     # --- events ----------------------------------------------------------------------------
 
     async def _hand_out(self, body: Mapping[str, Any]) -> FetchedBatch:
-        records = [
-            record_from_kinesis(raw, shard_id=self.shard_id, stream_name=self._stream_name)
-            for raw in body.get("Records", ())
-        ]
+        records = records_from_kinesis(
+            body.get("Records", ()),
+            shard_id=self.shard_id,
+            stream_name=self._stream_name,
+            build=self._build,
+        )
         continuation = body.get("ContinuationSequenceNumber")
         batch = FetchedBatch(
             shard_id=self.shard_id,

@@ -16,9 +16,10 @@ from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ExpiredIteratorError, ThrottledError
 from shardflow.events import SILENT, FetchThrottled, ShardEmitter
 from shardflow.fetch.batch import FetchedBatch
-from shardflow.fetch.convert import record_from_kinesis
+from shardflow.fetch.convert import records_from_kinesis
 from shardflow.fetch.limiter import CallRateLimiter
 from shardflow.positions import StartPosition
+from shardflow.records import RecordBuilder, build_record
 from shardflow.shards import ChildShard
 
 log = logging.getLogger("shardflow.fetch")
@@ -114,6 +115,7 @@ class PollingFetcher:
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         events: ShardEmitter = SILENT,
+        build: RecordBuilder = build_record,
     ) -> None:
         self._kinesis = kinesis
         self.stream = stream
@@ -124,6 +126,7 @@ class PollingFetcher:
         self._clock = clock
         self._rng = rng
         self._events = events
+        self._build = build
         self._limiter = CallRateLimiter(self.settings.max_calls_per_second, clock=clock)
         self._persistence = Persistence(self.settings.patience, clock=clock, rng=rng)
         self._iterator: str | None = None
@@ -246,10 +249,12 @@ class PollingFetcher:
 
     def _batch_from(self, response: Mapping[str, Any]) -> FetchedBatch:
         self._iterator = response.get("NextShardIterator")
-        records = [
-            record_from_kinesis(raw, shard_id=self.shard_id, stream_name=self._stream_name)
-            for raw in response.get("Records", ())
-        ]
+        records = records_from_kinesis(
+            response.get("Records", ()),
+            shard_id=self.shard_id,
+            stream_name=self._stream_name,
+            build=self._build,
+        )
         return FetchedBatch(
             shard_id=self.shard_id,
             records=records,
