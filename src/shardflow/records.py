@@ -102,7 +102,8 @@ class Record:
     @property
     def size(self) -> int:
         """Bytes counted against Kinesis limits: data plus UTF-8 partition key."""
-        return len(self.data) + len(self.partition_key.encode())
+        key = self.partition_key
+        return len(self.data) + (len(key) if key.isascii() else len(key.encode()))
 
 
 RECORD_FIELDS: Final = tuple(f.name for f in fields(Record))

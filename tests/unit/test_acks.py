@@ -250,3 +250,41 @@ async def test_ack_threadsafe_reports_errors_through_its_future() -> None:
     with pytest.raises(RecordNotDeliveredError):
         await asyncio.wrap_future(bad)
     assert tracker.safe_position == ExtendedSequenceNumber("1")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=shard_records(),
+    spans=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=8),
+    singles=st.lists(st.integers(0, 40), max_size=8),
+)
+def test_acking_slot_ranges_matches_acking_each_record(
+    records: list[Record], spans: list[tuple[int, int]], singles: list[int]
+) -> None:
+    """ack_slots(first, last) is the same as acking every slot from first to last, whatever
+    was acked before (a range over acked slots, or over the compacted prefix, changes nothing
+    twice)."""
+    bulk, one_by_one, model = AckTracker(), AckTracker(), Model()
+    notified: list[int] = []
+    bulk.add_listener(lambda: notified.append(bulk.acked_count))
+    for record in records:
+        index = bulk.register(record)
+        assert one_by_one.register(record) == index
+        model.delivered.append(record)
+    n = len(records)
+    for index in (i for i in singles if i < n):
+        bulk.ack_index(index)
+        one_by_one.ack_index(index)
+        model.acked.add(index)
+    for a, b in spans:
+        first, last = sorted((a % n, b % n)) if n else (0, -1)
+        before = len(notified)
+        newly = any(i not in model.acked for i in range(first, last + 1))
+        bulk.ack_slots(first, last)
+        assert len(notified) == before + (1 if newly else 0), "one notification per step"
+        for index in range(first, last + 1):
+            one_by_one.ack_index(index)
+            model.acked.add(index)
+        assert bulk.acked_count == one_by_one.acked_count == len(model.acked)
+        assert bulk.prefix_count == one_by_one.prefix_count == model.prefix()
+        assert bulk.safe_position == one_by_one.safe_position

@@ -187,6 +187,21 @@ class AckTracker:
             self._advance()
             self._notify()
 
+    def ack_slots(self, first: int, last: int) -> None:
+        """Mark slots ``first`` to ``last`` (from :meth:`register`, both included) handled in
+        one step, with one notification: for the records of a chunk a handler went through.
+        On the loop's thread only."""
+        start, end = max(first - self._base, self._head), last - self._base + 1
+        if start >= end:
+            return
+        acked = self._acked
+        newly = acked[start:end].count(0)
+        if newly:
+            acked[start:end] = b"\x01" * (end - start)
+            self._acked_count += newly
+            self._advance()
+            self._notify()
+
     def ack_threadsafe(self, target: AckTarget) -> concurrent.futures.Future[None]:
         """:meth:`ack` from any thread, without blocking.
 

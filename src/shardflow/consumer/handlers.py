@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from types import CoroutineType
 from typing import Any
 
 from shardflow.consumer.invocation import Invoker, handler_error
@@ -92,10 +93,7 @@ class HandlerAdapter:
                 self._executor, calls, self._run_each_sync, records, may_continue
             )
         if self.auto_ack:
-            turns = Turns()  # thousands of acks, each possibly a checkpoint trigger
-            for record in records[: outcome.handled]:
-                record.ack()
-                await turns.take()
+            ack_handled(records, 0, outcome.handled)
         return outcome
 
     async def _run_batch(
@@ -123,23 +121,31 @@ class HandlerAdapter:
         outcome = ChunkOutcome()
         handler = self.handler  # called inline, not through the invoker: one frame less a record
         turns = Turns()  # a handler that never suspends must not hold the loop for a chunk
-        for record in records:
-            await turns.take()
-            if not may_continue():
-                break
-            started = time.perf_counter()
-            try:
-                result = handler(record)  # type: ignore[arg-type]
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                outcome.error = handler_error(exc, record)
-                break
-            outcome.latencies.append(time.perf_counter() - started)
-            outcome.handled += 1
-            if self.auto_ack:
-                # At once, not after the chunk: an ack may trigger a count checkpoint.
-                record.ack()
+        latencies, auto_ack, perf_counter = outcome.latencies, self.auto_ack, time.perf_counter
+        acked = 0  # with automatic acks: records[:acked] are acknowledged
+        try:
+            for record in records:
+                if turns.due:
+                    if auto_ack:
+                        # Before the turn, not after the chunk: acks may trigger a checkpoint.
+                        ack_handled(records, acked, outcome.handled)
+                        acked = outcome.handled
+                    await turns.take()
+                if not may_continue():
+                    break
+                started = perf_counter()
+                try:
+                    result = handler(record)  # type: ignore[arg-type]
+                    if type(result) is CoroutineType or inspect.isawaitable(result):
+                        await result
+                except Exception as exc:
+                    outcome.error = handler_error(exc, record)
+                    break
+                latencies.append(perf_counter() - started)
+                outcome.handled += 1
+        finally:
+            if auto_ack:
+                ack_handled(records, acked, outcome.handled)
         return outcome
 
     def _run_each_sync(
@@ -159,3 +165,18 @@ class HandlerAdapter:
             outcome.latencies.append(time.perf_counter() - started)
             outcome.handled += 1
         return outcome
+
+
+def ack_handled(records: Sequence[ConsumedRecord[Any]], start: int, end: int) -> None:
+    """Acknowledge ``records[start:end]``, handled records of one chunk in shard order, on the
+    loop: one step for the lot when they came from one tracker (the slots between them belong
+    to the chunk: its other records, acknowledged on delivery), else one by one."""
+    if start >= end:
+        return
+    first, last = records[start], records[end - 1]
+    tracker = first._tracker
+    if tracker is not None and last._tracker is tracker:
+        tracker.ack_slots(first._index, last._index)
+        return
+    for record in records[start:end]:
+        record.ack()

@@ -141,7 +141,8 @@ class RecordIntake:
                 if len(piece) >= PIECE_RECORDS:
                     yield piece
                     piece = []
-                    await turns.take()
+                    if turns.due:
+                        await turns.take()
                 continue
             unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed, build=self._build)
             made_any = False

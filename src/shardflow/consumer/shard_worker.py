@@ -290,7 +290,8 @@ class ShardWorker:
         append = out.append
         turns = Turns()
         for item in chunk.items:
-            await turns.take()
+            if turns.due:
+                await turns.take()
             if isinstance(item, Settled):
                 tracker.ack_index(register(item.record))
                 continue

@@ -90,7 +90,9 @@ class Turns:
         return time.perf_counter() >= self._due
 
     async def take(self) -> None:
-        """Yield to the loop if the slice is used up, and wait for the next slice's turn."""
+        """Yield to the loop if the slice is used up, and wait for the next slice's turn. (On
+        a per-record path, ask :attr:`due` first: calling a coroutine function makes an object,
+        the check does not.)"""
         if time.perf_counter() >= self._due:
             await _gate().turn()
             self._due = time.perf_counter() + self._every

@@ -1,0 +1,52 @@
+"""A consumer's records are made once by the fetcher and completed on delivery, never changed
+after a handler could have seen them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shardflow.consumer.acks import AckTracker
+from shardflow.consumer.records import ConsumedRecord, bind_delivered, build_undelivered
+from shardflow.fetch.convert import record_from_kinesis
+from shardflow.records import Record
+
+RECORD_FIELDS = dataclasses.fields(Record)
+RAW = {"Data": b"payload", "PartitionKey": "pk", "SequenceNumber": "49590000000000000001"}
+
+
+def test_a_fetched_record_is_completed_in_place_and_equals_a_plain_one() -> None:
+    fetched = record_from_kinesis(RAW, shard_id="s-1", stream_name="x", build=build_undelivered)
+    plain = record_from_kinesis(RAW, shard_id="s-1", stream_name="x")
+    assert type(fetched) is ConsumedRecord
+    assert type(plain) is Record
+    assert all(getattr(plain, f.name) == getattr(fetched, f.name) for f in RECORD_FIELDS)
+    assert fetched.handle is None
+    tracker = AckTracker("s-1")
+    delivered = bind_delivered(fetched, "value", tracker, tracker.register(fetched))
+    assert delivered is fetched, "one object per record"
+    assert delivered.value == "value"
+    assert delivered.handle is not None
+    delivered.ack()
+    assert tracker.all_acked
+
+
+def test_a_record_delivered_once_is_copied_not_changed() -> None:
+    first_tracker, second_tracker = AckTracker("s-1"), AckTracker("s-1")
+    fetched = record_from_kinesis(RAW, shard_id="s-1", stream_name="x", build=build_undelivered)
+    first = bind_delivered(fetched, 1, first_tracker, first_tracker.register(fetched))
+    second = bind_delivered(first, 2, second_tracker, second_tracker.register(first))
+    assert second is not first
+    assert (first.value, second.value) == (1, 2)
+    second.ack()
+    assert second_tracker.all_acked
+    assert not first_tracker.all_acked
+    first.ack()
+    assert first_tracker.all_acked
+
+
+def test_a_plain_record_is_copied_into_a_consumed_one() -> None:
+    plain = Record(b"x", "pk", "49590000000000000002", shard_id="s-1")
+    tracker = AckTracker("s-1")
+    consumed = bind_delivered(plain, b"x", tracker, tracker.register(plain))
+    assert type(consumed) is ConsumedRecord
+    assert consumed == ConsumedRecord(b"x", "pk", "49590000000000000002", shard_id="s-1")
