@@ -176,8 +176,6 @@ class Unpacking:
             message.ParseFromString(body)
         except DecodeError:
             raise self._error("protobuf", "not a valid AggregatedRecord message") from None
-        if not message.IsInitialized():
-            raise self._error("protobuf", "a required field is missing")
         if len(message.records) == 0:
             raise self._error("protobuf", "the aggregate holds no user records")
         self._message = message
@@ -186,7 +184,14 @@ class Unpacking:
         self._checks = self._check_all(message)
 
     def _check_all(self, message: AggregatedRecordMessage) -> Iterator[None]:
-        """Check tables and user records, pausing (yielding) after every ``_budget`` items."""
+        """Check tables and user records, pausing (yielding) after every ``_budget`` items.
+
+        The required fields of every user record are checked in one call, as long as the parse
+        before it (several milliseconds each for 1 MiB of small records): a step of its own."""
+        yield
+        if not message.IsInitialized():
+            raise self._error("protobuf", "a required field is missing")
+        yield
         partition_keys = list(message.partition_key_table)
         explicit_hash_keys = list(message.explicit_hash_key_table)
         done = 0
