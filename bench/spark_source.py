@@ -49,9 +49,13 @@ REGION = "us-east-1"
 UNLIMITED = 1e12
 
 
-def payloads(count: int, size: int) -> list[tuple[str, bytes]]:
-    """``(partition key, data)``: ``size``-byte records with a unique id up front."""
-    return [(f"key-{i % 10_000}", (b"%010d|" % i).ljust(size, b"x")) for i in range(count)]
+def payloads(count: int, size: int, first: int = 0) -> list[tuple[str, bytes]]:
+    """``(partition key, data)``: ``size``-byte records with ids ``first``, ``first + 1``, ...
+    up front."""
+    return [
+        (f"key-{i % 10_000}", (b"%010d|" % i).ljust(size, b"x"))
+        for i in range(first, first + count)
+    ]
 
 
 def preload(
@@ -78,7 +82,7 @@ def preload(
             for start in range(0, count, chunk):
                 futures = [
                     await producer.put(data, key)
-                    for key, data in payloads(min(chunk, count - start), size)
+                    for key, data in payloads(min(chunk, count - start), size, start)
                 ]
                 await producer.flush()
                 for future in futures:
@@ -89,8 +93,8 @@ def preload(
     return time.perf_counter() - started
 
 
-def boto3_loop(endpoint: str, stream: str, aggregated: bool) -> tuple[float, int]:
-    """Drain every shard with plain boto3, one thread per shard; (seconds, rows)."""
+def boto3_loop(endpoint: str, stream: str, aggregated: bool) -> tuple[float, list[int]]:
+    """Drain every shard with plain boto3, one thread per shard; (seconds, record ids)."""
     import boto3
 
     from shardflow.aggregation import deaggregate
@@ -98,33 +102,32 @@ def boto3_loop(endpoint: str, stream: str, aggregated: bool) -> tuple[float, int
 
     client = boto3.client("kinesis", endpoint_url=endpoint, region_name=REGION)
     shard_ids = [s["ShardId"] for s in client.list_shards(StreamName=stream)["Shards"]]
-    counts: dict[str, int] = {}
+    found: dict[str, list[int]] = {}
 
     def drain(shard_id: str) -> None:
         iterator = client.get_shard_iterator(
             StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
-        rows = 0
+        ids: list[int] = []
         for _ in range(1_000_000):  # bounded: ends at the tip long before
             page = client.get_records(ShardIterator=iterator, Limit=10_000)
             records = page["Records"]
             if aggregated:
                 for raw in records:
-                    rows += len(
-                        deaggregate(
-                            Record(
-                                data=raw["Data"],
-                                partition_key=raw["PartitionKey"],
-                                sequence_number=raw["SequenceNumber"],
-                            )
+                    subs = deaggregate(
+                        Record(
+                            data=raw["Data"],
+                            partition_key=raw["PartitionKey"],
+                            sequence_number=raw["SequenceNumber"],
                         )
                     )
+                    ids.extend(int(sub.data[:10]) for sub in subs)
             else:
-                rows += len(records)
+                ids.extend(int(raw["Data"][:10]) for raw in records)
             iterator = page.get("NextShardIterator")
             if not records or iterator is None:
                 break
-        counts[shard_id] = rows
+        found[shard_id] = ids
 
     started = time.perf_counter()
     threads = [threading.Thread(target=drain, args=(s,)) for s in shard_ids]
@@ -132,34 +135,74 @@ def boto3_loop(endpoint: str, stream: str, aggregated: bool) -> tuple[float, int
         thread.start()
     for thread in threads:
         thread.join()
-    return time.perf_counter() - started, sum(counts.values())
+    seconds = time.perf_counter() - started
+    return seconds, [i for ids in found.values() for i in ids]
+
+
+def check_ids(ids: Any, expected: int) -> dict[str, int]:
+    """Rows, records lost and records read more than once, of ids that should be exactly
+    0 .. expected-1 once each (``ids``: a list or an Arrow array of integers)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = pa.chunked_array([pa.array(ids, pa.int64())]) if isinstance(ids, list) else ids
+    rows = len(array)
+    in_range = pc.filter(array, pc.and_(pc.greater_equal(array, 0), pc.less(array, expected)))
+    distinct = pc.count_distinct(in_range).as_py() if len(in_range) else 0
+    return {"rows": rows, "lost": expected - distinct, "duplicates": rows - distinct}
+
+
+# The id each record carries up front (see payloads), as Spark reads it from the data column.
+ID_COLUMN = "cast(cast(substring(data, 1, 10) AS string) AS bigint) AS id"
 
 
 def source_options(endpoint: str, stream: str) -> dict[str, str]:
     return {"streamName": stream, "endpointUrl": endpoint, "region": REGION}
 
 
-def spark_stream(spark: Any, endpoint: str, stream: str, work: Path, run: str) -> tuple[float, int]:
-    """Drain with readStream + AvailableNow into the noop sink (a fresh checkpoint named
-    ``run``); (seconds, rows)."""
+def spark_stream(
+    spark: Any, endpoint: str, stream: str, work: Path, run: str
+) -> tuple[float, Any, dict[str, float]]:
+    """Drain with readStream + AvailableNow, each record's id into the memory sink (ids of
+    every micro-batch collected on the driver, a fresh checkpoint named ``run``); (seconds,
+    the ids, the query's start).
+
+    Timed from the start of the first trigger (as the query's progress reports it) to the
+    query's end: every trigger (latestOffset with its probes, planning, reading, collecting
+    the ids, offset and commit logs) is in. The query's start before that (a Python process on
+    the driver for the source, its imports, the shard listing) is once per query, like the
+    SparkSession's start, and is reported apart.
+    """
     reader = spark.readStream.format("shardflow").options(**source_options(endpoint, stream))
-    df = reader.option("metadataPath", str(work / f"{run}-meta")).load()
-    started = time.perf_counter()
+    df = reader.option("metadataPath", str(work / f"{run}-meta")).load().selectExpr(ID_COLUMN)
+    table = "ids_" + run.replace("-", "_")
+    called = time.time()
     query = (
-        df.writeStream.format("noop")
+        df.writeStream.format("memory")
+        .queryName(table)
         .option("checkpointLocation", str(work / f"{run}-ckpt"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
-    seconds = time.perf_counter() - started
-    return seconds, sum(p["numInputRows"] for p in query.recentProgress)
+    ended = time.time()
+    first = min(
+        datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        for p in query.recentProgress
+    )
+    start = {"query_start_seconds": first - called, "seconds_with_start": ended - called}
+    # The memory sink keeps each micro-batch once (a batch run again replaces its rows).
+    ids = spark.table(table).toArrow().column("id")
+    spark.catalog.dropTempView(table)
+    return ended - first, ids, start
 
 
-def spark_batch(spark: Any, endpoint: str, stream: str) -> tuple[float, int]:
+def spark_batch(spark: Any, endpoint: str, stream: str) -> tuple[float, Any]:
+    """``spark.read`` every shard, the ids collected to the driver; (seconds, ids)."""
     started = time.perf_counter()
-    rows = spark.read.format("shardflow").options(**source_options(endpoint, stream)).load().count()
-    return time.perf_counter() - started, rows
+    reader = spark.read.format("shardflow").options(**source_options(endpoint, stream))
+    ids = reader.load().selectExpr(ID_COLUMN).toArrow().column("id")
+    return time.perf_counter() - started, ids
 
 
 def idle_triggers(
@@ -196,10 +239,14 @@ def idle_triggers(
     }
 
 
+Contender = Callable[[int], tuple[Any, ...]]
+"""A contender as a function of the round number: (seconds, the ids it handed out or wrote)
+and, for some, a dict of more timings."""
+
+
 def contenders_for(
     spark: Any, endpoint: str, stream: str, aggregated: bool, work: Path
-) -> dict[str, Callable[[int], tuple[float, int]]]:
-    """Each contender as a function of the round number, returning (seconds, rows)."""
+) -> dict[str, Contender]:
     return {
         "boto3 GetRecords loop": lambda _: boto3_loop(endpoint, stream, aggregated),
         "source, readStream AvailableNow": lambda r: spark_stream(
@@ -207,6 +254,130 @@ def contenders_for(
         ),
         "source, read (batch)": lambda _: spark_batch(spark, endpoint, stream),
     }
+
+
+# --- the sink --------------------------------------------------------------------------------
+
+
+def create_stream(endpoint: str, stream: str, shards: int) -> None:
+    import boto3
+
+    client = boto3.client("kinesis", endpoint_url=endpoint, region_name=REGION)
+    client.create_stream(StreamName=stream, ShardCount=shards)
+    client.get_waiter("stream_exists").wait(
+        StreamName=stream, WaiterConfig={"Delay": 0.2, "MaxAttempts": 300}
+    )
+
+
+def boto3_put_loop(endpoint: str, stream: str, count: int, size: int) -> float:
+    """The loop people write by hand: PutRecords of 500, failed entries sent again; seconds."""
+    import boto3
+
+    client = boto3.client("kinesis", endpoint_url=endpoint, region_name=REGION)
+    items = payloads(count, size)
+    started = time.perf_counter()
+    for start in range(0, len(items), 500):
+        entries = [{"Data": d, "PartitionKey": k} for k, d in items[start : start + 500]]
+        while entries:
+            response = client.put_records(StreamName=stream, Records=entries)
+            entries = [
+                entry
+                for entry, result in zip(entries, response["Records"], strict=True)
+                if "ErrorCode" in result
+            ]
+    return time.perf_counter() - started
+
+
+def spark_sink(spark: Any, endpoint: str, stream: str, count: int, size: int) -> float:
+    """``df.write.format("shardflow")`` of the same records (made by Spark, ``spark.range``,
+    one partition per core); seconds. The producers' per-shard pacing is off, as kinesalite
+    has no limits and the boto3 loop does not pace."""
+    df = spark.range(count).selectExpr(
+        f"concat(lpad(cast(id AS string), 10, '0'), '|', repeat('x', {size - 11})) AS data",
+        "concat('key-', cast(id % 10000 AS string)) AS partitionKey",
+    )
+    started = time.perf_counter()
+    (
+        df.write.format("shardflow")
+        .options(**source_options(endpoint, stream))
+        .option("shardRecordsPerSecond", str(UNLIMITED))
+        .option("shardBytesPerSecond", str(UNLIMITED))
+        .mode("append")
+        .save()
+    )
+    return time.perf_counter() - started
+
+
+def sink_contenders(spark: Any, endpoint: str, args: argparse.Namespace) -> dict[str, Contender]:
+    """Each writes ``--records`` records into a new stream, then the stream is read back."""
+
+    def run(tag: str, write: Callable[[str], float]) -> Contender:
+        def contender(round_: int) -> tuple[float, Any]:
+            stream = f"bench-sink-{tag}-{round_}"
+            create_stream(endpoint, stream, args.shards)
+            seconds = write(stream)
+            return seconds, boto3_loop(endpoint, stream, aggregated=False)[1]
+
+        return contender
+
+    return {
+        "boto3 PutRecords loop": run(
+            "boto3", lambda s: boto3_put_loop(endpoint, s, args.records, args.size)
+        ),
+        "sink, write (batch)": run(
+            "spark", lambda s: spark_sink(spark, endpoint, s, args.records, args.size)
+        ),
+    }
+
+
+def measure(
+    variant: str, contenders: dict[str, Contender], rounds: int, expected: int
+) -> list[dict[str, Any]]:
+    """Run every contender ``rounds`` times (order rotated) and check every id each time."""
+    timings: dict[str, list[tuple[float, dict[str, int]]]] = {name: [] for name in contenders}
+    extra: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for round_ in range(rounds):
+        # Rotate the order: whoever goes first meets the coldest emulator.
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            seconds, ids, *more = contenders[name](round_)
+            timings[name].append((seconds, check_ids(ids, expected)))
+            if more:
+                extra[name].append(more[0])
+            print(variant, name, round(seconds, 2), timings[name][-1][1], *more, flush=True)
+    rows: list[dict[str, Any]] = []
+    baseline_rate = None
+    for contender, got in timings.items():
+        seconds = statistics.median(t for t, _ in got)
+        lost = max(c["lost"] for _, c in got)
+        duplicates = max(c["duplicates"] for _, c in got)
+        more_timings = {
+            key: round(statistics.median(e[key] for e in extra[contender]), 2)
+            for key in (extra[contender][0] if extra[contender] else {})
+        }
+        # Every round handed out (or wrote) every id exactly once, or no number is posted.
+        verified = lost == 0 and duplicates == 0
+        rate = expected / seconds if verified else None
+        if contender.startswith("boto3"):
+            baseline_rate = rate
+        rows.append(
+            {
+                "variant": variant,
+                "contender": contender,
+                "seconds": round(seconds, 2),
+                "rows": min(c["rows"] for _, c in got),
+                "lost": lost,
+                "duplicates": duplicates,
+                "verified": verified,
+                "rows_per_second": None if rate is None else round(rate),
+                "ratio_to_boto3": (
+                    None if rate is None or not baseline_rate else round(rate / baseline_rate, 2)
+                ),
+                **more_timings,
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def start_spark() -> Any:
@@ -234,6 +405,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--idle-seconds", type=float, default=15.0)
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the median is shown")
+    parser.add_argument("--no-sink", action="store_true", help="leave out the sink rows")
     args = parser.parse_args()
     for name, value in {
         "AWS_ACCESS_KEY_ID": "bench",
@@ -257,46 +429,23 @@ def main() -> None:
         warm = "bench-warm"
         preload(endpoint, warm, 2, 1000, args.size, aggregate=False)
         spark_batch(spark, endpoint, warm)
+        spark_sink(spark, endpoint, "bench-warm", 1000, args.size)  # producers started
         for aggregated in (False, True):
             stream = "bench-spark-aggregated" if aggregated else "bench-spark-plain"
             load_s = preload(endpoint, stream, args.shards, args.records, args.size, aggregated)
             print(f"preloaded {args.records:,} records into {stream} in {load_s:.1f}s", flush=True)
             contenders = contenders_for(spark, endpoint, stream, aggregated, work)
-            timings: dict[str, list[tuple[float, int]]] = {name: [] for name in contenders}
-            names = list(contenders)
-            for round_ in range(args.repeat):
-                # Rotate the order: whoever reads first meets the coldest emulator.
-                for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-                    timings[name].append(contenders[name](round_))
-                    print(name, timings[name][-1], flush=True)
-            baseline_rate = None
-            for contender, got in timings.items():
-                seconds = statistics.median(t for t, _ in got)
-                rows = min(n for _, n in got)
-                ok = all(n == args.records for _, n in got)  # every round handed out every row
-                rate = args.records / seconds if ok else None
-                if contender.startswith("boto3"):
-                    baseline_rate = rate
-                results.append(
-                    {
-                        "variant": "aggregated" if aggregated else "plain",
-                        "contender": contender,
-                        "seconds": round(seconds, 2),
-                        "rows": rows,
-                        "rows_per_second": None if rate is None else round(rate),
-                        "ratio_to_boto3": (
-                            None
-                            if rate is None or not baseline_rate
-                            else round(rate / baseline_rate, 2)
-                        ),
-                    }
-                )
-                print(json.dumps(results[-1]), flush=True)
+            variant = "aggregated" if aggregated else "plain"
+            results += measure(variant, contenders, args.repeat, args.records)
             if not aggregated:
                 idle = idle_triggers(
                     spark, endpoint, stream, work, f"{stream}-0", args.idle_seconds
                 )
                 print(json.dumps(idle), flush=True)
+        if not args.no_sink:
+            results += measure(
+                "sink", sink_contenders(spark, endpoint, args), args.repeat, args.records
+            )
         spark.stop()
 
     payload = {
@@ -323,14 +472,36 @@ def render(result: dict[str, Any]) -> str:
         f"kinesalite, Spark local[2], median of {result['rounds']} round(s), order rotated "
         "each round",
         "",
-        "| variant | contender | rows/s | vs boto3 loop | seconds |",
-        "|---|---|---:|---:|---:|",
+        "| variant | contender | rows/s | vs boto3 loop | seconds | record ids |",
+        "|---|---|---:|---:|---:|---|",
     ]
     for r in result["results"]:
         rate = "failed" if r["rows_per_second"] is None else f"{r['rows_per_second']:,}"
         ratio = "" if r["ratio_to_boto3"] is None else f"{r['ratio_to_boto3']:.2f}x"
+        if "verified" not in r:
+            ids = "count only"
+        elif r["verified"]:
+            ids = "each once"
+        else:
+            ids = f"{r['lost']:,} lost, {r['duplicates']:,} duplicated"
         lines.append(
-            f"| {r['variant']} | {r['contender']} | {rate} | {ratio} | {r['seconds']:.2f} |"
+            f"| {r['variant']} | {r['contender']} | {rate} | {ratio} | {r['seconds']:.2f} | {ids} |"
+        )
+    for r in result["results"]:
+        if r.get("query_start_seconds") is None or not r["rows_per_second"]:
+            continue
+        baseline = next(
+            b
+            for b in result["results"]
+            if b["variant"] == r["variant"] and b["contender"].startswith("boto3")
+        )
+        with_start = result["records"] / r["seconds_with_start"]
+        ratio = with_start / baseline["rows_per_second"] if baseline["rows_per_second"] else 0
+        lines.append(
+            f"\n{r['variant']}, {r['contender']}: timed from its first trigger; the query's "
+            f"start before it (once per query: the source's Python process on the driver, "
+            f"shard listing) took {r['query_start_seconds']:.2f} s; counting it, "
+            f"{with_start:,.0f} rows/s ({ratio:.2f}x)"
         )
     idle = result["idle_trigger"]
     if idle.get("median_trigger_ms") is not None:

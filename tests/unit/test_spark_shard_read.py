@@ -57,6 +57,7 @@ class Script:
         self.size = size
         self.ended = ended
         self.starts: list[StartPosition] = []
+        self.served = 0
 
     def __call__(self, start: StartPosition, limit: int) -> AsyncIterator[FetchedBatch]:
         self.starts.append(start)
@@ -69,6 +70,7 @@ class Script:
         while True:
             batch, rest = rest[:size], rest[size:]
             last = not rest and self.ended
+            self.served += 1
             yield FetchedBatch(
                 "s", batch, millis_behind_latest=0 if not rest else 1, shard_ended=last
             )
@@ -190,3 +192,16 @@ async def test_out_of_range_sub_records_without_the_mark_or_the_range_are_delive
     assert rows == ["10/0", "10/1"]  # another producer never re-sends: nothing may be lost
     rows, _ = await run(plan(ShardPosition.trim_horizon()), Script([marked(10, [5, 150])]))
     assert rows == ["10/0", "10/1"]
+
+
+async def test_the_next_batch_is_asked_for_ahead_only_while_more_is_wanted() -> None:
+    script = Script([plain(i) for i in range(1, 8)])
+    rows, _ = await run(plan(ShardPosition.trim_horizon(), budget=3), script)
+    assert rows == ["1/0", "2/0", "3/0"]
+    assert script.served == 2  # the budget was reached in the second batch: no third one
+    script = Script([plain(i) for i in range(1, 6)])
+    rows, read = await run(plan(ShardPosition.trim_horizon()), script)
+    assert len(rows) == 5
+    assert read.outcome is not None
+    assert read.outcome.stopped == "tip"
+    assert script.served == 3  # [1, 2] [3, 4] [5]: the last one is at the tip

@@ -10,11 +10,14 @@ first one returned.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shardflow.aggregation import MAGIC
 from shardflow.aggregation import deaggregate as deaggregate_record
 from shardflow.errors import DataLossError, InvalidArgumentError, SourceMetadataError
 from shardflow.fetch.batch import FetchedBatch
@@ -32,6 +35,11 @@ log = logging.getLogger("shardflow.spark.source")
 # this many times (the records were there when the end was recorded) before giving up.
 _MISSING_END_POLLS = 20
 _MISSING_END_PAUSE = 0.2
+# Loop turns given to a GetRecords call asked for ahead, for it to send its request before
+# the current chunk is handed out (the event loop stands still while Spark takes the chunk).
+_SEND_TURNS = 3
+# Partition keys whose place in the shard's hash-key range a read remembers at most.
+_KEYS_REMEMBERED = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +112,7 @@ class ShardRead:
         self.outcome: ShardBatchEnd | None = None
         self._rows = 0
         self._skipped = 0
+        self._key_in_range: dict[str, bool] = {}
         self._last: Record | None = None
         self._lost: DataLoss | None = None
 
@@ -122,13 +131,19 @@ class ShardRead:
         fetcher = self._make_fetcher(plan.start.iterator_start(), limit)
         checked = not plan.start.names_record
         empty_tip_polls = 0
+        polling = plan.consumer_arn is None
+        ahead: asyncio.Task[FetchedBatch | None] | None = None
         try:
             while True:
                 try:
-                    batch = await anext(aiter(fetcher))
-                except StopAsyncIteration:
-                    self.outcome = self._finish("end", ended=True)
-                    return
+                    if ahead is not None:
+                        fetched, ahead = await ahead, None
+                    else:
+                        fetched = await _next(fetcher)
+                    if fetched is None:
+                        self.outcome = self._finish("end", ended=True)
+                        return
+                    batch = fetched
                 except InvalidArgumentError:
                     if checked:
                         raise
@@ -146,6 +161,18 @@ class ShardRead:
                     if not raw or raw[0].sequence_number != plan.start.sequence_number:
                         self._data_lost(raw[0] if raw else None)
                 chunk, stop = self._take(raw)
+                if (
+                    polling
+                    and checked
+                    and stop is None
+                    and not batch.shard_ended
+                    and not _at_tip(batch, limit, polling=True)
+                ):
+                    # More is there and will be read: ask for it now, so that the service
+                    # works on the next batch while this chunk becomes Arrow and goes to Spark.
+                    ahead = asyncio.ensure_future(_next(fetcher))
+                    for _ in range(_SEND_TURNS):
+                        await asyncio.sleep(0)
                 if chunk:
                     yield chunk
                 if stop is not None:
@@ -168,56 +195,100 @@ class ShardRead:
                     self.outcome = self._finish("tip")
                     return
         finally:
+            if ahead is not None:
+                ahead.cancel()  # a batch asked for ahead and not needed after all
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await ahead
             await _close(fetcher)
 
     def _take(self, raw: list[Record]) -> tuple[list[Record], StopReason | None]:
         """The records of one fetched batch to hand out, and why to stop after them if so."""
         plan = self.plan
-        records = (
-            [sub for record in raw for sub in deaggregate_record(record)]
-            if plan.deaggregate
-            else raw
-        )
-        hash_range = plan.hash_range
+        records = raw
+        if plan.deaggregate and any(record.data.startswith(MAGIC) for record in raw):
+            # Only records that look like KPL aggregates are unpacked (plain ones as they are).
+            records = []
+            for record in raw:
+                if record.data.startswith(MAGIC):
+                    records += deaggregate_record(record)
+                else:
+                    records.append(record)
+        first = 0
+        if plan.start.kind is Kind.AFTER:
+            # Read AT the start record: its sub-records up to the start come first.
+            skips = plan.start.skips
+            while first < len(records) and skips(
+                records[first].sequence_number, records[first].sub_sequence_number
+            ):
+                first += 1
+        resent = self._resent(records, first)
+        until, cutoff_ms, budget = plan.until, plan.cutoff_ms, plan.budget
         taken: list[Record] = []
-        for record in records:
-            if plan.start.skips(record.sequence_number, record.sub_sequence_number):
-                continue
-            resent = (
-                hash_range is not None
-                and record.resent_if_out_of_range
-                and record.hash_key not in hash_range
-            )
-            if plan.until is not None:
-                if _beyond(record, plan.until):
-                    return taken, "until"
-                if resent:
-                    self._pass(record)
+        stop: StopReason | None = None
+        last: Record | None = None
+        skipped = 0
+        for index in range(first, len(records)):
+            record = records[index]
+            if until is not None:
+                if _beyond(record, until):
+                    stop = "until"
+                    break
+                last = record
+                if index in resent:
+                    skipped += 1
                 else:
                     taken.append(record)
-                    self._note(record)
-                if _reaches(record, plan.until):
-                    return taken, "until"
+                if _reaches(record, until):
+                    stop = "until"
+                    break
                 continue
-            if plan.cutoff_ms is not None and _arrived_after(record, plan.cutoff_ms):
-                return taken, "cutoff"
-            if resent:
-                self._pass(record)
+            if cutoff_ms is not None and _arrived_after(record, cutoff_ms):
+                stop = "cutoff"
+                break
+            last = record
+            if index in resent:
+                skipped += 1
                 continue
             taken.append(record)
-            self._note(record)
-            if plan.budget is not None and self._rows >= plan.budget:
-                return taken, "budget"
-        return taken, None
+            if budget is not None and self._rows + len(taken) >= budget:
+                stop = "budget"
+                break
+        self._rows += len(taken)
+        self._skipped += skipped
+        if last is not None:
+            self._last = last
+        return taken, stop
 
-    def _note(self, record: Record) -> None:
-        self._rows += 1
-        self._last = record
-
-    def _pass(self, record: Record) -> None:
-        """Skip a sub-record its producer put again on the right shard; the end moves past it."""
-        self._skipped += 1
-        self._last = record
+    def _resent(self, records: list[Record], first: int) -> set[int]:
+        """Indexes of the sub-records to skip: outside the shard's hash-key range, in
+        aggregates whose producer (shardflow's) put such sub-records again on the right shard."""
+        hash_range = self.plan.hash_range
+        if hash_range is None:
+            return set()
+        low, high = hash_range.start, hash_range.end
+        md5 = hashlib.md5
+        # Whether a partition key's hash lies in the range, per key (keys repeat).
+        known = self._key_in_range
+        if len(known) > _KEYS_REMEMBERED:
+            known.clear()
+        skipped: set[int] = set()
+        for index in range(first, len(records)):
+            record = records[index]
+            if not record.resent_if_out_of_range:
+                continue
+            explicit = record.explicit_hash_key
+            if explicit is not None:
+                inside = low <= int(explicit) <= high
+            else:
+                key = record.partition_key
+                inside_or_none = known.get(key)
+                if inside_or_none is None:
+                    hashed = int.from_bytes(md5(key.encode()).digest(), "big")
+                    inside_or_none = known[key] = low <= hashed <= high
+                inside = inside_or_none
+            if not inside:
+                skipped.add(index)
+        return skipped
 
     # --- endings ---------------------------------------------------------------------------
 
@@ -279,6 +350,15 @@ class ShardRead:
         if last is None:
             return str(self.plan.start)
         return f"{last.sequence_number}/{last.sub_sequence_number}"
+
+
+async def _next(fetcher: Any) -> FetchedBatch | None:
+    """The fetcher's next batch, None once it has no more (the shard ended)."""
+    try:
+        batch: FetchedBatch = await anext(aiter(fetcher))
+    except StopAsyncIteration:
+        return None
+    return batch
 
 
 def _at_tip(batch: FetchedBatch, limit: int, *, polling: bool) -> bool:
