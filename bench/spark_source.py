@@ -1,28 +1,44 @@
-"""Read throughput of the shardflow Spark source, against a plain boto3 GetRecords loop, in one run.
+"""Throughput of the shardflow Spark source and sink, against plain boto3 loops, in one run.
 
-Kinesis runs on kinesalite (its read speed holds as a stream fills). For each variant (plain
-records, and the same records KPL-aggregated by shardflow's producer) one stream of
-``--records`` x ``--size`` B records in ``--shards`` shards is preloaded, then drained by:
+Kinesis runs on kinesalite (its read speed holds as a stream fills). Every record carries a
+unique id up front, and every contender's rows are checked id by id: a contender that lost a
+record or handed one out twice posts no number.
+
+Source. For each variant (plain records, and the same records KPL-aggregated by shardflow's
+producer) one stream of ``--records`` x ``--size`` B records in ``--shards`` shards is
+preloaded, then drained by:
 
 1. a plain boto3 loop: one thread per shard, GetShardIterator TRIM_HORIZON, GetRecords
-   (Limit 10,000) until the shard is caught up; for the aggregated variant the records are
-   deaggregated (shardflow.aggregation) so that it hands out the same rows — the floor;
+   (Limit 10,000) until the shard is caught up, taking each record's id; for the aggregated
+   variant the records are deaggregated (shardflow.aggregation) so that it hands out the same
+   rows — the floor;
 2. the source in Structured Streaming: ``readStream.format("shardflow")`` with
-   Trigger.AvailableNow into the ``noop`` sink (micro-batch planning, metadata writes and
-   Arrow conversion included), Spark local[2];
-3. the source as a batch read: ``spark.read.format("shardflow")...count()``.
+   Trigger.AvailableNow, each row's id (parsed by Spark from ``data``) into the ``memory``
+   sink, Spark local[2] (two tasks at a time: two of the four shards, where the loop reads
+   all four). Timed from the start of its first trigger (as the query's progress reports it:
+   latestOffset with its probes, planning, batch-end records, Arrow conversion and the
+   offset and commit logs are in) to the query's end; the query's start before that (a
+   Python process for the source on the driver, the shard listing), paid once per query, is
+   reported apart, with the rate counting it;
+3. the source as a batch read: ``spark.read.format("shardflow")`` with the ids collected to
+   the driver (``toArrow``).
 
-Each is timed from its start to its last row; the SparkSession is started before (its 7-10 s
-cold start is not counted) and the first Spark job of the run (warming up JVM and Python
-workers) is done before timing too. Row counts are checked: a contender that does not hand
-out exactly the rows written posts no number.
+Sink. ``--sink-records`` records of the same shape are written into a new stream by a plain
+boto3 PutRecords loop (500 a call, failed entries sent again: the loop people write) and by
+``df.write.format("shardflow")`` of a DataFrame Spark makes (``spark.range``, one partition
+per core, the producers' per-shard pacing off: kinesalite has no limits and the loop does
+not pace); each stream is read back and its ids checked.
+
+The SparkSession is started before (its 7-10 s cold start is not counted), and a first read
+and a first write (warming up the JVM, the Python workers and their producers) are done
+before timing too.
 
 Then the cost of an idle trigger: a running query (ProcessingTime 0) on the drained stream,
 with every trigger reported (``noDataProgressEventInterval`` 0): the median time of a trigger
 that found nothing (the source probes each shard; no batch is planned) and of its
 ``latestOffset`` call.
 
-    .venv/bin/python bench/spark_source.py                      # 1M records, 2 rounds (~15 min)
+    .venv/bin/python bench/spark_source.py                      # 1M records, 2 rounds
     .venv/bin/python bench/spark_source.py --records 200000     # quicker
 """
 
@@ -322,10 +338,10 @@ def sink_contenders(spark: Any, endpoint: str, args: argparse.Namespace) -> dict
 
     return {
         "boto3 PutRecords loop": run(
-            "boto3", lambda s: boto3_put_loop(endpoint, s, args.records, args.size)
+            "boto3", lambda s: boto3_put_loop(endpoint, s, args.sink_records, args.size)
         ),
         "sink, write (batch)": run(
-            "spark", lambda s: spark_sink(spark, endpoint, s, args.records, args.size)
+            "spark", lambda s: spark_sink(spark, endpoint, s, args.sink_records, args.size)
         ),
     }
 
@@ -405,6 +421,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--idle-seconds", type=float, default=15.0)
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the median is shown")
+    parser.add_argument("--sink-records", type=int, default=300_000)
     parser.add_argument("--no-sink", action="store_true", help="leave out the sink rows")
     args = parser.parse_args()
     for name, value in {
@@ -444,7 +461,7 @@ def main() -> None:
                 print(json.dumps(idle), flush=True)
         if not args.no_sink:
             results += measure(
-                "sink", sink_contenders(spark, endpoint, args), args.repeat, args.records
+                "sink", sink_contenders(spark, endpoint, args), args.repeat, args.sink_records
             )
         spark.stop()
 
@@ -452,6 +469,7 @@ def main() -> None:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "records": args.records,
+        "sink_records": None if args.no_sink else args.sink_records,
         "record_bytes": args.size,
         "shards": args.shards,
         "rounds": args.repeat,
@@ -503,6 +521,11 @@ def render(result: dict[str, Any]) -> str:
             f"shard listing) took {r['query_start_seconds']:.2f} s; counting it, "
             f"{with_start:,.0f} rows/s ({ratio:.2f}x)"
         )
+    if result.get("sink_records"):
+        lines.append(
+            f"\nsink rows: {result['sink_records']:,} records written into a new stream each "
+            "time, then read back and checked"
+        )
     idle = result["idle_trigger"]
     if idle.get("median_trigger_ms") is not None:
         lines.append(
@@ -513,6 +536,44 @@ def render(result: dict[str, Any]) -> str:
     machine = result["machine"]
     lines.append(f"\n({machine['cpus']} cores, Python {machine['python']})")
     return "\n".join(lines)
+
+
+def render_summary(result: dict[str, Any]) -> str:
+    """One paragraph for the Spark guide: the readStream and sink figures of the run."""
+
+    def row(variant: str, contender: str) -> dict[str, Any]:
+        return next(
+            r for r in result["results"] if r["variant"] == variant and r["contender"] == contender
+        )
+
+    def ratio(r: dict[str, Any]) -> str:
+        return "failed" if r["ratio_to_boto3"] is None else f"{r['ratio_to_boto3']:.2f}x"
+
+    stream = "source, readStream AvailableNow"
+    plain, aggregated = row("plain", stream), row("aggregated", stream)
+    text = (
+        f"{result['records']:,} x {result['record_bytes']} B records from "
+        f"{result['shards']} shards on kinesalite, Spark local[2], every record id checked: "
+        f"Structured Streaming reads {plain['rows_per_second'] or 0:,} rows/s "
+        f"({ratio(plain)} a plain boto3 GetRecords loop in the same run) and "
+        f"{aggregated['rows_per_second'] or 0:,} rows/s from KPL aggregates "
+        f"({ratio(aggregated)}), timed from the first trigger (a query's start, once, took "
+        f"{plain['query_start_seconds']:.1f} s); batch reads "
+        f"{ratio(row('plain', 'source, read (batch)'))} and "
+        f"{ratio(row('aggregated', 'source, read (batch)'))}."
+    )
+    if result.get("sink_records"):
+        sink = row("sink", "sink, write (batch)")
+        text += (
+            f" The sink writes {sink['rows_per_second'] or 0:,} rows/s ({ratio(sink)} a plain "
+            "boto3 PutRecords loop)."
+        )
+    idle = result["idle_trigger"]
+    if idle.get("median_trigger_ms") is not None:
+        text += (
+            f" An idle trigger costs a median {idle['median_trigger_ms']:g} ms and plans no batch."
+        )
+    return text
 
 
 if __name__ == "__main__":
