@@ -205,3 +205,23 @@ async def test_the_next_batch_is_asked_for_ahead_only_while_more_is_wanted() -> 
     assert read.outcome is not None
     assert read.outcome.stopped == "tip"
     assert script.served == 3  # [1, 2] [3, 4] [5]: the last one is at the tip
+
+
+async def test_a_cutoff_inside_an_aggregate_read_again_leaves_out_its_other_sub_records() -> None:
+    late = aggregated(10, 4)
+    late = Record(
+        data=late.data,
+        partition_key="k",
+        sequence_number="10",
+        shard_id="s",
+        approximate_arrival_timestamp=datetime.fromtimestamp(0.3, UTC),
+    )
+    script = Script([late, plain(11, 400)])
+    rows, read = await run(plan(ShardPosition.after("10", 1), cutoff_ms=250), script)
+    assert rows == []
+    assert read.outcome is not None
+    assert (read.outcome.stopped, read.outcome.end) == ("cutoff", "AFTER:10/1")
+    rows, read = await run(plan(ShardPosition.trim_horizon(), cutoff_ms=350), script)
+    assert rows == ["10/0", "10/1", "10/2", "10/3"]
+    assert read.outcome is not None
+    assert (read.outcome.stopped, read.outcome.end) == ("cutoff", "AFTER:10")

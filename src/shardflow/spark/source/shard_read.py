@@ -204,6 +204,17 @@ class ShardRead:
     def _take(self, raw: list[Record]) -> tuple[list[Record], StopReason | None]:
         """The records of one fetched batch to hand out, and why to stop after them if so."""
         plan = self.plan
+        cut = at_start = False
+        if plan.until is None and plan.cutoff_ms is not None:
+            # Sub-records carry their aggregate's arrival time: the cutoff is found among the
+            # Kinesis records, and those after it are not unpacked at all.
+            cutoff_ms = plan.cutoff_ms
+            for index, record in enumerate(raw):
+                if _arrived_after(record, cutoff_ms):
+                    # The start record, read again, is kept to be skipped; nothing after it.
+                    at_start = index == 0 and _is_start(plan.start, record)
+                    raw, cut = raw[: 1 if at_start else index], True
+                    break
         records = raw
         if plan.deaggregate and any(record.data.startswith(MAGIC) for record in raw):
             # Only records that look like KPL aggregates are unpacked (plain ones as they are).
@@ -221,8 +232,10 @@ class ShardRead:
                 records[first].sequence_number, records[first].sub_sequence_number
             ):
                 first += 1
+        if at_start:
+            records = records[:first]
         resent = self._resent(records, first)
-        until, cutoff_ms, budget = plan.until, plan.cutoff_ms, plan.budget
+        until, budget = plan.until, plan.budget
         taken: list[Record] = []
         stop: StopReason | None = None
         last: Record | None = None
@@ -242,9 +255,6 @@ class ShardRead:
                     stop = "until"
                     break
                 continue
-            if cutoff_ms is not None and _arrived_after(record, cutoff_ms):
-                stop = "cutoff"
-                break
             last = record
             if index in resent:
                 skipped += 1
@@ -253,6 +263,8 @@ class ShardRead:
             if budget is not None and self._rows + len(taken) >= budget:
                 stop = "budget"
                 break
+        if stop is None and cut:
+            stop = "cutoff"
         self._rows += len(taken)
         self._skipped += skipped
         if last is not None:
@@ -389,6 +401,11 @@ def _reaches(record: Record, until: ShardPosition) -> bool:
     if until.sub_sequence_number is not None:
         return record.sub_sequence_number >= until.sub_sequence_number
     return record.sub_sequence_number >= record.last_sub_sequence_number
+
+
+def _is_start(start: ShardPosition, record: Record) -> bool:
+    """Whether ``record`` is the one an AFTER start names (read again, then skipped)."""
+    return start.kind is Kind.AFTER and record.sequence_number == start.sequence_number
 
 
 def _arrived_after(record: Record, cutoff_ms: int) -> bool:
