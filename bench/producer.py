@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -129,9 +130,16 @@ def run_shardflow(
         settings = ProducerSettings(aggregate=aggregate, **rate)
         aws = AwsSettings(endpoint_url=endpoint, region="us-east-1")
         async with Producer(stream, settings=settings, aws=aws) as producer:
-            futures = [await producer.put(d, k) for k, d in items]
+            # Every record's result is checked, as it arrives, and not kept after (as the
+            # boto3 loop checks each response and keeps nothing): a list of every future
+            # would be the garbage collector's work, not the producer's.
+            waiting: deque[asyncio.Future[Any]] = deque()
+            for key, data in items:
+                waiting.append(await producer.put(data, key))
+                while waiting and waiting[0].done():
+                    waiting.popleft().result()
             await producer.flush()
-            for future in futures:
+            for future in waiting:
                 future.result()
 
     asyncio.run(main())
