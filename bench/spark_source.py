@@ -13,8 +13,8 @@ preloaded, then drained by:
    variant the records are deaggregated (shardflow.aggregation) so that it hands out the same
    rows — the floor;
 2. the source in Structured Streaming: ``readStream.format("shardflow")`` with
-   Trigger.AvailableNow, each row's id (parsed by Spark from ``data``) into the ``memory``
-   sink, Spark local[2] (two tasks at a time: two of the four shards, where the loop reads
+   Trigger.AvailableNow, each row's id (parsed by Spark from ``data``) collected to the
+   driver per micro-batch (``foreachBatch``, ``toArrow``), Spark local[2] (two tasks at a time: two of the four shards, where the loop reads
    all four). Timed from the start of its first trigger (as the query's progress reports it:
    latestOffset with its probes, planning, batch-end records, Arrow conversion and the
    offset and commit logs are in) to the query's end; the query's start before that (a
@@ -29,9 +29,9 @@ boto3 PutRecords loop (500 a call, failed entries sent again: the loop people wr
 per core, the producers' per-shard pacing off: kinesalite has no limits and the loop does
 not pace); each stream is read back and its ids checked.
 
-The SparkSession is started before (its 7-10 s cold start is not counted), and a first read
-and a first write (warming up the JVM, the Python workers and their producers) are done
-before timing too.
+The SparkSession is started before (its 7-10 s cold start is not counted), and a first
+batch read, streaming query and write (warming up the JVM, the Python workers and their
+producers) are done before timing too.
 
 Then the cost of an idle trigger: a running query (ProcessingTime 0) on the drained stream,
 with every trigger reported (``noDataProgressEventInterval`` 0): the median time of a trigger
@@ -179,9 +179,9 @@ def source_options(endpoint: str, stream: str) -> dict[str, str]:
 def spark_stream(
     spark: Any, endpoint: str, stream: str, work: Path, run: str
 ) -> tuple[float, Any, dict[str, float]]:
-    """Drain with readStream + AvailableNow, each record's id into the memory sink (ids of
-    every micro-batch collected on the driver, a fresh checkpoint named ``run``); (seconds,
-    the ids, the query's start).
+    """Drain with readStream + AvailableNow, each micro-batch's ids collected on the driver
+    (``foreachBatch``, ``toArrow``; a fresh checkpoint named ``run``); (seconds, the ids, the
+    query's start).
 
     Timed from the start of the first trigger (as the query's progress reports it) to the
     query's end: every trigger (latestOffset with its probes, planning, reading, collecting
@@ -191,11 +191,15 @@ def spark_stream(
     """
     reader = spark.readStream.format("shardflow").options(**source_options(endpoint, stream))
     df = reader.option("metadataPath", str(work / f"{run}-meta")).load().selectExpr(ID_COLUMN)
-    table = "ids_" + run.replace("-", "_")
+    batches: dict[int, Any] = {}
+
+    def keep(batch: Any, batch_id: int) -> None:
+        # A micro-batch run again replaces its ids: each batch counts once.
+        batches[batch_id] = batch.toArrow().column("id")
+
     called = time.time()
     query = (
-        df.writeStream.format("memory")
-        .queryName(table)
+        df.writeStream.foreachBatch(keep)
         .option("checkpointLocation", str(work / f"{run}-ckpt"))
         .trigger(availableNow=True)
         .start()
@@ -207,9 +211,11 @@ def spark_stream(
         for p in query.recentProgress
     )
     start = {"query_start_seconds": first - called, "seconds_with_start": ended - called}
-    # The memory sink keeps each micro-batch once (a batch run again replaces its rows).
-    ids = spark.table(table).toArrow().column("id")
-    spark.catalog.dropTempView(table)
+    import pyarrow as pa
+
+    ids = pa.chunked_array(
+        [chunk for _, column in sorted(batches.items()) for chunk in column.chunks], pa.int64()
+    )
     return ended - first, ids, start
 
 
@@ -446,6 +452,7 @@ def main() -> None:
         warm = "bench-warm"
         preload(endpoint, warm, 2, 1000, args.size, aggregate=False)
         spark_batch(spark, endpoint, warm)
+        spark_stream(spark, endpoint, "bench-warm", work, "bench-warm")
         spark_sink(spark, endpoint, "bench-warm", 1000, args.size)  # producers started
         for aggregated in (False, True):
             stream = "bench-spark-aggregated" if aggregated else "bench-spark-plain"
