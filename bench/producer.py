@@ -318,6 +318,13 @@ def render(result: dict[str, Any]) -> str:
             f"{o.cpu_per_100k / base.cpu_per_100k:.2f}x | "
             f"{'all' if o.missing == 0 else f'{o.missing} MISSING'} |"
         )
+    lines += [
+        "",
+        "CPU-seconds of each contender's own process from its first record to its last result "
+        "(its modules imported before the clock); every contender checks every record's result "
+        "(shardflow's as each arrives, keeping none after); the stream is read back and every id "
+        "verified.",
+    ]
     return "\n".join(lines)
 
 
