@@ -411,6 +411,7 @@ def child_env(kinesis: str, dynamodb: str) -> dict[str, str]:
         {
             "AWS_ENDPOINT_URL_KINESIS": kinesis,
             "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
+            "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb,
             "AWS_DEFAULT_REGION": REGION,
         }
     )

@@ -199,6 +199,7 @@ def measure(args: argparse.Namespace, kinesis: str, dynamodb: str) -> dict[str, 
     env |= {
         "AWS_ENDPOINT_URL_KINESIS": kinesis,
         "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
+        "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb,
         "AWS_DEFAULT_REGION": REGION,
     }
     command = [

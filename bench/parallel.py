@@ -277,6 +277,7 @@ def main() -> None:
     with KinesaliteServer() as kinesalite, MotoServer() as moto:
         os.environ["AWS_ENDPOINT_URL_KINESIS"] = kinesalite.endpoint_url
         os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = moto.endpoint_url
+        os.environ["AWS_ENDPOINT_URL_DYNAMODB_STREAMS"] = moto.endpoint_url
         preload(kinesalite.endpoint_url, args.records, args.keys)
         print(f"preloaded {args.records:,} records", flush=True)
         outcomes = asyncio.run(run_all(args, chosen))
