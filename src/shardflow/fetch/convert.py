@@ -12,19 +12,7 @@ def record_from_kinesis(
     raw: Mapping[str, Any], *, shard_id: str, stream_name: str, build: RecordBuilder = build_record
 ) -> Record:
     """One element of GetRecords' ``Records`` as a plain (not deaggregated) :class:`Record`."""
-    return build(
-        bytes(raw["Data"]),
-        raw["PartitionKey"],
-        raw["SequenceNumber"],
-        0,
-        None,
-        raw.get("ApproximateArrivalTimestamp"),
-        shard_id,
-        stream_name,
-        False,
-        0,
-        False,
-    )
+    return records_from_kinesis((raw,), shard_id=shard_id, stream_name=stream_name, build=build)[0]
 
 
 def records_from_kinesis(
