@@ -50,3 +50,31 @@ def test_a_plain_record_is_copied_into_a_consumed_one() -> None:
     consumed = bind_delivered(plain, b"x", tracker, tracker.register(plain))
     assert type(consumed) is ConsumedRecord
     assert consumed == ConsumedRecord(b"x", "pk", "49590000000000000002", shard_id="s-1")
+
+
+def delivered_run(tracker: AckTracker, count: int, first: int = 1) -> list[ConsumedRecord[int]]:
+    records = [
+        Record(b"x", "pk", f"4959{n:016d}", shard_id="s-1") for n in range(first, first + count)
+    ]
+    return [bind_delivered(r, n, tracker, tracker.register(r)) for n, r in enumerate(records)]
+
+
+def test_ack_run_acks_just_the_run_of_one_tracker_in_one_step() -> None:
+    tracker = AckTracker("s-1")
+    records = delivered_run(tracker, 4)
+    ConsumedRecord.ack_run(records, 2, 2)
+    assert tracker.pending.unacked == 4
+    ConsumedRecord.ack_run(records, 1, 3)
+    assert tracker.pending.unacked == 2
+    assert not tracker.all_acked
+    ConsumedRecord.ack_run(records, 0, 4)
+    assert tracker.all_acked
+
+
+def test_ack_run_over_records_of_two_trackers_acks_each_record() -> None:
+    first_tracker, second_tracker = AckTracker("s-1"), AckTracker("s-1")
+    records = [*delivered_run(first_tracker, 2), *delivered_run(second_tracker, 2, first=3)]
+    ConsumedRecord.ack_run(records, 1, 3)
+    assert (first_tracker.pending.unacked, second_tracker.pending.unacked) == (1, 1)
+    ConsumedRecord.ack_run(records, 0, 4)
+    assert first_tracker.all_acked and second_tracker.all_acked

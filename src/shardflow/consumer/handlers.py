@@ -93,7 +93,7 @@ class HandlerAdapter:
                 self._executor, calls, self._run_each_sync, records, may_continue
             )
         if self.auto_ack:
-            ack_handled(records, 0, outcome.handled)
+            ConsumedRecord.ack_run(records, 0, outcome.handled)
         return outcome
 
     async def _run_batch(
@@ -128,7 +128,7 @@ class HandlerAdapter:
                 if turns.due:
                     if auto_ack:
                         # Before the turn, not after the chunk: acks may trigger a checkpoint.
-                        ack_handled(records, acked, outcome.handled)
+                        ConsumedRecord.ack_run(records, acked, outcome.handled)
                         acked = outcome.handled
                     await turns.take()
                 if not may_continue():
@@ -145,7 +145,7 @@ class HandlerAdapter:
                 outcome.handled += 1
         finally:
             if auto_ack:
-                ack_handled(records, acked, outcome.handled)
+                ConsumedRecord.ack_run(records, acked, outcome.handled)
         return outcome
 
     def _run_each_sync(
@@ -165,18 +165,3 @@ class HandlerAdapter:
             outcome.latencies.append(time.perf_counter() - started)
             outcome.handled += 1
         return outcome
-
-
-def ack_handled(records: Sequence[ConsumedRecord[Any]], start: int, end: int) -> None:
-    """Acknowledge ``records[start:end]``, handled records of one chunk in shard order, on the
-    loop: one step for the lot when they came from one tracker (the slots between them belong
-    to the chunk: its other records, acknowledged on delivery), else one by one."""
-    if start >= end:
-        return
-    first, last = records[start], records[end - 1]
-    tracker = first._tracker
-    if tracker is not None and last._tracker is tracker:
-        tracker.ack_slots(first._index, last._index)
-        return
-    for record in records[start:end]:
-        record.ack()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -56,6 +56,23 @@ class ConsumedRecord(Record, Generic[T]):
         if tracker is None:
             raise RuntimeError("this record was not delivered by a consumer: nothing to ack")
         tracker._ack_from_any_thread(self._index)
+
+    @staticmethod
+    def ack_run(records: Sequence[ConsumedRecord[Any]], start: int, end: int) -> None:
+        """Acknowledge ``records[start:end]``, handled records of one chunk in shard order, on
+        the loop: one step for the lot when they came from one tracker (the slots between them
+        belong to the chunk: its other records, acknowledged on delivery), else one by one.
+
+        One call per run, not per record: this is the consumer's per-record path."""
+        if start >= end:
+            return
+        first, last = records[start], records[end - 1]
+        tracker = first._tracker
+        if tracker is not None and last._tracker is tracker:
+            tracker.ack_slots(first._index, last._index)
+            return
+        for record in records[start:end]:
+            record.ack()
 
 
 _record_values = attrgetter(*RECORD_FIELDS)
