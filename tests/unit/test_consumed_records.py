@@ -77,4 +77,5 @@ def test_ack_run_over_records_of_two_trackers_acks_each_record() -> None:
     ConsumedRecord.ack_run(records, 1, 3)
     assert (first_tracker.pending.unacked, second_tracker.pending.unacked) == (1, 1)
     ConsumedRecord.ack_run(records, 0, 4)
-    assert first_tracker.all_acked and second_tracker.all_acked
+    assert first_tracker.all_acked
+    assert second_tracker.all_acked
