@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -111,6 +113,41 @@ def consumer_for(
     )
 
 
+@dataclass
+class BlockedRun:
+    """A consumer of ``stream()`` (worker "a") whose plain handler's first call blocks its
+    thread until ``go_on`` is set."""
+
+    store: InMemoryLeaseStore
+    events: list[DiagnosticEvent]
+    spans: Spans
+    go_on: threading.Event
+    consumer: Consumer
+    run: asyncio.Task[None]
+
+
+@asynccontextmanager
+async def handler_blocked(dispatch: bool = False, **settings: Any) -> AsyncIterator[BlockedRun]:
+    """Yields once the handler's first call blocks; on the way out the thread is let go and
+    the consumer closed (nothing more if the test closed it already)."""
+    store = InMemoryLeaseStore("app")
+    events: list[DiagnosticEvent] = []
+    spans = Spans()
+    first_call = threading.Event()
+    go_on = threading.Event()
+    if dispatch:
+        settings["dispatch"] = dispatching()
+    consumer = consumer_for(stream(), store, events, drain_timeout=0.3, **settings)
+    run = asyncio.create_task(consumer.consume(blocking_handler(spans, first_call, go_on)))
+    try:
+        await until(first_call.is_set, 10.0)
+        yield BlockedRun(store, events, spans, go_on, consumer, run)
+    finally:
+        go_on.set()
+        await consumer.close()
+        await run
+
+
 @pytest.mark.parametrize("batch", [True, False], ids=["batch", "per-record"])
 async def test_an_async_handler_in_flight_is_cancelled_when_the_lease_is_lost(batch: bool) -> None:
     store = InMemoryLeaseStore("app")
@@ -139,29 +176,23 @@ async def test_an_async_handler_in_flight_is_cancelled_when_the_lease_is_lost(ba
         await run
 
 
+async def take_back(r: BlockedRun) -> None:
+    """Another worker takes the lease, then frees it: this process takes it back at once."""
+    taken = await steal(r.store, "thief")
+    await until(of(r.events, LeaseLost), 10.0)
+    await r.store.release(taken, "thief")
+    await until(lambda: len(of(r.events, LeaseAcquired)()) >= 2, 10.0)
+
+
 @pytest.mark.parametrize("dispatch", [False, True], ids=["shard-order", "dispatch"])
 async def test_a_lease_taken_back_waits_for_the_old_handler_thread_which_is_reported(
     dispatch: bool,
 ) -> None:
-    store = InMemoryLeaseStore("app")
-    events: list[DiagnosticEvent] = []
-    spans = Spans()
-    first_call = threading.Event()
-    go_on = threading.Event()
-    options: dict[str, Any] = {"drain_timeout": 0.3}
-    if dispatch:
-        options["dispatch"] = dispatching()
-    consumer = consumer_for(stream(), store, events, **options)
-    run = asyncio.create_task(consumer.consume(blocking_handler(spans, first_call, go_on)))
-    try:
-        await until(first_call.is_set, 10.0)
-        # Another worker takes the lease, then frees it: this process takes it back at once.
-        taken = await steal(store, "thief")
-        await until(of(events, LeaseLost), 10.0)
-        await store.release(taken, "thief")
-        await until(lambda: len(of(events, LeaseAcquired)()) >= 2, 10.0)
+    async with handler_blocked(dispatch) as r:
+        consumer, spans = r.consumer, r.spans
+        await take_back(r)
         # drain_timeout after the loss the thread still runs: reported, the shard still waits.
-        (overrun,) = await _first(of(events, HandlerOverrun), 5.0)
+        (overrun,) = await _first(of(r.events, HandlerOverrun), 5.0)
         assert (overrun.running, overrun.lease_lost, overrun.waited) == (1, True, 0.3)
         key = overrun.lease_key
         assert consumer.status().overrunning == {key: 1}
@@ -169,69 +200,41 @@ async def test_a_lease_taken_back_waits_for_the_old_handler_thread_which_is_repo
         assert consumer.metrics().streams["orders"].handler_overruns == 1
         await asyncio.sleep(0.5)  # time enough for a second worker to start handling
         assert spans.seen == [], "the shard started again while its old handler ran"
-        go_on.set()
+        r.go_on.set()
         await until(lambda: set(RECORDS) <= set(spans.seen), 10.0)
         await until(lambda: not consumer.status().overrunning, 5.0)
         assert consumer.metrics().streams["orders"].overrunning_shards == 0
-    finally:
-        go_on.set()
-        await consumer.close()
-        await run
     assert spans.most_at_once == 1
 
 
 @pytest.mark.parametrize("dispatch", [False, True], ids=["shard-order", "dispatch"])
 async def test_a_handoff_completes_only_once_the_handler_thread_returned(dispatch: bool) -> None:
-    store = InMemoryLeaseStore("app")
-    events: list[DiagnosticEvent] = []
-    spans = Spans()
-    first_call = threading.Event()
-    go_on = threading.Event()
-    options: dict[str, Any] = {"drain_timeout": 0.3}
-    if dispatch:
-        options["dispatch"] = dispatching()
-    consumer = consumer_for(stream(), store, events, **options)
-    run = asyncio.create_task(consumer.consume(blocking_handler(spans, first_call, go_on)))
-    try:
-        await until(first_call.is_set, 10.0)
+    async with handler_blocked(dispatch) as r:
+        store = r.store
         # A KCL 3.x-style handoff to "b" begins: "a" sees it at its next renewal.
         await store.handoff(await only_lease(store), "a", "b")
-        (overrun,) = await _first(of(events, HandlerOverrun), 5.0)
+        (overrun,) = await _first(of(r.events, HandlerOverrun), 5.0)
         assert not overrun.lease_lost
         await asyncio.sleep(1.0)  # several renewals and drain timeouts later
         lease = await only_lease(store)
         assert (lease.lease_owner, lease.checkpoint_owner) == ("b", "a"), (
             "handed over while the handler still ran"
         )
-        assert not of(events, LeaseLost)(), "a kept the lease renewed meanwhile"
-        go_on.set()
-        await until(lambda: not consumer.status().shards, 10.0)  # the handover write is done
+        assert not of(r.events, LeaseLost)(), "a kept the lease renewed meanwhile"
+        r.go_on.set()
+        await until(lambda: not r.consumer.status().shards, 10.0)  # the handover write is done
         lease = await only_lease(store)
         assert (lease.lease_owner, lease.checkpoint_owner) == ("b", None)
-    finally:
-        go_on.set()
-        await consumer.close()
-        await run
 
 
 async def test_a_handler_thread_still_running_at_the_stop_leaves_the_lease_to_expire() -> None:
-    store = InMemoryLeaseStore("app")
-    events: list[DiagnosticEvent] = []
-    spans = Spans()
-    first_call = threading.Event()
-    go_on = threading.Event()
-    consumer = consumer_for(stream(), store, events, drain_timeout=0.3)
-    run = asyncio.create_task(consumer.consume(blocking_handler(spans, first_call, go_on)))
-    try:
-        await until(first_call.is_set, 10.0)
+    async with handler_blocked() as r:
         async with asyncio.timeout(5.0):
-            await consumer.close()  # returns although the thread runs on
-            await run
-        lease = await only_lease(store)
+            await r.consumer.close()  # returns although the thread runs on
+            await r.run
+        lease = await only_lease(r.store)
         assert lease.lease_owner == "a", "released while its handler still ran"
-        assert [e.why for e in of(events, LeaseLost)()] == ["expired"]
-    finally:
-        go_on.set()
+        assert [e.why for e in of(r.events, LeaseLost)()] == ["expired"]
 
 
 async def _first(found: Callable[[], list[Any]], within: float) -> list[Any]:
@@ -242,24 +245,11 @@ async def _first(found: Callable[[], list[Any]], within: float) -> list[Any]:
 async def test_a_stop_while_a_lease_taken_back_waits_for_the_old_thread_does_not_wait_for_it() -> (
     None
 ):
-    store = InMemoryLeaseStore("app")
-    events: list[DiagnosticEvent] = []
-    spans = Spans()
-    first_call = threading.Event()
-    go_on = threading.Event()
-    consumer = consumer_for(stream(), store, events, drain_timeout=0.3)
-    run = asyncio.create_task(consumer.consume(blocking_handler(spans, first_call, go_on)))
-    try:
-        await until(first_call.is_set, 10.0)
-        taken = await steal(store, "thief")
-        await until(of(events, LeaseLost), 10.0)
-        await store.release(taken, "thief")
-        await until(lambda: len(of(events, LeaseAcquired)()) >= 2, 10.0)
+    async with handler_blocked() as r:
+        await take_back(r)
         async with asyncio.timeout(5.0):
-            await consumer.close()  # the thread runs on: the stop does not wait for it
-            await run
-        lease = await only_lease(store)
+            await r.consumer.close()  # the thread runs on: the stop does not wait for it
+            await r.run
+        lease = await only_lease(r.store)
         assert lease.lease_owner == "a", "released while the old handler still ran"
-        assert spans.seen == []
-    finally:
-        go_on.set()
+        assert r.spans.seen == []
