@@ -23,7 +23,8 @@ from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from shardflow.positions import StartPosition
 from support.boto import lease_items
-from support.streams import create_stream, kinesis_at, last_per_shard, put
+from support.consuming import consuming
+from support.streams import create_stream, create_stream_holding, kinesis_at, last_per_shard, put
 from support.waiting import until
 
 LIMIT = 30.0
@@ -86,18 +87,12 @@ async def test_consumes_a_four_shard_stream_and_checkpoints_in_kcl_format(
 ) -> None:
     app = f"app-{stream_name}"
     async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 4)
         written = items(300)
-        placed = await put(kinesis, stream_name, written)
+        placed = await create_stream_holding(kinesis, stream_name, 4, written)
     seen: list[ConsumedRecord[bytes]] = []
     handler, batch = make_handler(kind, seen)
-    consumer = consumer_for(moto_url, stream_name, app)
-    run = asyncio.create_task(consumer.consume(handler, batch=batch))
-    try:
+    async with consuming(consumer_for(moto_url, stream_name, app), handler, batch=batch):
         await until(lambda: len(seen) >= len(written), LIMIT)
-    finally:
-        await consumer.close()
-        await run
 
     assert sorted(r.data for r in seen) == sorted(d for _, d in written)
     by_shard: dict[str, list[str]] = defaultdict(list)
@@ -121,9 +116,8 @@ async def test_a_restart_continues_exactly_after_the_checkpoints(
 ) -> None:
     app = f"app-{stream_name}"
     async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 4)
         written = items(400)
-        placed = await put(kinesis, stream_name, written)
+        placed = await create_stream_holding(kinesis, stream_name, 4, written)
 
     first: list[ConsumedRecord[bytes]] = []
 
@@ -146,13 +140,9 @@ async def test_a_restart_continues_exactly_after_the_checkpoints(
 
     second: list[ConsumedRecord[bytes]] = []
     restarted = consumer_for(moto_url, stream_name, app)
-    run = asyncio.create_task(restarted.consume(lambda r: second.append(r)))
-    try:
+    async with consuming(restarted, lambda r: second.append(r)):
         await until(lambda: len(second) >= len(expected_second), LIMIT)
         await asyncio.sleep(0.5)  # a record beyond the expected ones would show up by now
-    finally:
-        await restarted.stop()
-        await run
 
     # Nothing lost.
     assert {r.data for r in first} | {r.data for r in second} == {d for _, d in written}
@@ -181,8 +171,7 @@ def checkpointed(placed: list[tuple[str, str]], checkpoints: dict[str, str]) -> 
 
 async def test_at_timestamp_starts_at_the_moment(moto_url: str, stream_name: str) -> None:
     async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 2)
-        await put(kinesis, stream_name, items(50, "before"))
+        await create_stream_holding(kinesis, stream_name, 2, items(50, "before"))
         await asyncio.sleep(1.1)  # arrival timestamps have second precision on some emulators
         moment = datetime.now(UTC)
         await asyncio.sleep(0.1)
@@ -195,13 +184,9 @@ async def test_at_timestamp_starts_at_the_moment(moto_url: str, stream_name: str
         f"app-{stream_name}",
         initial_position=StartPosition.at_timestamp(moment),
     )
-    run = asyncio.create_task(consumer.consume(lambda r: seen.append(r.data)))
-    try:
+    async with consuming(consumer, lambda r: seen.append(r.data)):
         await until(lambda: len(seen) >= len(after), LIMIT)
         await asyncio.sleep(0.5)  # anything older would have come first
-    finally:
-        await consumer.close()
-        await run
     assert sorted(seen) == sorted(d for _, d in after)
 
 
@@ -209,14 +194,12 @@ async def test_latest_reads_only_what_is_written_after_the_start(
     moto_url: str, stream_name: str
 ) -> None:
     async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 2)
-        await put(kinesis, stream_name, items(30, "old"))
+        await create_stream_holding(kinesis, stream_name, 2, items(30, "old"))
         seen: list[bytes] = []
         consumer = consumer_for(
             moto_url, stream_name, f"app-{stream_name}", initial_position=StartPosition.latest()
         )
-        run = asyncio.create_task(consumer.consume(lambda r: seen.append(r.data)))
-        try:
+        async with consuming(consumer, lambda r: seen.append(r.data)):
             # Both shards polled once: their LATEST iterators exist.
             await until(
                 lambda: (
@@ -230,9 +213,6 @@ async def test_latest_reads_only_what_is_written_after_the_start(
             await put(kinesis, stream_name, new)
             await until(lambda: len(seen) >= len(new), LIMIT)
             await asyncio.sleep(0.3)
-        finally:
-            await consumer.close()
-            await run
     assert sorted(seen) == sorted(d for _, d in new)
 
 
@@ -240,17 +220,12 @@ async def test_time_to_first_record_of_a_new_application_is_short(
     moto_url: str, stream_name: str
 ) -> None:
     async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 2)
-        await put(kinesis, stream_name, items(5))
+        await create_stream_holding(kinesis, stream_name, 2, items(5))
     seen: list[float] = []
     started = time.monotonic()
     consumer = consumer_for(moto_url, stream_name, f"app-{stream_name}")
-    run = asyncio.create_task(consumer.consume(lambda r: seen.append(time.monotonic())))
-    try:
+    async with consuming(consumer, lambda r: seen.append(time.monotonic())):
         await until(lambda: len(seen) >= 5, LIMIT)
-    finally:
-        await consumer.close()
-        await run
     # KCL measured ~95 s here (table creation + a shard-sync wait); leases are taken at start.
     assert seen[0] - started < 10.0
 
@@ -294,13 +269,8 @@ async def test_aggregates_are_transparent_and_checkpoint_inside_an_aggregate(
     assert 0 < stopped_at.sub_sequence_number < 49
 
     second: list[ConsumedRecord[bytes]] = []
-    restarted = consumer_for(moto_url, stream_name, app)
-    run = asyncio.create_task(restarted.consume(lambda r: second.append(r)))
-    try:
+    async with consuming(consumer_for(moto_url, stream_name, app), lambda r: second.append(r)):
         await until(lambda: len(first) + len(second) >= 150, LIMIT)
         await asyncio.sleep(0.5)
-    finally:
-        await restarted.stop()
-        await run
     assert [r.data for r in first + second] == [data for _, data, _ in user_records]
     assert all(r.aggregated for r in second)

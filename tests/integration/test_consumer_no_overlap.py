@@ -30,7 +30,7 @@ from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseRel
 from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from shardflow.testing.faults import ErrorResponse, FaultProxy
-from support.streams import create_stream, kinesis_at, put
+from support.streams import create_stream_holding, kinesis_at, put
 from support.waiting import until
 
 LIMIT = 40.0
@@ -151,8 +151,7 @@ async def test_after_a_lost_lease_no_two_handler_calls_of_the_shard_overlap(
 ) -> None:
     app = f"app-{stream_name}"
     async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 1)
-        await put(kinesis, stream_name, BEFORE)
+        await create_stream_holding(kinesis, stream_name, 1, BEFORE)
         a = Worker(proxy.url, stream_name, app, "a", hangs=True, batch=True)
         b = Worker(moto_url, stream_name, app, "b", hangs=False, batch=True)
         a.start()
@@ -182,8 +181,7 @@ async def test_after_a_handoff_outliving_its_timeout_no_two_handler_calls_overla
     app = f"app-{stream_name}"
     asks = replace(LEASES, max_leases_to_steal_at_once=1)  # b asks a for its share
     async with kinesis_at(moto_url) as kinesis:
-        await create_stream(kinesis, stream_name, 2)
-        await put(kinesis, stream_name, BEFORE)
+        await create_stream_holding(kinesis, stream_name, 2, BEFORE)
         a = Worker(moto_url, stream_name, app, "a", hangs=True, batch=batch)
         b = Worker(moto_url, stream_name, app, "b", hangs=False, batch=batch, leases=asks)
         a.start()

@@ -50,3 +50,11 @@ def last_per_shard(placed: list[tuple[str, str]]) -> dict[str, str]:
     for shard_id, sequence_number in placed:
         last[shard_id] = max(last.get(shard_id, "0"), sequence_number, key=int)
     return last
+
+
+async def create_stream_holding(
+    kinesis: Any, name: str, shards: int, items: list[tuple[str, bytes]]
+) -> list[tuple[str, str]]:
+    """:func:`create_stream`, then :func:`put` ``items`` in it; returns :func:`put`'s answer."""
+    await create_stream(kinesis, name, shards)
+    return await put(kinesis, name, items)
