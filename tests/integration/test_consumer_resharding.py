@@ -22,7 +22,7 @@ from shardflow.events import CheckpointWritten, DiagnosticEvent, ShardStarted
 from shardflow.fetch import Polling
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
-from support.streams import create_stream, kinesis_at, put
+from support.streams import create_stream, kinesis_at, merge_children, put, split_in_half
 from support.waiting import until
 
 LIMIT = 60.0
@@ -113,21 +113,9 @@ async def test_split_merge_and_update_shard_count_while_consuming(
         ):
             await write(3)
             first = (await list_shards(kinesis, stream_name))[0]
-            middle = (first.hash_range.start + first.hash_range.end + 1) // 2
-            await kinesis.split_shard(
-                StreamName=stream_name, ShardToSplit=first.shard_id, NewStartingHashKey=str(middle)
-            )
-            await wait_for_active(kinesis, stream_name)
+            await split_in_half(kinesis, stream_name, first)
             await write(3)
-            children = sorted(
-                s.shard_id
-                for s in await list_shards(kinesis, stream_name)
-                if s.is_open and first.shard_id in s.parent_ids
-            )
-            await kinesis.merge_shards(
-                StreamName=stream_name, ShardToMerge=children[0], AdjacentShardToMerge=children[1]
-            )
-            await wait_for_active(kinesis, stream_name)
+            await merge_children(kinesis, stream_name, first.shard_id)
             await write(3)
             await kinesis.update_shard_count(
                 StreamName=stream_name, TargetShardCount=4, ScalingType="UNIFORM_SCALING"

@@ -18,13 +18,12 @@ import pytest
 
 from integration.test_consumer_resharding import consuming
 from shardflow.aws import AwsSettings
-from shardflow.aws.kinesis import list_shards, wait_for_active
+from shardflow.aws.kinesis import list_shards
 from shardflow.consumer import ConsumedRecord
-from shardflow.producer import Producer, ProducerSettings
-from support.streams import create_stream, kinesis_at
+from shardflow.producer import Producer
+from support.resend import STALE_MAP, wave
+from support.streams import create_stream, kinesis_at, split_in_half
 from support.waiting import until
-
-KEYS = [f"key-{n}" for n in range(48)]
 
 
 @pytest.mark.timeout(180)
@@ -37,33 +36,19 @@ async def test_out_of_range_records_resent_after_a_split_are_handled_once(
         handled[record.data] += 1
 
     written: list[bytes] = []
-    settings = ProducerSettings(aggregate=True, linger=0.2, shard_refresh_interval=3600.0)
     aws = AwsSettings(endpoint_url=kinesis_local_url)
     async with kinesis_at(kinesis_local_url) as kinesis:
         await create_stream(kinesis, stream_name, 1)
         async with (
-            Producer(stream_name, settings=settings, aws=aws) as producer,
+            Producer(stream_name, settings=STALE_MAP, aws=aws) as producer,
             consuming(kinesis_local_url, moto_url, stream_name, handle) as (consumer, _, _),
         ):
-
-            async def wave(label: str) -> None:
-                futures = []
-                for n, key in enumerate(KEYS):
-                    data = f"{label}-{n}".encode()
-                    written.append(data)
-                    futures.append(await producer.put(data, key))
-                await asyncio.gather(*futures)
-
-            await wave("before")
+            written.extend(data for _, data in await wave(producer, "before"))
             (parent,) = await list_shards(kinesis, stream_name)
-            middle = (parent.hash_range.start + parent.hash_range.end + 1) // 2
-            await kinesis.split_shard(
-                StreamName=stream_name, ShardToSplit=parent.shard_id, NewStartingHashKey=str(middle)
-            )
-            await wait_for_active(kinesis, stream_name)
+            await split_in_half(kinesis, stream_name, parent)
             # The producer still predicts the parent: its aggregates land on one child, half of
             # their user records out of that child's range; those go out again.
-            await wave("after")
+            written.extend(data for _, data in await wave(producer, "after"))
             assert producer.metrics().retries > 0  # the out-of-range records were sent again
             await until(lambda: set(handled) >= set(written), 90)
             await asyncio.sleep(1.0)  # a second handling would show up by now

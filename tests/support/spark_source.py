@@ -9,19 +9,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardflow.aggregation import aggregate
-from support.streams import PUT_RECORDS_LIMIT, create_stream, kinesis_at, put
+from support.streams import PUT_RECORDS_LIMIT, create_stream_holding, kinesis_at, put
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 
-def make_stream(url: str, name: str, shards: int) -> None:
-    async def go() -> None:
-        async with kinesis_at(url) as kinesis:
-            await create_stream(kinesis, name, shards)
+def make_stream(
+    url: str, name: str, shards: int, items: list[tuple[str, bytes]] | None = None
+) -> list[tuple[str, str]]:
+    """A stream of ``shards`` shards, with ``items`` put in it as :func:`write` puts them;
+    returns (shard id, sequence number) of each item."""
 
-    asyncio.run(go())
+    async def go() -> list[tuple[str, str]]:
+        async with kinesis_at(url) as kinesis:
+            return await create_stream_holding(kinesis, name, shards, items or [])
+
+    return asyncio.run(go())
 
 
 def payloads(prefix: str, count: int, keys: int = 23) -> list[tuple[str, bytes]]:

@@ -9,7 +9,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from shardflow.aws import AwsSettings, ClientFactory
-from shardflow.aws.kinesis import wait_for_active
+from shardflow.aws.kinesis import list_shards, wait_for_active
+from shardflow.shards import ShardInfo
 
 #: The most records one PutRecords call takes.
 PUT_RECORDS_LIMIT = 500
@@ -58,3 +59,26 @@ async def create_stream_holding(
     """:func:`create_stream`, then :func:`put` ``items`` in it; returns :func:`put`'s answer."""
     await create_stream(kinesis, name, shards)
     return await put(kinesis, name, items)
+
+
+async def split_in_half(kinesis: Any, stream: str, shard: ShardInfo) -> None:
+    """Split ``shard`` at the middle of its hash key range and wait until the stream is ACTIVE."""
+    middle = (shard.hash_range.start + shard.hash_range.end + 1) // 2
+    await kinesis.split_shard(
+        StreamName=stream, ShardToSplit=shard.shard_id, NewStartingHashKey=str(middle)
+    )
+    await wait_for_active(kinesis, stream)
+
+
+async def merge_children(kinesis: Any, stream: str, parent_id: str) -> None:
+    """Merge the two open children of split shard ``parent_id`` again and wait until the
+    stream is ACTIVE."""
+    children = sorted(
+        s.shard_id
+        for s in await list_shards(kinesis, stream)
+        if s.is_open and parent_id in s.parent_ids
+    )
+    await kinesis.merge_shards(
+        StreamName=stream, ShardToMerge=children[0], AdjacentShardToMerge=children[1]
+    )
+    await wait_for_active(kinesis, stream)

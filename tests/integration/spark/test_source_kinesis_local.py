@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from shardflow.aws.kinesis import list_shards, wait_for_active
+from shardflow.aws.kinesis import list_shards
 from support.spark_source import (
     expect_each_once,
     make_stream,
@@ -20,7 +20,7 @@ from support.spark_source import (
     wait_until,
     write,
 )
-from support.streams import create_stream, kinesis_at, put
+from support.streams import create_stream, kinesis_at, merge_children, put, split_in_half
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,22 +64,10 @@ def test_split_and_merge_while_the_query_runs_lose_nothing_and_keep_key_order(
     async def reshard() -> list[str]:
         async with kinesis_at(url) as kinesis:
             first = (await list_shards(kinesis, stream_name))[0]
-            middle = (first.hash_range.start + first.hash_range.end + 1) // 2
-            await kinesis.split_shard(
-                StreamName=stream_name, ShardToSplit=first.shard_id, NewStartingHashKey=str(middle)
-            )
-            await wait_for_active(kinesis, stream_name)
+            await split_in_half(kinesis, stream_name, first)
             written.extend(ranked(1, 6))
             await put(kinesis, stream_name, ranked(1, 6))
-            children = sorted(
-                s.shard_id
-                for s in await list_shards(kinesis, stream_name)
-                if s.is_open and first.shard_id in s.parent_ids
-            )
-            await kinesis.merge_shards(
-                StreamName=stream_name, ShardToMerge=children[0], AdjacentShardToMerge=children[1]
-            )
-            await wait_for_active(kinesis, stream_name)
+            await merge_children(kinesis, stream_name, first.shard_id)
             return [s.shard_id for s in await list_shards(kinesis, stream_name)]
 
     try:
@@ -114,8 +102,7 @@ def test_latest_reads_only_records_written_after_the_query_started(
     spark: SparkSession, kinesis_local_url: str, stream_name: str, tmp_path: Path
 ) -> None:
     url = kinesis_local_url
-    make_stream(url, stream_name, 2)
-    write(url, stream_name, payloads("old", 30))
+    make_stream(url, stream_name, 2, payloads("old", 30))
     df = source(
         spark, url, stream_name, metadataPath=str(tmp_path / "meta"), startingPosition="LATEST"
     )
@@ -134,9 +121,8 @@ def test_enhanced_fan_out_reads_every_record_once(
     spark: SparkSession, kinesis_local_url: str, stream_name: str, tmp_path: Path
 ) -> None:
     url = kinesis_local_url
-    make_stream(url, stream_name, 2)
     items = payloads("efo", 80)
-    write(url, stream_name, items)
+    make_stream(url, stream_name, 2, items)
     df = source(
         spark,
         url,
@@ -167,39 +153,23 @@ def test_sub_records_the_producer_resent_after_a_split_are_read_once(
     there: the source reads each record once, in a batch read and in micro-batches that may end
     on a skipped sub-record (maxRecordsPerTrigger)."""
     from shardflow.aws import AwsSettings
-    from shardflow.producer import Producer, ProducerSettings
+    from shardflow.producer import Producer
+    from support.resend import STALE_MAP, wave
 
     url = kinesis_local_url
     written: list[tuple[str, bytes]] = []
-    settings = ProducerSettings(aggregate=True, linger=0.2, shard_refresh_interval=3600.0)
-    keys = [f"key-{n}" for n in range(48)]
 
     async def produce() -> int:
         async with kinesis_at(url) as kinesis:
             await create_stream(kinesis, stream_name, 1)
             async with Producer(
-                stream_name, settings=settings, aws=AwsSettings(endpoint_url=url)
+                stream_name, settings=STALE_MAP, aws=AwsSettings(endpoint_url=url)
             ) as producer:
-
-                async def wave(label: str) -> None:
-                    futures = []
-                    for n, key in enumerate(keys):
-                        data = f"{label}-{n}".encode()
-                        written.append((key, data))
-                        futures.append(await producer.put(data, key))
-                    await asyncio.gather(*futures)
-
-                await wave("before")
+                written.extend(await wave(producer, "before"))
                 (parent,) = await list_shards(kinesis, stream_name)
-                middle = (parent.hash_range.start + parent.hash_range.end + 1) // 2
-                await kinesis.split_shard(
-                    StreamName=stream_name,
-                    ShardToSplit=parent.shard_id,
-                    NewStartingHashKey=str(middle),
-                )
-                await wait_for_active(kinesis, stream_name)
-                await wave("after")
-                await wave("later")
+                await split_in_half(kinesis, stream_name, parent)
+                written.extend(await wave(producer, "after"))
+                written.extend(await wave(producer, "later"))
                 return producer.metrics().retries
 
     retried = asyncio.run(produce())

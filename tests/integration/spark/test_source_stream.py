@@ -38,9 +38,8 @@ def batch_dirs(metadata: Path) -> list[Path]:
 def test_available_now_reads_every_record_once_in_bounded_batches(
     spark: SparkSession, kinesalite_url: str, stream_name: str, tmp_path: Path
 ) -> None:
-    make_stream(kinesalite_url, stream_name, 2)
     items = payloads("a", 1000)
-    placed = write(kinesalite_url, stream_name, items)
+    placed = make_stream(kinesalite_url, stream_name, 2, items)
     df = source(
         spark,
         kinesalite_url,
@@ -123,9 +122,8 @@ def last_offsets(checkpoint: Path) -> tuple[int, dict[str, object], bool]:
 def test_restarts_after_failures_mid_batch_deliver_every_record_exactly_once(
     spark: SparkSession, kinesalite_url: str, stream_name: str, tmp_path: Path
 ) -> None:
-    make_stream(kinesalite_url, stream_name, 2)
     items = payloads("x", 1200)
-    write(kinesalite_url, stream_name, items)
+    make_stream(kinesalite_url, stream_name, 2, items)
     out, checkpoint, metadata = tmp_path / "out", tmp_path / "ckpt", tmp_path / "meta"
     replayed_recorded_batch = False
     with FaultProxy(kinesalite_url, seed=3) as proxy:
@@ -167,9 +165,8 @@ def test_restarts_after_failures_mid_batch_deliver_every_record_exactly_once(
 def test_available_now_stops_at_the_tip_as_of_its_start(
     spark: SparkSession, kinesalite_url: str, stream_name: str, tmp_path: Path
 ) -> None:
-    make_stream(kinesalite_url, stream_name, 2)
     before = payloads("before", 400)
-    write(kinesalite_url, stream_name, before)
+    make_stream(kinesalite_url, stream_name, 2, before)
     stop = threading.Event()
     after: list[tuple[str, bytes]] = []
 
@@ -208,9 +205,8 @@ def test_available_now_stops_at_the_tip_as_of_its_start(
 def test_a_running_query_plans_no_batch_until_new_records_arrive(
     spark: SparkSession, kinesalite_url: str, stream_name: str, tmp_path: Path
 ) -> None:
-    make_stream(kinesalite_url, stream_name, 2)
     first = payloads("one", 50)
-    write(kinesalite_url, stream_name, first)
+    make_stream(kinesalite_url, stream_name, 2, first)
     df = source(spark, kinesalite_url, stream_name, metadataPath=str(tmp_path / "meta"))
     query = to_parquet(df, tmp_path / "out", tmp_path / "ckpt", available_now=False)
     try:
@@ -234,9 +230,8 @@ def test_records_gone_past_the_stored_position_fail_or_are_skipped_and_reported(
 
     from support.streams import create_stream, kinesis_at
 
-    make_stream(kinesalite_url, stream_name, 1)
     old = payloads("old", 30)
-    write(kinesalite_url, stream_name, old)
+    make_stream(kinesalite_url, stream_name, 1, old)
     out, checkpoint, metadata = tmp_path / "out", tmp_path / "ckpt", str(tmp_path / "meta")
     to_parquet(
         source(spark, kinesalite_url, stream_name, metadataPath=metadata), out, checkpoint
@@ -279,9 +274,8 @@ def test_records_gone_past_the_stored_position_fail_or_are_skipped_and_reported(
 def test_a_batch_replayed_after_a_failure_holds_exactly_the_same_records(
     spark: SparkSession, kinesalite_url: str, stream_name: str, tmp_path: Path
 ) -> None:
-    make_stream(kinesalite_url, stream_name, 2)
     items = payloads("r", 200)
-    write(kinesalite_url, stream_name, items)
+    make_stream(kinesalite_url, stream_name, 2, items)
     attempts: dict[int, list[list[tuple[str, str, int]]]] = {}
 
     def sink(df: DataFrame, batch_id: int) -> None:
