@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from shardflow.records import Record
+from shardflow.fetch.convert import records_from_kinesis
+from shardflow.records import Record, RecordBuilder
 from shardflow.shards import ChildShard
 
 
@@ -42,3 +45,24 @@ class FetchedBatch:
     @property
     def last_sequence_number(self) -> str | None:
         return self.records[-1].sequence_number if self.records else None
+
+
+def batch_from_kinesis(
+    body: Mapping[str, Any],
+    *,
+    shard_id: str,
+    stream_name: str,
+    build: RecordBuilder,
+    shard_ended: bool,
+) -> FetchedBatch:
+    """A GetRecords answer or a SubscribeToShardEvent as one batch; ``shard_ended`` is the
+    caller's reading of ``body`` (the two say it differently)."""
+    return FetchedBatch(
+        shard_id=shard_id,
+        records=records_from_kinesis(
+            body.get("Records", ()), shard_id=shard_id, stream_name=stream_name, build=build
+        ),
+        millis_behind_latest=body.get("MillisBehindLatest"),
+        shard_ended=shard_ended,
+        child_shards=tuple(ChildShard.from_api(c) for c in body.get("ChildShards", ())),
+    )

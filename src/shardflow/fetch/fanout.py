@@ -32,15 +32,13 @@ from shardflow.events import (
     ShardEmitter,
     SubscriptionRenewed,
 )
-from shardflow.fetch.batch import FetchedBatch
-from shardflow.fetch.convert import records_from_kinesis
+from shardflow.fetch.batch import FetchedBatch, batch_from_kinesis
 from shardflow.fetch.eventstream import tolerate_missing_initial_response
 from shardflow.fetch.pacing import SubscriptionPacer, shared_pacer
 from shardflow.fetch.shard_end import shard_end_at
 from shardflow.fetch.subscription import Lapse, Subscription, starting_position
 from shardflow.positions import StartPosition
 from shardflow.records import RecordBuilder, build_record
-from shardflow.shards import ChildShard
 
 log = logging.getLogger("shardflow.fetch")
 
@@ -420,22 +418,16 @@ class FanOutFetcher:
     # --- events ----------------------------------------------------------------------------
 
     async def _hand_out(self, body: Mapping[str, Any]) -> FetchedBatch:
-        records = records_from_kinesis(
-            body.get("Records", ()),
+        continuation = body.get("ContinuationSequenceNumber")
+        batch = batch_from_kinesis(
+            body,
             shard_id=self.shard_id,
             stream_name=self._stream_name,
             build=self._build,
-        )
-        continuation = body.get("ContinuationSequenceNumber")
-        batch = FetchedBatch(
-            shard_id=self.shard_id,
-            records=records,
-            millis_behind_latest=body.get("MillisBehindLatest"),
             # Only the event after a closed shard's last record lacks a continuation.
             shard_ended=continuation is None,
-            child_shards=tuple(ChildShard.from_api(c) for c in body.get("ChildShards", ())),
         )
-        if records:
+        if batch.records:
             self._last_delivered = batch.last_sequence_number
         if continuation is not None:
             self._continuation = continuation

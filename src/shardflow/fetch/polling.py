@@ -15,12 +15,10 @@ from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ExpiredIteratorError, ThrottledError
 from shardflow.events import SILENT, FetchThrottled, ShardEmitter
-from shardflow.fetch.batch import FetchedBatch
-from shardflow.fetch.convert import records_from_kinesis
+from shardflow.fetch.batch import FetchedBatch, batch_from_kinesis
 from shardflow.fetch.limiter import CallRateLimiter
 from shardflow.positions import StartPosition
 from shardflow.records import RecordBuilder, build_record
-from shardflow.shards import ChildShard
 
 log = logging.getLogger("shardflow.fetch")
 
@@ -249,16 +247,10 @@ class PollingFetcher:
 
     def _batch_from(self, response: Mapping[str, Any]) -> FetchedBatch:
         self._iterator = response.get("NextShardIterator")
-        records = records_from_kinesis(
-            response.get("Records", ()),
+        return batch_from_kinesis(
+            response,
             shard_id=self.shard_id,
             stream_name=self._stream_name,
             build=self._build,
-        )
-        return FetchedBatch(
-            shard_id=self.shard_id,
-            records=records,
-            millis_behind_latest=response.get("MillisBehindLatest"),
             shard_ended=self._iterator is None,
-            child_shards=tuple(ChildShard.from_api(c) for c in response.get("ChildShards", ())),
         )
