@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from shardflow.consumer.acks import AckTracker
-from shardflow.consumer.records import ConsumedRecord, bind_delivered, build_undelivered
+from shardflow.consumer.records import ConsumedRecord, ack_run, bind_delivered, build_undelivered
 from shardflow.fetch.convert import record_from_kinesis
 from shardflow.records import Record
 
@@ -62,20 +62,20 @@ def delivered_run(tracker: AckTracker, count: int, first: int = 1) -> list[Consu
 def test_ack_run_acks_just_the_run_of_one_tracker_in_one_step() -> None:
     tracker = AckTracker("s-1")
     records = delivered_run(tracker, 4)
-    ConsumedRecord.ack_run(records, 2, 2)
+    ack_run(records, 2, 2)
     assert tracker.pending.unacked == 4
-    ConsumedRecord.ack_run(records, 1, 3)
+    ack_run(records, 1, 3)
     assert tracker.pending.unacked == 2
     assert not tracker.all_acked
-    ConsumedRecord.ack_run(records, 0, 4)
+    ack_run(records, 0, 4)
     assert tracker.all_acked
 
 
 def test_ack_run_over_records_of_two_trackers_acks_each_record() -> None:
     first_tracker, second_tracker = AckTracker("s-1"), AckTracker("s-1")
     records = [*delivered_run(first_tracker, 2), *delivered_run(second_tracker, 2, first=3)]
-    ConsumedRecord.ack_run(records, 1, 3)
+    ack_run(records, 1, 3)
     assert (first_tracker.pending.unacked, second_tracker.pending.unacked) == (1, 1)
-    ConsumedRecord.ack_run(records, 0, 4)
+    ack_run(records, 0, 4)
     assert first_tracker.all_acked
     assert second_tracker.all_acked

@@ -22,7 +22,7 @@ from types import CoroutineType
 from typing import Any
 
 from shardflow.consumer.invocation import Invoker, handler_error
-from shardflow.consumer.records import ConsumedRecord
+from shardflow.consumer.records import ConsumedRecord, ack_run
 from shardflow.consumer.running import RunningCalls, in_thread
 from shardflow.consumer.turns import Turns
 from shardflow.errors import HandlerError
@@ -93,7 +93,7 @@ class HandlerAdapter:
                 self._executor, calls, self._run_each_sync, records, may_continue
             )
         if self.auto_ack:
-            ConsumedRecord.ack_run(records, 0, outcome.handled)
+            ack_run(records, 0, outcome.handled)
         return outcome
 
     async def _run_batch(
@@ -128,7 +128,7 @@ class HandlerAdapter:
                 if turns.due:
                     if auto_ack:
                         # Before the turn, not after the chunk: acks may trigger a checkpoint.
-                        ConsumedRecord.ack_run(records, acked, outcome.handled)
+                        ack_run(records, acked, outcome.handled)
                         acked = outcome.handled
                     await turns.take()
                 if not may_continue():
@@ -145,7 +145,7 @@ class HandlerAdapter:
                 outcome.handled += 1
         finally:
             if auto_ack:
-                ConsumedRecord.ack_run(records, acked, outcome.handled)
+                ack_run(records, acked, outcome.handled)
         return outcome
 
     def _run_each_sync(

@@ -57,23 +57,6 @@ class ConsumedRecord(Record, Generic[T]):
             raise RuntimeError("this record was not delivered by a consumer: nothing to ack")
         tracker._ack_from_any_thread(self._index)
 
-    @staticmethod
-    def ack_run(records: Sequence[ConsumedRecord[Any]], start: int, end: int) -> None:
-        """Acknowledge ``records[start:end]``, handled records of one chunk in shard order, on
-        the loop: one step for the lot when they came from one tracker (the slots between them
-        belong to the chunk: its other records, acknowledged on delivery), else one by one.
-
-        One call per run, not per record: this is the consumer's per-record path."""
-        if start >= end:
-            return
-        first, last = records[start], records[end - 1]
-        tracker = first._tracker
-        if tracker is not None and last._tracker is tracker:
-            tracker.ack_slots(first._index, last._index)
-            return
-        for record in records[start:end]:
-            record.ack()
-
 
 _record_values = attrgetter(*RECORD_FIELDS)
 _build_consumed = slot_builder(ConsumedRecord, (*RECORD_FIELDS, "value", "_tracker", "_index"))
@@ -109,3 +92,19 @@ def bind_delivered(
         _set_index(record, index)
         return record
     return _build_consumed(*_record_values(record), value, tracker, index)
+
+
+def ack_run(records: Sequence[ConsumedRecord[Any]], start: int, end: int) -> None:
+    """Acknowledge ``records[start:end]``, handled records of one chunk in shard order, on the
+    event loop's thread: one step for the lot when they came from one tracker (the slots
+    between them belong to the chunk: its other records, acknowledged on delivery), else one
+    by one. One call a run, not a record: the consumer's per-record path."""
+    if start >= end:
+        return
+    first, last = records[start], records[end - 1]
+    tracker = first._tracker
+    if tracker is not None and last._tracker is tracker:
+        tracker.ack_slots(first._index, last._index)
+        return
+    for record in records[start:end]:
+        record.ack()
