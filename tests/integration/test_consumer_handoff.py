@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from shardflow.aws import AwsSettings
-from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
+from shardflow.consumer import ConsumedRecord, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseReleased
+from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased
 from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from support.boto import lease_items
+from support.fleet import FleetWorker
 from support.streams import create_stream, kinesis_at, put
 from support.waiting import until
 
@@ -46,45 +46,20 @@ SETTINGS = ConsumerSettings(
 )
 
 
-class Worker:
-    """One in-process consumer that records what it handled."""
+class Worker(FleetWorker):
+    """One in-process consumer that records what it handled; with :attr:`hold` set, its
+    handler hangs on a ``-hang`` record until ``hold`` is."""
 
     def __init__(self, url: str, stream: str, app: str, name: str, **settings: Any) -> None:
-        self.name = name
-        self.handled: list[bytes] = []
-        self.events: list[DiagnosticEvent] = []
-        self.consumer = Consumer(
-            stream,
-            app,
-            settings=replace(SETTINGS, worker_id=name, **settings),
-            aws=AwsSettings(endpoint_url=url),
-            on_event=self.events.append,
-        )
+        super().__init__(url, stream, app, name, replace(SETTINGS, **settings))
         self.hold: asyncio.Event | None = None
         self.hanging = asyncio.Event()
-        self._run: asyncio.Task[None] | None = None
 
-    async def _handle(self, record: ConsumedRecord[bytes]) -> None:
+    async def handle(self, record: ConsumedRecord[bytes]) -> None:
         if self.hold is not None and record.data.endswith(b"-hang"):
             self.hanging.set()
             await self.hold.wait()
         self.handled.append(record.data)
-
-    def start(self) -> None:
-        self._run = asyncio.create_task(self.consumer.consume(self._handle))
-
-    async def stop(self) -> None:
-        await self.consumer.close()
-        if self._run is not None:
-            await self._run
-
-    def owned(self) -> int:
-        acquired = sum(1 for e in self.events if isinstance(e, LeaseAcquired))
-        ended = sum(1 for e in self.events if isinstance(e, LeaseLost | LeaseReleased))
-        return acquired - ended
-
-    def of(self, kind: type[Any]) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)]
 
 
 @contextlib.asynccontextmanager

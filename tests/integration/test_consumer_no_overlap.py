@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from shardflow.aws import AwsSettings
-from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
+from shardflow.consumer import ConsumedRecord, ConsumerSettings
 from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost, LeaseReleased
+from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased
 from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from shardflow.testing.faults import ErrorResponse, FaultProxy
+from support.fleet import FleetWorker
 from support.streams import create_stream_holding, kinesis_at, put
 from support.waiting import until
 
@@ -61,7 +61,7 @@ class Span:
     end: float
 
 
-class Worker:
+class Worker(FleetWorker):
     """One in-process consumer; an ``async def`` handler that logs every call's span and
     hangs on a ``-hang`` record while :attr:`hold` is unset (``hangs``)."""
 
@@ -76,24 +76,13 @@ class Worker:
         batch: bool,
         leases: LeaseSettings = LEASES,
     ) -> None:
-        self.name = name
-        self.handled: list[bytes] = []
+        super().__init__(url, stream, app, name, replace(SETTINGS, leases=leases), batch=batch)
         self.spans: list[Span] = []
-        self.events: list[DiagnosticEvent] = []
         self.hangs = hangs
         self.hold = asyncio.Event()
         self.hanging = asyncio.Event()
-        self.batch = batch
-        self.consumer = Consumer(
-            stream,
-            app,
-            settings=replace(SETTINGS, worker_id=name, leases=leases),
-            aws=AwsSettings(endpoint_url=url),
-            on_event=self.events.append,
-        )
-        self._run: asyncio.Task[None] | None = None
 
-    async def _handle(self, arg: Any) -> None:
+    async def handle(self, arg: Any) -> None:
         records: list[ConsumedRecord[bytes]] = arg if self.batch else [arg]
         start = time.monotonic()
         try:
@@ -105,21 +94,9 @@ class Worker:
         finally:
             self.spans.append(Span(self.name, records[0].shard_id, start, time.monotonic()))
 
-    def start(self) -> None:
-        self._run = asyncio.create_task(self.consumer.consume(self._handle, batch=self.batch))
-
     async def stop(self) -> None:
         self.hold.set()
-        await self.consumer.close()
-        if self._run is not None:
-            await self._run
-
-    def of(self, kind: type[Any]) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)]
-
-    def owned(self) -> int:
-        ended = len(self.of(LeaseLost)) + len(self.of(LeaseReleased))
-        return len(self.of(LeaseAcquired)) - ended
+        await super().stop()
 
 
 def assert_no_overlap(*workers: Worker) -> None:
