@@ -11,7 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardflow.aggregation import AggregateBuilder, deaggregate
-from shardflow.producer.batching import Aggregate, Lane, Pending, Request, RequestAssembler
+from shardflow.producer.batching import (
+    Aggregate,
+    Lane,
+    Pending,
+    Request,
+    RequestAssembler,
+    new_pending,
+)
 from shardflow.producer.buffer import Epoch
 from shardflow.producer.ratelimit import RateSettings, ShardRateLimiter
 from shardflow.records import Record
@@ -40,7 +47,7 @@ class Records:
         # The payload starts with the record's number so tests can tell records apart.
         head = f"{self.count:08d}".encode()
         data = (head + b"x" * max(0, data_size - len(head)))[: max(data_size, len(head))]
-        return Pending(
+        return new_pending(
             self.loop,
             data,
             key,

@@ -70,7 +70,8 @@ class Engine:
         self._retired: list[Lane] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._requests_in_flight = 0
-        # Waking the pump: it sleeps on _waiter until _sleep_until (inf: until woken).
+        # Waking the pump: it sleeps on _waiter until _sleep_until (inf: until woken; -inf: it
+        # is awake, and looks at every lane before it sleeps again).
         self._waiter: asyncio.Future[None] | None = None
         self._sleep_until = -_INF
         self._added_since_wake = 0
@@ -145,13 +146,19 @@ class Engine:
         lane = self._lanes.get(shard_id)
         if lane is None:
             lane = self._open_lane(shard_id)
-        lane.append(record)
+        # (Lane.append, inlined: this runs once per record)
+        record.lane = lane
+        lane.queue.append(record)
+        size = record.size
+        lane.queued_bytes += size
         if not shard_id:
             router.request_refresh(record.accepted_at)
+        if self._sleep_until == -_INF:
+            return  # the pump is awake and will see this record before it sleeps again
         self._added_since_wake += 1
-        self._bytes_since_wake += record.size
+        self._bytes_since_wake += size
         # Wake the pump only when it would otherwise sleep past this record's linger, or when
-        # a full request's worth arrived since it last looked: not once per record.
+        # a full request's worth arrived since it went to sleep: not once per record.
         if (
             self._sleep_until > record.accepted_at + self._linger
             or self._added_since_wake >= self._max_request_records

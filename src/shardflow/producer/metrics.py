@@ -28,6 +28,8 @@ _RANGES: Final[dict[str, int]] = {
 DISTRIBUTIONS: Final = tuple(_RANGES)
 _SIGNIFICANT_FIGURES: Final = 3
 _KEPT_BITS: Final = 10
+SMALL_VALUES: Final = 1 << _KEPT_BITS
+"""Values below this are tallied as they are (callers on hot paths may skip :func:`tally`)."""
 
 Tally = dict[int, int]
 
@@ -39,7 +41,7 @@ def new_histogram(name: str) -> Any:
 
 def tally(counts: Tally, value: int, count: int = 1) -> None:
     """Count ``value`` (rounded to 10 significant bits) ``count`` times."""
-    if value >= 1 << _KEPT_BITS:
+    if value >= SMALL_VALUES:
         shift = value.bit_length() - _KEPT_BITS
         value = (value >> shift) << shift
     counts[value] = counts.get(value, 0) + count

@@ -33,6 +33,10 @@ Failure = tuple[Pending | Aggregate, str, str, bool, AwsError | None]
 # An aggregate written to another shard than predicted, with that shard and sequence number.
 WrongShard = tuple[Aggregate, str, str]
 
+# PutResult's fields given in full, without the Python frame of the named tuple's __new__:
+# one result is built per record.
+_new_result = tuple.__new__
+
 
 class Outcomes:
     """Settles records from PutRecords answers; ``lane_for`` finds a retry's lane."""
@@ -88,13 +92,16 @@ class Outcomes:
         metrics = self._metrics
         latency = metrics.tallies["latency_ms"]
         attempts_tally = metrics.tallies["attempts"]
-        release = self._buffer.release
         failures: list[Failure] = []
         throttled: set[Lane] = set()
         wrong_shard: list[WrongShard] = []
         stale = False
         delivered = 0
         delivered_bytes = 0
+        first_tries = 0
+        # This loop runs once per record at hundreds of thousands of records per second: what
+        # Outcomes.succeed and RecordBuffer.release do is written out here, and counts that
+        # are the same for many records (first attempts, the buffer's totals) are added once.
         for member, result in zip(members, results, strict=True):
             sequence_number = result.get("SequenceNumber")
             if not sequence_number:
@@ -107,10 +114,12 @@ class Outcomes:
                 failures.append(_failure(member, code or "UnknownError", message, retryable))
                 continue
             shard_id = result.get("ShardId", "")
+            group: tuple[Pending] | list[Pending]
             if type(member) is Pending:
-                group: list[Pending] = [member]
+                group = (member,)
                 aggregated = False
-                if member.lane is None or shard_id != member.lane.shard_id:
+                lane = member.lane
+                if lane is None or shard_id != lane.shard_id:
                     stale = True
             else:
                 assert isinstance(member, Aggregate)
@@ -120,20 +129,30 @@ class Outcomes:
                     continue
                 group = member.records
                 aggregated = True
-            for index, record in enumerate(group):
+            index = 0
+            for record in group:
                 attempts = record.attempts + 1
                 target = record if record.sink is None else record.sink
                 if not target.done():
                     target.set_result(
-                        PutResult(shard_id, sequence_number, attempts, index, aggregated)
+                        _new_result(
+                            PutResult, (shard_id, sequence_number, attempts, index, aggregated)
+                        )
                     )
+                index += 1
                 record.data = b""
-                release(record.epoch, record.size)
+                record.epoch.pending -= 1
+                delivered_bytes += record.size
                 millis = int((now - record.accepted_at) * 1000)
                 latency[millis] = latency.get(millis, 0) + 1
-                attempts_tally[attempts] = attempts_tally.get(attempts, 0) + 1
-                delivered_bytes += record.size
-            delivered += len(group)
+                if attempts == 1:
+                    first_tries += 1
+                else:
+                    attempts_tally[attempts] = attempts_tally.get(attempts, 0) + 1
+            delivered += index
+        if first_tries:
+            attempts_tally[1] = attempts_tally.get(1, 0) + first_tries
+        self._buffer.released(delivered, delivered_bytes)
         metrics.records_succeeded += delivered
         metrics.bytes_succeeded += delivered_bytes
         metrics.entries_succeeded += len(members) - len(failures)

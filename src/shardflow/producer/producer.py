@@ -20,10 +20,15 @@ from typing import Self
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import stream_name_of
 from shardflow.errors import ProducerClosedError, ProducerError
-from shardflow.producer.batching import Builder, Pending
+from shardflow.producer.batching import Builder, Pending, new_pending
 from shardflow.producer.buffer import Epoch, RecordBuffer
 from shardflow.producer.engine import Engine
-from shardflow.producer.metrics import MetricsRecorder, ProducerMetricsSnapshot, tally
+from shardflow.producer.metrics import (
+    SMALL_VALUES,
+    MetricsRecorder,
+    ProducerMetricsSnapshot,
+    tally,
+)
 from shardflow.producer.results import PutResult, ResultSink
 from shardflow.producer.settings import ProducerSettings
 from shardflow.producer.shard_router import ShardRouter
@@ -185,7 +190,15 @@ class Producer:
         :class:`~shardflow.errors.RecordTooLargeError` or ProducerClosedError. Waits while
         the buffer is full. ``str`` data is sent UTF-8 encoded.
         """
-        buffer = self._running_buffer()
+        buffer = self._buffer
+        engine = self._engine
+        if (
+            buffer is None
+            or engine is None
+            or engine.failure is not None
+            or self._close_task is not None
+        ):
+            buffer = self._running_buffer()  # raises the reason
         payload, size, hash_key = prepare(
             data, partition_key, explicit_hash_key, self._max_record_bytes
         )
@@ -244,12 +257,16 @@ class Producer:
         assert loop is not None
         assert engine is not None
         assert recorder is not None
-        record = Pending(
+        record = new_pending(
             loop, data, partition_key, explicit_hash_key, hash_key, size, epoch, loop.time(), sink
         )
         engine.add(record)
         recorder.records_put += 1
-        tally(recorder.tallies["record_bytes"], size)
+        sizes = recorder.tallies["record_bytes"]
+        if size < SMALL_VALUES:  # (tally, inlined for the common case: it runs once per record)
+            sizes[size] = sizes.get(size, 0) + 1
+        else:
+            tally(sizes, size)
         return record
 
     # --- for the sync facade: records checked (and hashed) in the caller's thread ------------
