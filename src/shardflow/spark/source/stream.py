@@ -59,6 +59,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # Plain data only: Spark pickles this reader to run read() on executors.
         self.options = options
         self._cutoff_ms: int | None = None
+        self._initial: dict[str, Any] | None = None
         self._listing: list[ShardInfo] | None = None
         self._listed_at = 0.0
         self._consumer_arn: str | None = None
@@ -69,6 +70,13 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # --- offsets ---------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
+        # Spark asks twice for a new query's first batch (to plan it, then to read it): the
+        # same answer both times, without listing the shards again.
+        if self._initial is None:
+            self._initial = self._first_offset()
+        return self._initial
+
+    def _first_offset(self) -> dict[str, Any]:
         listing = self._list(force=True)
         starting = self.options.starting
         moment = now_ms()
