@@ -292,21 +292,13 @@ def create_stream(endpoint: str, stream: str, shards: int) -> None:
 
 
 def boto3_put_loop(endpoint: str, stream: str, count: int, size: int) -> float:
-    """The loop people write by hand: PutRecords of 500, failed entries sent again; seconds."""
-    import boto3
+    """The loop people write by hand (bench/producer.py's floor: PutRecords of 500, failed
+    entries sent again); seconds."""
+    from producer import run_boto3  # bench/ is this script's first import path
 
-    client = boto3.client("kinesis", endpoint_url=endpoint, region_name=REGION)
     items = payloads(count, size)
     started = time.perf_counter()
-    for start in range(0, len(items), 500):
-        entries = [{"Data": d, "PartitionKey": k} for k, d in items[start : start + 500]]
-        while entries:
-            response = client.put_records(StreamName=stream, Records=entries)
-            entries = [
-                entry
-                for entry, result in zip(entries, response["Records"], strict=True)
-                if "ErrorCode" in result
-            ]
+    run_boto3(endpoint, stream, items)
     return time.perf_counter() - started
 
 

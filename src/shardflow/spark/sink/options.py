@@ -24,11 +24,10 @@ from dataclasses import dataclass, replace
 
 from shardflow.errors import SparkOptionError
 from shardflow.producer import ProducerSettings
-from shardflow.spark.connection import StreamConnection, lookup, stream_connection
+from shardflow.spark.connection import StreamConnection, stream_connection
+from shardflow.spark.option_values import flag, number, whole_number
 
 DEFAULT_FLUSH_TIMEOUT = 600.0
-_TRUE = frozenset({"true", "1", "yes"})
-_FALSE = frozenset({"false", "0", "no"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,19 +52,19 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     changes: dict[str, object] = {}
     flag_options = {"aggregate": "aggregate", "preserveKeyOrder": "preserve_key_order"}
     for option, field in flag_options.items():
-        flag = _flag(options, option)
-        if flag is not None:
-            changes[field] = flag
-    attempts = _int(options, "maxAttempts")
+        given = flag(options, option)
+        if given is not None:
+            changes[field] = given
+    attempts = whole_number(options, "maxAttempts")
     if attempts is not None:
         changes["retry"] = replace(settings.retry, max_attempts=attempts)
-    ttl = _seconds(options, "recordTtl")
+    ttl = number(options, "recordTtl", unit=" of seconds", finite=True)
     if ttl is not None:
         changes["record_ttl"] = ttl
-    linger = _seconds(options, "linger", allow_zero=True)
+    linger = number(options, "linger", unit=" of seconds", allow_zero=True, finite=True)
     if linger is not None:
         changes["linger"] = linger
-    concurrency = _int(options, "maxConcurrentRequests")
+    concurrency = whole_number(options, "maxConcurrentRequests")
     if concurrency is not None:
         changes["max_concurrent_requests"] = concurrency
     rate_options = {
@@ -73,10 +72,10 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         "shardBytesPerSecond": "shard_bytes_per_second",
     }
     for option, field in rate_options.items():
-        rate = _rate(options, option)
+        rate = number(options, option, unit=" per second")
         if rate is not None:
             changes[field] = rate
-    flush_timeout = _seconds(options, "flushTimeout")
+    flush_timeout = number(options, "flushTimeout", unit=" of seconds", finite=True)
     try:
         producer = replace(settings, **changes)  # type: ignore[arg-type]
     except ValueError as exc:  # a combination the producer refuses
@@ -86,54 +85,3 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         producer=producer,
         flush_timeout=DEFAULT_FLUSH_TIMEOUT if flush_timeout is None else flush_timeout,
     )
-
-
-def _flag(options: Mapping[str, str], name: str) -> bool | None:
-    raw = lookup(options, name)
-    if raw is None:
-        return None
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise SparkOptionError(name, f"expected true or false, got {raw!r}")
-
-
-def _int(options: Mapping[str, str], name: str) -> int | None:
-    raw = lookup(options, name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise SparkOptionError(name, f"expected a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise SparkOptionError(name, f"must be > 0, got {raw!r}")
-    return value
-
-
-def _seconds(options: Mapping[str, str], name: str, *, allow_zero: bool = False) -> float | None:
-    raw = lookup(options, name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise SparkOptionError(name, f"expected a number of seconds, got {raw!r}") from None
-    if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
-        raise SparkOptionError(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {raw!r}")
-    return value
-
-
-def _rate(options: Mapping[str, str], name: str) -> float | None:
-    raw = lookup(options, name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise SparkOptionError(name, f"expected a number per second, got {raw!r}") from None
-    if not value > 0:
-        raise SparkOptionError(name, f"must be > 0, got {raw!r}")
-    return value

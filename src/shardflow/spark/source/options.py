@@ -12,6 +12,7 @@ from enum import StrEnum
 from shardflow.aws.settings import AwsSettings
 from shardflow.errors import SparkOptionError
 from shardflow.spark.connection import StreamConnection, lookup, stream_connection
+from shardflow.spark.option_values import flag, number, whole_number
 from shardflow.spark.source.metadata_location import MetadataLocation, parse_location
 from shardflow.spark.source.positions import (
     LATEST,
@@ -101,12 +102,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         ending=_ending(options, streaming=streaming),
         consumer_type=consumer_type,
         consumer_name=consumer_name,
-        max_records_per_trigger=_positive_int(options, "maxRecordsPerTrigger"),
-        max_records_per_shard_per_trigger=_positive_int(options, "maxRecordsPerShardPerTrigger"),
-        deaggregate=_boolean(options, "deaggregate", default=True),
-        fail_on_data_loss=_boolean(options, "failOnDataLoss", default=True),
+        max_records_per_trigger=whole_number(options, "maxRecordsPerTrigger"),
+        max_records_per_shard_per_trigger=whole_number(options, "maxRecordsPerShardPerTrigger"),
+        deaggregate=flag(options, "deaggregate") is not False,
+        fail_on_data_loss=flag(options, "failOnDataLoss") is not False,
         metadata=metadata,
-        shard_sync_interval_s=_positive_float(options, "shardSyncIntervalSeconds", default=10.0),
+        shard_sync_interval_s=number(options, "shardSyncIntervalSeconds") or 10.0,
     )
 
 
@@ -195,41 +196,3 @@ def _ending(options: Mapping[str, str], *, streaming: bool) -> EndingPosition:
             f"{error} (expected LATEST, an ISO 8601 timestamp, AT_TIMESTAMP:<…> or a JSON "
             "object of shard id to sequence number)",
         ) from None
-
-
-def _positive_int(options: Mapping[str, str], name: str) -> int | None:
-    text = lookup(options, name)
-    if text is None or not text.strip():
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise SparkOptionError(name, f"{text!r} is not an integer") from None
-    if value < 1:
-        raise SparkOptionError(name, f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(options: Mapping[str, str], name: str, *, default: float) -> float:
-    text = lookup(options, name)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise SparkOptionError(name, f"{text!r} is not a number") from None
-    if not value > 0:
-        raise SparkOptionError(name, f"must be positive, got {value}")
-    return value
-
-
-def _boolean(options: Mapping[str, str], name: str, *, default: bool) -> bool:
-    text = lookup(options, name)
-    if text is None or not text.strip():
-        return default
-    cleaned = text.strip().lower()
-    if cleaned in ("true", "1", "yes"):
-        return True
-    if cleaned in ("false", "0", "no"):
-        return False
-    raise SparkOptionError(name, f"{text!r} is not true or false")
