@@ -102,3 +102,30 @@ def test_a_plain_record_is_handed_out_once() -> None:
     assert unpacking.step(1) == [record]
     assert unpacking.done
     assert unpacking.step(1) == []
+
+
+def test_columns_hold_the_user_records_step_makes() -> None:
+    items = [(f"key-{i % 7}", f"{i}".encode(), str(i) if i % 3 else None) for i in range(300)]
+    (built,) = aggregate(items)
+    record = outer(built.data)
+    columns = Unpacking(record).columns()
+    assert columns is not None
+    made = deaggregate(record)
+    assert columns.data == [r.data for r in made]
+    assert columns.partition_keys == [r.partition_key for r in made]
+    assert columns.explicit_hash_keys == [r.explicit_hash_key for r in made]
+    assert columns.resent_if_out_of_range is made[0].resent_if_out_of_range
+
+
+def test_columns_of_a_plain_or_malformed_record_are_none_or_its_error() -> None:
+    assert Unpacking(outer(b"just data")).columns() is None
+    good = field(3, varint_field(1, 0) + field(3, b"good"))
+    bad = field(3, varint_field(1, 9) + field(3, b"bad"))
+    malformed = outer(framed(field(1, b"pk") + good * 500 + bad))
+    unpacking = Unpacking(malformed)
+    assert unpacking.columns() is None
+    assert unpacking.malformed is not None
+    assert unpacking.malformed.reason == "index"
+    with pytest.raises(AggregationError) as raised:
+        Unpacking(malformed, on_malformed="raise").columns()
+    assert raised.value.reason == "index"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -40,6 +40,15 @@ MalformedPolicy = Literal["plain", "raise"]
 
 MAX_PARTITION_KEY_CHARS: Final = 256
 _HASH_KEY: Final = re.compile(r"0|[1-9][0-9]{0,38}")
+
+
+class UserRecordColumns(NamedTuple):
+    """Every user record of an aggregate, column by column (see :meth:`Unpacking.columns`)."""
+
+    data: list[bytes]
+    partition_keys: list[str]
+    explicit_hash_keys: list[str | None]
+    resent_if_out_of_range: bool
 
 
 class Unpacking:
@@ -141,6 +150,44 @@ class Unpacking:
             self._message = self._records = None  # done: let the parsed message go
             self._made = 1
         return made
+
+    def columns(self) -> UserRecordColumns | None:
+        """Every user record at once, column by column, checked as :meth:`step` checks them,
+        for a caller that needs no :class:`Record` of them; instead of :meth:`step`.
+
+        None for a record that is not an aggregate, and for a malformed one under
+        ``on_malformed="plain"`` (:attr:`malformed` says why: the caller delivers the record
+        as it is); under ``"raise"`` a malformed aggregate raises its
+        :class:`AggregationError`.
+        """
+        if self._records is not None and self._checks is not None:
+            self._budget = 1 << 62  # no pauses
+            try:
+                for _ in self._checks:
+                    pass
+            except AggregationError as error:
+                self._malformed(error)
+            self._checks = None
+        records = self._records
+        if records is None:
+            if self.malformed is not None and self._on_malformed == "raise":
+                raise self.malformed
+            return None
+        partition_keys = self._partition_keys
+        explicit_hash_keys = self._explicit_hash_keys
+        columns = UserRecordColumns(
+            [sub.data for sub in records],
+            [partition_keys[sub.partition_key_index] for sub in records],
+            [
+                explicit_hash_keys[sub.explicit_hash_key_index]
+                if sub.HasField("explicit_hash_key_index")
+                else None
+                for sub in records
+            ],
+            self._resent,
+        )
+        self.abandon()
+        return columns
 
     def abandon(self) -> None:
         """Make nothing more (the caller handles the record some other way)."""

@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shardflow.aggregation import MAGIC
-from shardflow.aggregation import deaggregate as deaggregate_record
 from shardflow.errors import DataLossError, InvalidArgumentError, SourceMetadataError
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.fanout import FanOut, FanOutFetcher
@@ -28,6 +26,7 @@ from shardflow.records import Record
 from shardflow.shards import HashKeyRange
 from shardflow.spark.source.metadata import DataLoss, ShardBatchEnd, StopReason
 from shardflow.spark.source.positions import Kind, ShardPosition
+from shardflow.spark.source.rows import Rows
 
 log = logging.getLogger("shardflow.spark.source")
 
@@ -118,8 +117,8 @@ class ShardRead:
 
     # --- the read --------------------------------------------------------------------------
 
-    async def chunks(self) -> AsyncIterator[list[Record]]:
-        """Records in shard order, a chunk per fetched batch; empty chunks are not yielded."""
+    async def chunks(self) -> AsyncIterator[Rows]:
+        """Rows in shard order, a chunk per fetched batch; empty chunks are not yielded."""
         plan = self.plan
         nothing_to_read = plan.until is not None and (
             plan.until == plan.start or plan.until.kind not in (Kind.AFTER, Kind.SHARD_END)
@@ -201,8 +200,8 @@ class ShardRead:
                     await ahead
             await _close(fetcher)
 
-    def _take(self, raw: list[Record]) -> tuple[list[Record], StopReason | None]:
-        """The records of one fetched batch to hand out, and why to stop after them if so."""
+    def _take(self, raw: list[Record]) -> tuple[Rows, StopReason | None]:
+        """The rows of one fetched batch to hand out, and why to stop after them if so."""
         plan = self.plan
         cut = at_start = False
         if plan.until is None and plan.cutoff_ms is not None:
@@ -215,67 +214,61 @@ class ShardRead:
                     at_start = index == 0 and _is_start(plan.start, record)
                     raw, cut = raw[: 1 if at_start else index], True
                     break
-        records = raw
-        if plan.deaggregate and any(record.data.startswith(MAGIC) for record in raw):
-            # Only records that look like KPL aggregates are unpacked (plain ones as they are).
-            records = []
-            for record in raw:
-                if record.data.startswith(MAGIC):
-                    records += deaggregate_record(record)
-                else:
-                    records.append(record)
+        rows = Rows()
+        # Only records that look like KPL aggregates are unpacked (plain ones as they are).
+        add = rows.add_unpacked if plan.deaggregate else rows.add
+        for record in raw:
+            add(record)
+        sequence_numbers, sub_sequence_numbers = rows.sequence_number, rows.sub_sequence_number
+        count = len(rows)
         first = 0
         if plan.start.kind is Kind.AFTER:
             # Read AT the start record: its sub-records up to the start come first.
             skips = plan.start.skips
-            while first < len(records) and skips(
-                records[first].sequence_number, records[first].sub_sequence_number
-            ):
+            while first < count and skips(sequence_numbers[first], sub_sequence_numbers[first]):
                 first += 1
         if at_start:
-            records = records[:first]
-        resent = self._resent(records, first)
+            count = first
+        resent = self._resent(rows, first, count)
         until, budget = plan.until, plan.budget
-        taken: list[Record] = []
         stop: StopReason | None = None
-        last: Record | None = None
-        skipped = 0
-        for index in range(first, len(records)):
-            record = records[index]
-            if until is not None:
-                if _beyond(record, until):
-                    stop = "until"
+        end = count  # the rows looked at are first .. end - 1
+        if until is not None:
+            for index in range(first, count):
+                sequence, sub = sequence_numbers[index], sub_sequence_numbers[index]
+                if _beyond(sequence, sub, until):
+                    stop, end = "until", index
                     break
-                last = record
-                if index in resent:
-                    skipped += 1
-                else:
-                    taken.append(record)
-                if _reaches(record, until):
-                    stop = "until"
+                if _reaches(sequence, sub, rows.last_sub_sequence_number[index], until):
+                    stop, end = "until", index + 1
                     break
-                continue
-            last = record
-            if index in resent:
-                skipped += 1
-                continue
-            taken.append(record)
-            if budget is not None and self._rows + len(taken) >= budget:
-                stop = "budget"
-                break
+        elif budget is not None and self._rows + (count - first - len(resent)) >= budget:
+            wanted = budget - self._rows
+            for index in range(first, count):
+                if index not in resent:
+                    wanted -= 1
+                    if wanted <= 0:
+                        stop, end = "budget", index + 1
+                        break
+        looked_at = range(first, end)
+        skipped = sum(1 for index in resent if index < end)
+        taken = rows.select(looked_at if not skipped else [i for i in looked_at if i not in resent])
         if stop is None and cut:
             stop = "cutoff"
         self._rows += len(taken)
         self._skipped += skipped
-        if last is not None:
-            self._last = last
+        if end > first:
+            self._last = rows.record(end - 1)
         return taken, stop
 
-    def _resent(self, records: list[Record], first: int) -> set[int]:
+    def _resent(self, rows: Rows, first: int, count: int) -> set[int]:
         """Indexes of the sub-records to skip: outside the shard's hash-key range, in
         aggregates whose producer (shardflow's) put such sub-records again on the right shard."""
         hash_range = self.plan.hash_range
         if hash_range is None:
+            return set()
+        marked = rows.resent_if_out_of_range
+        if not any(marked[first:count]):
             return set()
         low, high = hash_range.start, hash_range.end
         md5 = hashlib.md5
@@ -283,16 +276,16 @@ class ShardRead:
         known = self._key_in_range
         if len(known) > _KEYS_REMEMBERED:
             known.clear()
+        keys, explicit_keys = rows.partition_key, rows.explicit_hash_key
         skipped: set[int] = set()
-        for index in range(first, len(records)):
-            record = records[index]
-            if not record.resent_if_out_of_range:
+        for index in range(first, count):
+            if not marked[index]:
                 continue
-            explicit = record.explicit_hash_key
+            explicit = explicit_keys[index]
             if explicit is not None:
                 inside = low <= int(explicit) <= high
             else:
-                key = record.partition_key
+                key = keys[index]
                 inside_or_none = known.get(key)
                 if inside_or_none is None:
                     hashed = int.from_bytes(md5(key.encode()).digest(), "big")
@@ -383,24 +376,25 @@ def _at_tip(batch: FetchedBatch, limit: int, *, polling: bool) -> bool:
     return not polling or len(batch.records) < limit
 
 
-def _beyond(record: Record, until: ShardPosition) -> bool:
+def _beyond(sequence_number: str, sub_sequence_number: int, until: ShardPosition) -> bool:
+    """Whether the row at this position lies past ``until``."""
     if until.kind is Kind.SHARD_END or until.sequence_number is None:
         return False
-    seq, bound = int(record.sequence_number), int(until.sequence_number)
+    seq, bound = int(sequence_number), int(until.sequence_number)
     if seq != bound:
         return seq > bound
-    return (
-        until.sub_sequence_number is not None
-        and record.sub_sequence_number > until.sub_sequence_number
-    )
+    return until.sub_sequence_number is not None and sub_sequence_number > until.sub_sequence_number
 
 
-def _reaches(record: Record, until: ShardPosition) -> bool:
-    if until.kind is Kind.SHARD_END or record.sequence_number != until.sequence_number:
+def _reaches(
+    sequence_number: str, sub_sequence_number: int, last_sub: int, until: ShardPosition
+) -> bool:
+    """Whether the row at this position (``last_sub``: its aggregate's last) is ``until``."""
+    if until.kind is Kind.SHARD_END or sequence_number != until.sequence_number:
         return False
     if until.sub_sequence_number is not None:
-        return record.sub_sequence_number >= until.sub_sequence_number
-    return record.sub_sequence_number >= record.last_sub_sequence_number
+        return sub_sequence_number >= until.sub_sequence_number
+    return sub_sequence_number >= last_sub
 
 
 def _is_start(start: ShardPosition, record: Record) -> bool:
