@@ -45,8 +45,7 @@ def test_rows_are_the_records_deaggregating_makes(caplog: pytest.LogCaptureFixtu
     ]
     rows = Rows()
     with caplog.at_level(logging.WARNING, logger="shardflow.aggregation"):
-        for record in records:
-            rows.add_unpacked(record)
+        rows.extend(records, unpack=True)
     expected = [user for record in records for user in deaggregate(record)]
     assert list(rows) == expected
     assert [r.last_sub_sequence_number for r in rows] == [
@@ -55,11 +54,14 @@ def test_rows_are_the_records_deaggregating_makes(caplog: pytest.LogCaptureFixtu
     assert [r.resent_if_out_of_range for r in rows] == [r.resent_if_out_of_range for r in expected]
     assert len(rows) == 5 + 1 + 1 + 1
     assert "malformed" in caplog.text  # delivered plain, with the same WARNING
+    as_they_are = Rows()
+    as_they_are.extend(records, unpack=False)
+    assert list(as_they_are) == records
 
 
 def test_a_selection_and_its_arrow_batch() -> None:
     rows = Rows()
-    rows.add_unpacked(packed(1, 4, marked=False))
+    rows.extend([packed(1, 4, marked=False)], unpack=True)
     assert [r.sub_sequence_number for r in rows.select(range(1, 3))] == [1, 2]
     assert [r.sub_sequence_number for r in rows.select([0, 3])] == [0, 3]
     batch = to_record_batch(rows, "orders")

@@ -60,23 +60,44 @@ class Rows:
         """Row ``index`` as a record (the one deaggregating would have made)."""
         return build_record(*(column[index] for column in self.columns()))
 
-    def add(self, record: Record) -> None:
-        """``record`` as one row, as it is."""
-        for column, name in zip(self.columns(), RECORD_FIELDS, strict=True):
-            column.append(getattr(record, name))
-
-    def add_unpacked(self, record: Record) -> None:
-        """The user records of ``record`` if it is a KPL aggregate, else ``record`` itself: the
-        rows of :func:`~shardflow.aggregation.deaggregate` (a malformed aggregate is one plain
-        row, with its WARNING)."""
-        if record.aggregated or not record.data.startswith(MAGIC):
-            self.add(record)
+    def extend(self, records: list[Record], *, unpack: bool) -> None:
+        """``records`` as rows; with ``unpack``, the user records of each KPL aggregate instead
+        of it: the rows of :func:`~shardflow.aggregation.deaggregate` (a malformed aggregate is
+        one plain row, with its WARNING)."""
+        if not unpack or not any(record.data.startswith(MAGIC) for record in records):
+            self._add_as_they_are(records)
             return
+        plain: list[Record] = []
+        for record in records:
+            if record.aggregated or not record.data.startswith(MAGIC):
+                plain.append(record)
+                continue
+            if plain:
+                self._add_as_they_are(plain)
+                plain = []
+            self._add_unpacked(record)
+        if plain:
+            self._add_as_they_are(plain)
+
+    def _add_as_they_are(self, records: list[Record]) -> None:
+        self.data += [r.data for r in records]
+        self.partition_key += [r.partition_key for r in records]
+        self.sequence_number += [r.sequence_number for r in records]
+        self.sub_sequence_number += [r.sub_sequence_number for r in records]
+        self.explicit_hash_key += [r.explicit_hash_key for r in records]
+        self.approximate_arrival_timestamp += [r.approximate_arrival_timestamp for r in records]
+        self.shard_id += [r.shard_id for r in records]
+        self.stream_name += [r.stream_name for r in records]
+        self.aggregated += [r.aggregated for r in records]
+        self.last_sub_sequence_number += [r.last_sub_sequence_number for r in records]
+        self.resent_if_out_of_range += [r.resent_if_out_of_range for r in records]
+
+    def _add_unpacked(self, record: Record) -> None:
         unpacking = Unpacking(record)
         unpacked = unpacking.columns()
         if unpacked is None:
             log_malformed(unpacking)
-            self.add(record)
+            self._add_as_they_are([record])
             return
         count = len(unpacked.data)
         self.data += unpacked.data
@@ -92,7 +113,10 @@ class Rows:
         self.resent_if_out_of_range += [unpacked.resent_if_out_of_range] * count
 
     def select(self, indexes: range | list[int]) -> Rows:
-        """The rows at ``indexes`` (a range of step 1: sliced, column by column)."""
+        """The rows at ``indexes`` (a range of step 1: sliced, column by column; all of them:
+        these rows themselves)."""
+        if indexes == range(len(self.data)):
+            return self
         if isinstance(indexes, range) and indexes.step == 1:
             at = slice(indexes.start, indexes.stop)
             return Rows(*(column[at] for column in self.columns()))

@@ -216,9 +216,7 @@ class ShardRead:
                     break
         rows = Rows()
         # Only records that look like KPL aggregates are unpacked (plain ones as they are).
-        add = rows.add_unpacked if plan.deaggregate else rows.add
-        for record in raw:
-            add(record)
+        rows.extend(raw, unpack=plan.deaggregate)
         sequence_numbers, sub_sequence_numbers = rows.sequence_number, rows.sub_sequence_number
         count = len(rows)
         first = 0
