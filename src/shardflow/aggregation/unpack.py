@@ -160,34 +160,47 @@ class Unpacking:
         as it is); under ``"raise"`` a malformed aggregate raises its
         :class:`AggregationError`.
         """
-        if self._records is not None and self._checks is not None:
+        message = self._message
+        if message is not None and self._checks is not None:
             self._budget = 1 << 62  # no pauses
-            try:
-                for _ in self._checks:
-                    pass
-            except AggregationError as error:
-                self._malformed(error)
-            self._checks = None
+            # Tables only: an index out of range fails the lookups below, which then run the
+            # index checks for the error that names it.
+            self._run_checks(self._check_all(message, indexes=False))
         records = self._records
-        if records is None:
-            if self.malformed is not None and self._on_malformed == "raise":
-                raise self.malformed
-            return None
-        partition_keys = self._partition_keys
-        explicit_hash_keys = self._explicit_hash_keys
-        columns = UserRecordColumns(
-            [sub.data for sub in records],
-            [partition_keys[sub.partition_key_index] for sub in records],
-            [
-                explicit_hash_keys[sub.explicit_hash_key_index]
-                if sub.HasField("explicit_hash_key_index")
-                else None
-                for sub in records
-            ],
-            self._resent,
-        )
-        self.abandon()
-        return columns
+        if records is not None:
+            partition_keys = self._partition_keys
+            explicit_hash_keys = self._explicit_hash_keys
+            try:
+                columns = UserRecordColumns(
+                    [sub.data for sub in records],
+                    [partition_keys[sub.partition_key_index] for sub in records],
+                    [
+                        explicit_hash_keys[sub.explicit_hash_key_index]
+                        if sub.HasField("explicit_hash_key_index")
+                        else None
+                        for sub in records
+                    ],
+                    self._resent,
+                )
+            except IndexError:
+                assert message is not None
+                self._run_checks(self._check_all(message))
+                assert self.malformed is not None, "an index out of range the checks let pass"
+            else:
+                self.abandon()
+                return columns
+        if self.malformed is not None and self._on_malformed == "raise":
+            raise self.malformed
+        return None
+
+    def _run_checks(self, checks: Iterator[None]) -> None:
+        """Run ``checks`` through; a malformed aggregate is then marked so."""
+        self._checks = None
+        try:
+            for _ in checks:
+                pass
+        except AggregationError as error:
+            self._malformed(error)
 
     def abandon(self) -> None:
         """Make nothing more (the caller handles the record some other way)."""
@@ -230,11 +243,16 @@ class Unpacking:
         self._records = message.records
         self._checks = self._check_all(message)
 
-    def _check_all(self, message: AggregatedRecordMessage) -> Iterator[None]:
+    def _check_all(
+        self, message: AggregatedRecordMessage, *, indexes: bool = True
+    ) -> Iterator[None]:
         """Check tables and user records, pausing (yielding) after every ``_budget`` items.
 
         The required fields of every user record are checked in one call, as long as the parse
-        before it (several milliseconds each for 1 MiB of small records): a step of its own."""
+        before it (several milliseconds each for 1 MiB of small records): a step of its own.
+        Without ``indexes`` the user records' table indexes are left unchecked (for a caller
+        that looks every one of them up at once: an index out of range then raises
+        IndexError)."""
         yield
         if not message.IsInitialized():
             raise self._error("protobuf", "a required field is missing")
@@ -268,7 +286,7 @@ class Unpacking:
                 done = 0
                 yield
         pk_count, ehk_count = len(partition_keys), len(explicit_hash_keys)
-        for index, sub in enumerate(message.records):
+        for index, sub in enumerate(message.records if indexes else ()):
             if sub.partition_key_index >= pk_count:
                 raise self._error(
                     "index",
