@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+import subprocess
 import sys
 from pathlib import Path
 
@@ -124,11 +126,47 @@ def test_cycle_finder_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     sys.modules.pop("knotted", None)
 
 
-def test_no_lazy_exports() -> None:
-    """Packages export eagerly: no module-level ``__getattr__`` tricks behind ``__all__``."""
+def test_no_lazy_exports_below_the_top() -> None:
+    """Packages export eagerly, but for ``shardflow`` itself (see the next test)."""
     import shardflow.consumer
     import shardflow.producer
     import shardflow.testing
 
-    for module in (shardflow, shardflow.consumer, shardflow.producer, shardflow.testing):
+    for module in (shardflow.consumer, shardflow.producer, shardflow.testing):
         assert "__getattr__" not in vars(module), module.__name__
+
+
+def test_the_top_imports_each_name_on_first_use_and_nothing_before() -> None:
+    """``import shardflow`` imports none of the API's modules (a Spark worker reading a stream
+    imports the source's modules only, not the consumer's); each name, and each module as an
+    attribute, is there on first use; the type checker sees every name (TYPE_CHECKING)."""
+    assert {n for names in shardflow._EXPORTS.values() for n in names} == EVERYDAY_API - {
+        "__version__"
+    }
+    assert set(dir(shardflow)) >= EVERYDAY_API
+    (checking,) = [
+        node
+        for node in ast.parse(inspect.getsource(shardflow)).body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    ]
+    seen = {
+        (statement.module, alias.name)
+        for statement in checking.body
+        if isinstance(statement, ast.ImportFrom)
+        for alias in statement.names
+    }
+    assert seen == {(m, n) for m, names in shardflow._EXPORTS.items() for n in names}
+    script = (
+        "import sys, shardflow.spark.datasource, shardflow.spark.source.stream\n"
+        "heavy = ['shardflow.consumer', 'shardflow.producer', 'shardflow.leases',"
+        " 'shardflow.deadletter', 'shardflow.idempotency', 'shardflow.reader']\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+        "import shardflow\n"
+        "print(shardflow.Consumer.__module__, shardflow.errors.ShardflowError.__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split("\n")[:2] == ["[]", "shardflow.consumer.consumer ShardflowError"]
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        shardflow.Nope  # noqa: B018
