@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from shardflow.errors import (
     InvalidExplicitHashKeyError,
     InvalidPartitionKeyError,
     RecordTooLargeError,
 )
 from shardflow.producer.settings import MAX_PARTITION_KEY_CHARS
-from shardflow.shards import MAX_HASH_KEY
+from shardflow.shards import MAX_HASH_KEY, key_bytes_hash
 
 RecordInput = tuple[bytes | str, str] | tuple[bytes | str, str, str | None]
 """``(data, partition_key)`` or ``(data, partition_key, explicit_hash_key)``."""
@@ -48,7 +46,7 @@ def prepare(
     if size > max_record_bytes:
         raise RecordTooLargeError(size, max_record_bytes)
     if explicit_hash_key is None:
-        hash_key = int.from_bytes(hashlib.md5(key_bytes, usedforsecurity=False).digest(), "big")
+        hash_key = key_bytes_hash(key_bytes)
     else:
         hash_key = parse_explicit_hash_key(explicit_hash_key)
     return data, size, hash_key
