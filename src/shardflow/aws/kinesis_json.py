@@ -155,25 +155,24 @@ def put_records_body(parameters: dict[str, Any]) -> bytes | None:
     botocore: an entry with another member, a payload not bytes, a key not text)."""
     encode, quote = binascii.b2a_base64, encode_basestring_ascii
     written = []
+    append = written.append
     for entry in parameters["Records"]:
         data, key = entry.get("Data"), entry.get("PartitionKey")
-        hash_key = entry.get("ExplicitHashKey")
-        if (
-            type(data) is not bytes
-            or type(key) is not str
-            or len(entry) != 2 + (hash_key is not None)
-        ):
+        if type(data) is not bytes or type(key) is not str:
             return None
-        data64 = encode(data, newline=False).decode("ascii")
-        if hash_key is None:
-            written.append(f'{{"Data":"{data64}","PartitionKey":{quote(key)}}}')
-        elif type(hash_key) is str:
-            written.append(
-                f'{{"Data":"{data64}","PartitionKey":{quote(key)},'
-                f'"ExplicitHashKey":{quote(hash_key)}}}'
+        if len(entry) == 2:  # the common entry first: one check less
+            append(
+                f'{{"Data":"{encode(data, newline=False).decode("ascii")}",'
+                f'"PartitionKey":{quote(key)}}}'
             )
-        else:
+            continue
+        hash_key = entry.get("ExplicitHashKey")
+        if len(entry) != 3 or type(hash_key) is not str:
             return None
+        append(
+            f'{{"Data":"{encode(data, newline=False).decode("ascii")}",'
+            f'"PartitionKey":{quote(key)},"ExplicitHashKey":{quote(hash_key)}}}'
+        )
     others = {name: value for name, value in parameters.items() if name != "Records"}
     head = json.dumps(others)[:-1]
     joined = ",".join(written)
