@@ -154,7 +154,7 @@ def put_records_body(parameters: dict[str, Any]) -> bytes | None:
     """The JSON body botocore would send for PutRecords ``parameters`` (None: leave them to
     botocore: an entry with another member, a payload not bytes, a key not text)."""
     encode, quote = binascii.b2a_base64, encode_basestring_ascii
-    written = []
+    written: list[str] = []
     append = written.append
     for entry in parameters["Records"]:
         data, key = entry.get("Data"), entry.get("PartitionKey")
