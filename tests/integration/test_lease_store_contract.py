@@ -376,6 +376,21 @@ async def test_handoff_needs_the_owner_and_no_handoff_pending(workers: Workers) 
     assert completed_by_other.current == started
 
 
+async def test_a_leaving_next_owner_passes_a_handoff_on(workers: Workers) -> None:
+    a, b = await workers(), await workers()
+    started = await a.handoff(await held(a), "a", "b")
+    passed = await b.redirect_handoff(started, "b", "c")
+    assert (passed.lease_owner, passed.checkpoint_owner) == ("c", "a")
+    assert passed.lease_counter == started.lease_counter, "a's renewals must go on"
+    # a's last write, made for b, is refused once and names the new next owner.
+    news = await failure(a.release(started, "a", final_checkpoint=SEQ))
+    assert news.current == passed
+    done = await a.release(passed, "a", final_checkpoint=SEQ)
+    assert (done.lease_owner, done.checkpoint_owner, done.checkpoint) == ("c", None, SEQ)
+    # Only while the handoff is under way and still to b.
+    assert (await failure(b.redirect_handoff(started, "b", "d"))).current == done
+
+
 async def test_release_during_a_handoff_passes_the_lease_on(workers: Workers) -> None:
     a, leader = await workers(), await workers()
     started = await leader.handoff(await held(a), "a", "b")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased
 from shardflow.leases import Lease
@@ -22,11 +23,17 @@ from support.coordinator_fakes import run_for, settle, shard, world
 HANDOFF = LeaseSettings(pickup="poll", pickup_poll_interval=0.25, handoff_timeout=5.0)
 
 
-def complete_handoffs(coordinator: LeaseCoordinator) -> asyncio.Task[None]:
-    """What the consumer does: a lease given up is checkpointed, then released."""
+def complete_handoffs(
+    coordinator: LeaseCoordinator, *, not_before: float | None = None, clock: Any = None
+) -> asyncio.Task[None]:
+    """What the consumer does: a lease given up is checkpointed, then released (not before
+    ``not_before`` on ``clock``: a slow drain, or a slow lease table)."""
 
     async def loop() -> None:
         while True:
+            if not_before is not None and clock.monotonic() < not_before:
+                await asyncio.sleep(0)
+                continue
             for owned in list(coordinator.owned().values()):
                 if owned.giving_up.is_set() and not owned.ended:
                     await owned.writer.write(ExtendedSequenceNumber("7"))
@@ -151,6 +158,67 @@ async def test_a_worker_that_leaves_passes_on_leases_handed_to_it_meanwhile() ->
         await b.stop()
         await settle()
         assert (await w.leases())[owned.lease_key].lease_owner is None, "free for the others"
+
+
+SLOW_DRAIN = 12.0
+"""Longer than the failover time: what the old owners' last checkpoints took at 64 shards on a
+lease table near its limit (bench/handoff.py, commit 3306ef9)."""
+
+
+async def two_at_64_leaving_at_once(w: Any, settings: LeaseSettings) -> tuple[Any, Any]:
+    """a and b hold 32 leases each and leave at the same moment, each choosing the other (no
+    other live worker in sight): b's shards drain at once, a's take SLOW_DRAIN seconds."""
+    a = await w.start("a", settings=replace(settings, max_leases_per_worker=32))
+    b = await w.start("b", settings=replace(settings, max_leases_per_worker=32))
+    assert Counter({"a": 32, "b": 32}) == await w.owners()
+    complete_handoffs(a, not_before=w.clock.monotonic() + SLOW_DRAIN, clock=w.clock)
+    complete_handoffs(b)
+    assert await asyncio.gather(a.leave(), b.leave()) == [32, 32]
+    from_a = [lease for lease in (await w.leases()).values() if lease.checkpoint_owner == "a"]
+    assert len(from_a) == 32
+    assert {lease.lease_owner for lease in from_a} == {"b"}, "a chose b for all of them"
+    return a, b
+
+
+async def test_a_leaver_waits_for_handoffs_to_it_and_frees_them_at_64_shards() -> None:
+    """Two workers stopping at once hand their leases to each other. The one that stops first
+    must neither leave while a handoff to it is under way (the lease would name a worker that
+    is gone until it expired) nor keep what it gets: it frees each lease when completed."""
+    settings = replace(HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0)
+    async with world([shard(i) for i in range(64)]) as w:
+        a, b = await two_at_64_leaving_at_once(w, settings)
+        b_stopped = asyncio.create_task(b.stop())
+        await run_for(SLOW_DRAIN - 1.0, w.clock, step=0.25)
+        assert not b_stopped.done(), "b left with a's handoffs to it under way"
+        await run_for(2.0, w.clock, step=0.25)
+        assert b_stopped.done()
+        owners = await w.owners()
+        assert owners["b"] == 0, f"stranded with b, which is gone: {owners}"
+        await a.stop()
+        assert Counter({None: 64}) == await w.owners(), "every lease free for the next workers"
+
+
+async def test_a_leaver_passes_a_handoff_to_it_on_to_a_live_worker_at_64_shards() -> None:
+    """As above, with a new worker c in sight by the time b stops (it took what a freed): b
+    passes a's handoffs on to c and leaves at once; c gets them when a completes them, not
+    after they expire."""
+    settings = replace(HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0)
+    async with world([shard(i) for i in range(64)]) as w:
+        a, b = await two_at_64_leaving_at_once(w, settings)
+        c = await w.start("c", settings=settings)
+        await run_for(1.0, w.clock, step=0.25)
+        assert len(c.owned()) == 32, "b's leases, completed to a and freed by a"
+        b_stopped = asyncio.create_task(b.stop())
+        await run_for(1.0, w.clock, step=0.25)
+        assert b_stopped.done(), "b had somebody to pass a's handoffs on to"
+        assert Counter({"c": 64}) == Counter(
+            lease.lease_owner for lease in (await w.leases()).values()
+        )
+        await run_for(SLOW_DRAIN, w.clock, step=0.25)
+        assert len(c.owned()) == 64
+        assert {e.how for e in w.recorders["c"].of(LeaseAcquired)} <= {"free", "handoff"}
+        assert not w.recorders["a"].of(LeaseLost)
+        await a.stop()
 
 
 # --- pure pieces ---------------------------------------------------------------------------------

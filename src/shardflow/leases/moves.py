@@ -4,14 +4,15 @@ The coordinator's renewals, take cycles and pick-up feed every fresh view of a l
 :meth:`LeaseMoves.consider` (a held lease asked for is handed over) and every change read from
 the lease table's stream through :meth:`LeaseMoves.picked_up` (a lease handed here is claimed
 at once; a lease that moved wakes the take cycle). :meth:`LeaseMoves.leave` hands every held
-lease to the least loaded live workers before a graceful stop.
+lease to the least loaded live workers before a graceful stop; from then on, leases handed to
+this worker are passed on (:meth:`LeaseMoves.pass_on`): two workers stopping at the same moment
+may each have chosen the other, and neither may end with the other's leases.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from shardflow.clock import Clock
@@ -61,6 +62,10 @@ class LeaseMoves:
         self._lease_streams = lease_streams
         self._images: dict[str, tuple[str | None, str | None]] = {}
         self._handing: set[str] = set()
+        self._view: dict[str, Lease] = {}
+        """While leaving: the table as last seen (the leave's scan, then pick-up's changes),
+        for choosing who gets a lease passed on."""
+        self._passing: set[str] = set()
         self.leaving = False
         """Set once the worker leaves: nothing is claimed, taken or handed over any more."""
         self.kcl_workers: Callable[[], frozenset[str]] = frozenset
@@ -72,9 +77,9 @@ class LeaseMoves:
         """See :meth:`LeaseCoordinator.leave`."""
         self.leaving = True
         self._taker.enabled = False
-        held = [owned for owned in self._owned.values() if not owned.giving_up.is_set()]
-        if not self._settings.handoff or not held:
+        if not self._settings.handoff:
             return 0
+        held = [owned for owned in self._owned.values() if not owned.giving_up.is_set()]
         try:
             leases = await self._store.list_leases()
         except ShardflowError as exc:
@@ -105,36 +110,109 @@ class LeaseMoves:
             hand,
             concurrency=self._settings.renew_concurrency,
         )
+        self._see(leases)
+        for lease in self._view.values():
+            self._pass_on_soon(lease)
         return started
 
     async def pass_on_inbound(self) -> None:
-        """Release the leases handed to this worker while it was leaving (a peer leaving at
-        the same moment chose it), waiting a little for handoffs still under way, so that
-        the others pick them up at once instead of after a failover time."""
-        give_up_at = self._clock.monotonic() + min(
-            self._settings.handoff_timeout, self._settings.failover_time
-        )
+        """At stop: pass on every lease still handed to this worker (see :meth:`pass_on`).
+
+        A handoff under way that could not be passed on (nobody else to take it) is waited
+        for while its old owner still renews it, up to ``handoff_timeout``, and released once
+        completed: leaving earlier would strand the lease with a worker that is gone, and the
+        others would get it only once it expired (at 64 shards on a slow lease table the old
+        owners' last checkpoints took longer than a failover time)."""
+        give_up_at = self._clock.monotonic() + self._settings.handoff_timeout
+        tracker = self._taker.tracker
         while True:
             try:
                 leases = self._streams.ours(await self._store.list_leases())
             except ShardflowError as exc:
                 log.warning("looking for leases handed to %s failed: %s", self._worker_id, exc)
                 return
-            inbound = [
+            now = self._clock.monotonic()
+            tracker.observe(leases, now)
+            self._see(leases, complete=True)
+            inbound = [lease for lease in leases if self._handed_here(lease)]
+            await run_bounded(inbound, self.pass_on, concurrency=self._settings.renew_concurrency)
+            awaited = [
                 lease
-                for lease in leases
-                if lease.lease_owner == self._worker_id
-                and lease.lease_key not in self._taker.expiring
+                for lease in inbound
+                if lease.checkpoint_owner is not None and not tracker.is_expired(lease, now)
             ]
-            for lease in inbound:
-                if lease.checkpoint_owner is None:
-                    with contextlib.suppress(ShardflowError):
-                        await self._store.release(lease, self._worker_id)
-                        log.info("passed on lease %s, handed over while leaving", lease.lease_key)
-            pending = [lease for lease in inbound if lease.checkpoint_owner is not None]
-            if not pending or self._clock.monotonic() >= give_up_at:
+            if not awaited or now >= give_up_at:
+                if awaited:
+                    log.warning(
+                        "leaving with %d handoff(s) to %s still under way after %.1fs; they "
+                        "are taken over once they expire",
+                        len(awaited),
+                        self._worker_id,
+                        self._settings.handoff_timeout,
+                    )
                 return
             await self._clock.sleep(min(self._settings.pickup_poll_interval, 0.25))
+
+    async def pass_on(self, lease: Lease) -> None:
+        """A lease handed to this worker while it leaves, as seen: a handoff still under way
+        goes on to the least loaded live worker that is not leaving (if there is one and the
+        old owner is not a KCL worker, which completes handoffs its own way); a completed one
+        is released, free for anyone at once."""
+        key = lease.lease_key
+        if key in self._passing or not self._handed_here(lease):
+            return
+        self._passing.add(key)
+        try:
+            old = lease.checkpoint_owner
+            if old is None:
+                await self._store.release(lease, self._worker_id)
+                log.info("passed on lease %s, handed over while leaving", key)
+                return
+            if old in self.kcl_workers():
+                return
+            to = self._successor(exclude=old)
+            if to is None:
+                return  # released once the old owner completes the handoff
+            self._view[key] = await self._store.redirect_handoff(lease, self._worker_id, to)
+            log.info("passed the handoff of lease %s from %s on to %s", key, old, to)
+        except ShardflowError as exc:  # changed meanwhile, or a brownout: seen again later
+            log.info("passing on lease %s failed: %s", key, exc)
+        finally:
+            self._passing.discard(key)
+
+    def _handed_here(self, lease: Lease) -> bool:
+        return (
+            lease.lease_owner == self._worker_id
+            and lease.lease_key not in self._owned
+            and lease.lease_key not in self._taker.expiring
+        )
+
+    def _pass_on_soon(self, lease: Lease) -> None:
+        if self._handed_here(lease) and lease.lease_key not in self._passing:
+            self._spawn(self.pass_on(lease), f"pass-on-{lease.shard_id}")
+
+    def _see(self, leases: Iterable[Lease], *, complete: bool = False) -> None:
+        """Keep the leaving worker's view of the table (see ``_view``)."""
+        if complete:
+            self._view = {}
+        for lease in self._streams.ours(list(leases)):
+            self._view[lease.lease_key] = lease
+
+    def _successor(self, *, exclude: str) -> str | None:
+        """The least loaded live worker that is not leaving, as seen in ``_view``."""
+        tracker = self._taker.tracker
+        now = self._clock.monotonic()
+        picks = successors(
+            self._view.values(),
+            1,
+            worker_id=self._worker_id,
+            is_expired=lambda lease: tracker.is_expired(lease, now),
+            also=self.kcl_workers() - {exclude},
+            seen_alive=lambda worker: tracker.renewed_within(
+                worker, now, self._settings.failover_time * 0.75
+            ),
+        )
+        return picks[0] if picks and picks[0] != exclude else None
 
     def consider(self, lease: Lease) -> None:
         """A fresh view of ``lease``: honour a handoff request on a lease held here."""
@@ -192,12 +270,23 @@ class LeaseMoves:
         """React to lease changes: a complete scan is a take cycle of its own; changes from
         the stream start one when a lease became free, was handed here, or moved."""
         if view.complete:
-            if not self.leaving:
-                await self._take_cycle(list(view.leases))
+            if self.leaving:
+                self._see(view.leases, complete=True)
+                for lease in view.leases:
+                    self._pass_on_soon(lease)
+                return
+            await self._take_cycle(list(view.leases))
             for lease in view.leases:
                 self.consider(lease)
             return
         self._taker.observe(list(view.leases), list(view.removed))
+        if self.leaving:
+            self._see(view.leases)
+            for key in view.removed:
+                self._view.pop(key, None)
+            for lease in view.leases:
+                self._pass_on_soon(lease)
+            return
         moved = False
         for lease in view.leases:
             image = (lease.lease_owner, lease.checkpoint_owner)

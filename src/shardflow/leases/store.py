@@ -114,6 +114,8 @@ class LeaseStore(Protocol):
 
     async def handoff(self, lease: Lease, from_owner: str, to_owner: str) -> Lease: ...
 
+    async def redirect_handoff(self, lease: Lease, via: str, to_owner: str) -> Lease: ...
+
     async def complete_handoff(self, lease: Lease, from_owner: str) -> Lease: ...
 
     async def request_handoff(self, lease: Lease, requester: str) -> Lease: ...
@@ -241,6 +243,10 @@ class LeaseStoreBase(abc.ABC):
     async def handoff(self, lease: Lease, from_owner: str, to_owner: str) -> Lease:
         """Begin a graceful handoff of a lease held by ``from_owner`` to ``to_owner``."""
         return await self._lease(writes.handoff(lease, from_owner, to_owner))
+
+    async def redirect_handoff(self, lease: Lease, via: str, to_owner: str) -> Lease:
+        """Pass a handoff under way to ``via`` (leaving too) on to ``to_owner``."""
+        return await self._lease(writes.redirect_handoff(lease, via, to_owner))
 
     async def complete_handoff(self, lease: Lease, from_owner: str) -> Lease:
         """End a handoff begun by :meth:`handoff`: ``from_owner`` lets the lease go."""

@@ -494,6 +494,40 @@ def handoff(lease: Lease, from_owner: str, to_owner: str) -> LeaseWrite:
     )
 
 
+def redirect_handoff(lease: Lease, via: str, to_owner: str) -> LeaseWrite:
+    """Pass a handoff under way to ``via`` on to ``to_owner`` (a shardflow extension).
+
+    For a next owner that is leaving itself: two workers stopping at the same moment may each
+    have chosen the other. leaseOwner := ``to_owner``; conditions: leaseOwner is ``via`` and
+    checkpointOwner is still the one seen (the old owner has not completed the handoff). As
+    :func:`handoff`, the counter is neither checked nor bumped: the old owner keeps renewing
+    and completes the handoff to ``to_owner`` (its completing write, refused once for the
+    owner it knew, learns the new one from the refusal).
+    """
+    _worker(via, "via")
+    _worker(to_owner, "to_owner")
+    old = lease.checkpoint_owner
+    if lease.lease_owner != via or old is None or old == via:
+        raise ValueError(
+            f"lease {lease.lease_key} shows no handoff to {via} "
+            f"(leaseOwner={lease.lease_owner}, checkpointOwner={old})"
+        )
+    if to_owner in (via, old):
+        raise ValueError("a handoff is passed on to a third worker")
+    return LeaseWrite(
+        "redirect_handoff",
+        lease.lease_key,
+        "update",
+        (Equals(LEASE_OWNER, s(via)), Equals(CHECKPOINT_OWNER, s(old))),
+        (Put(LEASE_OWNER, s(to_owner)),),
+        already_applied=lambda current: (
+            current is not None
+            and current.lease_owner == to_owner
+            and current.checkpoint_owner == old
+        ),
+    )
+
+
 def complete_handoff(lease: Lease, from_owner: str) -> LeaseWrite:
     """Finish a handoff: the checkpoint owner lets the lease go to its new owner.
 
