@@ -1,4 +1,4 @@
-"""The three emulators: moto's server, kinesis-local and kinesalite."""
+"""The emulators: moto's server, kinesis-local, kinesalite and dynalite."""
 
 from __future__ import annotations
 
@@ -151,4 +151,30 @@ class KinesaliteServer(_NodeServer):
             delay,
             "--shardLimit",
             str(self.shard_limit),
+        ]
+
+
+class DynaliteServer(_NodeServer):
+    """dynalite: an in-memory DynamoDB (conditional writes included) that answers many
+    requests at once, for benchmarks whose lease table would saturate moto's serialized
+    server (~110 conditional writes/s). No DynamoDB Streams: lease pick-up polls the table.
+    """
+
+    name: ClassVar[str] = "dynalite"
+    package: ClassVar[str] = "dynalite"
+    script: ClassVar[str] = "cli.js"
+
+    def _script_args(self, port: int) -> list[str]:
+        delay = str(self.transition_ms)
+        return [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--createTableMs",
+            delay,
+            "--deleteTableMs",
+            delay,
+            "--updateTableMs",
+            delay,
         ]
