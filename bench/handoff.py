@@ -320,7 +320,8 @@ class Scenario:
             self.start_worker("w2")
             half = self.args.shards // 2
             balanced = Counter({"w1": half, "w2": self.args.shards - half})
-            if not self.wait_for(lambda: self.owners() == balanced, 60 + self.args.shards):
+            settle = self.args.settle if self.args.settle is not None else 60.0 + self.args.shards
+            if not self.wait_for(lambda: self.owners() == balanced, settle):
                 print(f"  ({self.key}/{self.mode}: warm-up split is {dict(self.owners())})")
             time.sleep(WARMUP)
             action_at, takeover_from = self.act()
@@ -653,6 +654,12 @@ def main() -> None:
     )
     parser.add_argument("--scenarios", default="a,b,c")
     parser.add_argument("--shards", type=int, default=SHARDS)
+    parser.add_argument(
+        "--settle",
+        type=float,
+        help="seconds to wait at most for the first 2 workers to split the shards evenly "
+        "(default 60 + shards); the action follows the warm-up even if they have not",
+    )
     parser.add_argument(
         "--lease-server",
         choices=("moto", "dynalite"),

@@ -160,6 +160,31 @@ async def test_a_worker_that_leaves_passes_on_leases_handed_to_it_meanwhile() ->
         assert (await w.leases())[owned.lease_key].lease_owner is None, "free for the others"
 
 
+async def test_a_leaver_hands_to_a_joiner_that_has_only_asked_so_far_at_64_shards() -> None:
+    """Seen at 64 shards: a deploy stopped the old workers while the new ones had only asked
+    for leases (none held and renewed yet), and each old worker handed everything to the
+    other old one, the only peer it had seen renewing. A joiner's request is its own write,
+    as good a proof of life as a renewal."""
+    settings = replace(HANDOFF, handoff_timeout=30.0)
+    async with world([shard(i) for i in range(64)]) as w:
+        a = await w.start("a", settings=replace(settings, max_leases_per_worker=32))
+        b = await w.start("b", settings=replace(settings, max_leases_per_worker=32))
+        await run_for(HANDOFF.renew_every + 1.0, w.clock, step=0.25)  # both seen renewing
+        c = await w.start("c", settings=replace(settings, max_leases_to_steal_at_once=1))
+        await run_for(2 * HANDOFF.pickup_poll_interval, w.clock, step=0.05)
+        assert not c.owned()
+        assert await a.leave() >= 31  # one may be under way to c already: c asked for it
+        await settle()
+        to = Counter(
+            lease.lease_owner
+            for lease in (await w.leases()).values()
+            if lease.checkpoint_owner == "a"
+        )
+        assert to["c"] >= 16, f"a handed {dict(to)}"
+        await a.stop(release=False)
+        await b.stop(release=False)
+
+
 SLOW_DRAIN = 12.0
 """Longer than the failover time: what the old owners' last checkpoints took at 64 shards on a
 lease table near its limit (bench/handoff.py, commit 3306ef9)."""

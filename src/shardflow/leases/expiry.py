@@ -9,8 +9,9 @@ one failover time later, as in KCL.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from shardflow.leases.handoff_request import HANDOFF_REQUEST, handoff_request_of
 from shardflow.leases.model import Lease
 
 
@@ -20,6 +21,8 @@ class _Sighting:
     owner: str | None
     checkpoint_owner: str | None
     since: float
+    request: object = None
+    """The handoff request attribute as seen (a joiner's own write)."""
 
 
 class ExpiryTracker:
@@ -43,16 +46,9 @@ class ExpiryTracker:
             previous = self._seen.get(lease.lease_key)
             # Owner changes are counted as changes too: a handoff moves the lease without
             # bumping the counter, and the new holder deserves a fresh failover time.
-            if (
-                previous is not None
-                and lease.lease_owner is not None
-                and previous.counter != lease.lease_counter
-                and previous.owner == lease.lease_owner
-                and previous.checkpoint_owner == lease.checkpoint_owner
-            ):
-                # The same owner wrote again: a renewal or a checkpoint, so it was alive now.
-                # (A handover or an assignment changes the owner or checkpoint owner too.)
-                self._renewed[lease.lease_owner] = now
+            request = lease.extra.get(HANDOFF_REQUEST)
+            if previous is not None:
+                self._note_writers(previous, lease, request, now)
             if (
                 previous is None
                 or previous.counter != lease.lease_counter
@@ -60,15 +56,38 @@ class ExpiryTracker:
                 or previous.checkpoint_owner != lease.checkpoint_owner
             ):
                 self._seen[lease.lease_key] = _Sighting(
-                    lease.lease_counter, lease.lease_owner, lease.checkpoint_owner, now
+                    lease.lease_counter, lease.lease_owner, lease.checkpoint_owner, now, request
                 )
+            elif request != previous.request:
+                self._seen[lease.lease_key] = replace(previous, request=request)
         if complete:
             for key in self._seen.keys() - present:
                 del self._seen[key]
 
+    def _note_writers(self, previous: _Sighting, lease: Lease, request: object, now: float) -> None:
+        """Who must have been alive for ``lease`` to change from ``previous``: proof of life
+        for :meth:`renewed_within`."""
+        owner = lease.lease_owner
+        if owner is not None and previous.counter != lease.lease_counter:
+            same_holder = (
+                previous.owner == owner and previous.checkpoint_owner == lease.checkpoint_owner
+            )
+            taken = previous.owner != owner and previous.checkpoint_owner is None
+            if same_holder or (taken and lease.checkpoint_owner is None):
+                # The same owner wrote again (a renewal or a checkpoint), or a worker took the
+                # lease for itself. (A handover changes the checkpoint owner too, and is written
+                # by the old owner: no proof that the new one lives.)
+                self._renewed[owner] = now
+        if request is not None and request != previous.request:
+            # A joiner asked for the lease: its own write, moments ago.
+            parsed = handoff_request_of(lease)
+            if parsed is not None:
+                self._renewed[parsed.requester] = now
+
     def renewed_within(self, worker_id: str, now: float, seconds: float) -> bool:
-        """Whether this observer saw ``worker_id`` write one of its own leases again (renew or
-        checkpoint) in the last ``seconds``: proof of life that a handover to it is not."""
+        """Whether this observer saw ``worker_id`` write in the last ``seconds``: renew or
+        checkpoint one of its leases, take one, or ask for one. Proof of life, which a
+        handover to it is not."""
         last = self._renewed.get(worker_id)
         return last is not None and now - last <= seconds
 
