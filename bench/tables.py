@@ -4,7 +4,9 @@ A table sits between two markers, ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME
 is between them is generated, never edited by hand. NAME is a bench script: ``bench/NAME.py``
 defines ``render(result) -> str`` and its results are ``bench/results/NAME.json`` (the JSON is
 the truth, the script's ``render`` the only way to print it, the same function the bench uses
-for its own output); ``NAME.PART`` is another table of the same JSON, ``render_PART(result)``. ``headline`` is the short table of README.md, built here from several
+for its own output); ``NAME.PART`` is another table of the same JSON, ``render_PART(result)``; ``NAME@VARIANT``
+renders ``bench/results/NAME-VARIANT.json`` (the same bench run with other parameters, e.g.
+``handoff@64``). ``headline`` is the short table of README.md, built here from several
 benches' JSON.
 
     .venv/bin/python bench/tables.py           # rewrite every table from the JSON
@@ -167,11 +169,13 @@ def headline(results: Path = RESULTS) -> str:
 def renderer(name: str, results: Path = RESULTS) -> Callable[[], str]:
     if name == "headline":
         return lambda: headline(results)
-    bench, _, part = name.partition(".")
+    run, _, part = name.partition(".")
+    bench, _, variant = run.partition("@")
     function = getattr(bench_module(bench), f"render_{part}" if part else "render", None)
     if not callable(function):
         raise TableError(f"bench/{bench}.py has no render_{part}(result) -> str")
-    return lambda: str(function(result(bench, results)))
+    stored = f"{bench}-{variant}" if variant else bench
+    return lambda: str(function(result(stored, results)))
 
 
 def render_document(text: str, results: Path = RESULTS) -> str:
@@ -208,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.print:
         for path in sorted(args.print.glob("*.json")):
-            print(f"== {path.stem}\n\n{renderer(path.stem, args.print)()}\n")
+            name = path.stem.replace("-", "@", 1)  # handoff-64.json: a variant of handoff
+            print(f"== {path.stem}\n\n{renderer(name, args.print)()}\n")
         return 0
     paths = documents()
     if args.check:

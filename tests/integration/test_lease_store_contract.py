@@ -7,7 +7,7 @@ each with its own client).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from shardflow.leases.handoff_request import (
     HandoffRequest,
     handoff_request_of,
 )
+from shardflow.local import DynaliteServer
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange
 from support.lease_backends import Backend, DynamoBackend, MemoryBackend
@@ -35,11 +36,20 @@ KEY = "shardId-000000000000"
 SEQ = ExtendedSequenceNumber("49590338271490256608559692538361571095921575989136588898", 2)
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
+@pytest.fixture(scope="module")
+def dynalite_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """dynalite, the faster lease table of the benchmarks: the same contract must hold there."""
+    with DynaliteServer(log_dir=tmp_path_factory.mktemp("dynalite")) as server:
+        yield server.endpoint_url
+
+
+@pytest.fixture(params=["memory", "dynamodb", "dynalite"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     chosen: Backend
     if request.param == "memory":
         chosen = MemoryBackend()
+    elif request.param == "dynalite":
+        chosen = DynamoBackend(request.getfixturevalue("dynalite_url"))
     else:
         chosen = DynamoBackend(request.getfixturevalue("moto_url"))
     async with chosen:

@@ -242,7 +242,13 @@ class DynamoDBLeaseStore(LeaseStoreBase):
 
         answer = await self._call(_OPERATION_OF[write.kind], attempt)
         if isinstance(answer, _Rejected):
-            current = _as_lease(answer.item)
+            if answer.item is None:
+                # No item in the refusal: gone, or a server that ignores
+                # ReturnValuesOnConditionCheckFailure (dynalite, older DynamoDB Local). A
+                # refusal must name the current owner (a handoff is told from a loss by it).
+                current = await self.get(write.lease_key)
+            else:
+                current = _as_lease(answer.item)
             if attempts > 1 and write.already_applied(current):
                 # An earlier attempt succeeded but its answer was lost (timeout, dropped
                 # connection): the item shows our own write, as KCL's renew also checks.

@@ -85,6 +85,9 @@ class LeaseMoves:
         except ShardflowError as exc:
             log.warning("reading the lease table before leaving failed: %s", exc)
             return 0
+        self._see(leases)
+        # Handed here before this scan (this worker's own leases are held: not among them).
+        inbound = [lease for lease in self._view.values() if self._handed_here(lease)]
         tracker = self._taker.tracker
         now = self._clock.monotonic()
         tracker.observe(leases, now)
@@ -98,6 +101,8 @@ class LeaseMoves:
                 worker, now, self._settings.failover_time * 0.75
             ),
         )
+        for lease in inbound:
+            self._pass_on_soon(lease)
         started = 0
 
         async def hand(pair: tuple[OwnedLease, str]) -> None:
@@ -110,9 +115,6 @@ class LeaseMoves:
             hand,
             concurrency=self._settings.renew_concurrency,
         )
-        self._see(leases)
-        for lease in self._view.values():
-            self._pass_on_soon(lease)
         return started
 
     async def pass_on_inbound(self) -> None:
