@@ -189,7 +189,7 @@ class Soak:
         stamp = f"{int(time.time() * 1000) % 10**9}"
         self.stream = f"chaos-{stamp}"
         self.app = f"chaos-app-{stamp}"
-        self.guard_table = f"chaos-guard-{stamp}"
+        self.guard_table = f"chaos-guard-{stamp}" if args.guard else ""
         self.kinesis_url = kinesis_url
         self.moto_url = moto_url
         self.dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="chaos-"))
@@ -234,7 +234,8 @@ class Soak:
             if summary["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE":
                 break
             time.sleep(0.2)
-        asyncio.run(self._guard_table())
+        if self.guard_table:
+            asyncio.run(self._guard_table())
 
     async def _guard_table(self) -> None:
         from shardflow.aws import AwsSettings, ClientFactory
@@ -555,6 +556,7 @@ class Soak:
             "short": self.args.duration < 300,
             "seed": self.args.seed,
             "rate": self.args.rate,
+            "idempotency_guard": self.args.guard,
             "shards": SHARDS,
             "workers": WORKERS,
             "failover_time": FAILOVER,
@@ -671,6 +673,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--skip", action="append", default=[], help="leave out a fault class (repeatable)"
+    )
+    parser.add_argument(
+        "--no-guard",
+        dest="guard",
+        action="store_false",
+        help="workers without the DynamoDB idempotency guard: every record reaches a handler",
     )
     parser.add_argument("--results", help="JSON path (default bench/results/chaos.json)")
     parser.add_argument("--keep", help="directory for the run's logs (default: a temp dir)")

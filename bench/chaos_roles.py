@@ -238,12 +238,14 @@ async def work(args: argparse.Namespace) -> None:
     kinesis_aws = AwsSettings(endpoint_url=args.kinesis, read_timeout=10.0)
     dynamodb = ClientFactory(AwsSettings(endpoint_url=args.dynamodb, read_timeout=10.0))
     letters = JsonLinesDestination(args.dead_letters)
-    async with (
-        dynamodb.dynamodb() as client,
+    guarded = (
         DynamoDBIdempotencyGuard.connect(
             dynamodb, args.guard_table, create=False, claim_ttl=failover * 2
-        ) as guard,
-    ):
+        )
+        if args.guard_table
+        else contextlib.nullcontext(None)
+    )
+    async with dynamodb.dynamodb() as client, guarded as guard:
         from dataclasses import replace
 
         settings = replace(
@@ -253,7 +255,9 @@ async def work(args: argparse.Namespace) -> None:
                 max_in_flight_per_shard=64,
                 retry=Backoff(base=0.05, cap=0.2, max_attempts=3),
                 on_failure="skip",
-                idempotency=Idempotency(guard),
+                # Without the guard (--no-guard) every record reaches the handler: a stale
+                # owner re-running records shows in the spans (lease fencing alone).
+                idempotency=Idempotency(guard) if guard is not None else None,
             ),
         )
         consumer = Consumer(
@@ -291,7 +295,7 @@ def main() -> None:
     w.add_argument("--app", required=True)
     w.add_argument("--kinesis", required=True)
     w.add_argument("--dynamodb", required=True)
-    w.add_argument("--guard-table", required=True)
+    w.add_argument("--guard-table", required=True, help="empty: no idempotency guard")
     w.add_argument("--worker-id", required=True)
     w.add_argument("--out", required=True)
     w.add_argument("--dead-letters", required=True)
