@@ -42,7 +42,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -50,16 +49,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fleet_kit import (
+    FAILOVER,
+    IDLE_TIME,
+    PICKUP_INTERVAL,
+    REGION,
+    TAKE_EVERY,
+    Producer,
+    p99,
+    read_handled,
+    run_worker,
+    wait_for,
+)
+
 # make bench (the short mode) writes elsewhere: only full runs are the docs' figures.
 RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
-REGION = "us-east-1"
 SHARDS = 8  # the default of --shards
 RATE_PER_SHARD = 50.0  # records per second, the default of --rate-per-shard
-TICK = 0.1  # the producer sends a batch per shard this often
-FAILOVER = 6.0
-IDLE_TIME = 0.2
-PICKUP_INTERVAL = 0.2
-TAKE_EVERY = (FAILOVER + 0.025) * 2
 WARMUP = 4.0  # seconds of steady processing by the 2 first workers before the action
 MODES = ("handoff", "baseline")
 SCENARIOS = {
@@ -74,108 +80,14 @@ SCENARIOS = {
 
 
 def worker_child(args: argparse.Namespace) -> None:
-    import logging
-
-    # Lease moves with timestamps, in the worker's log file, for reading a run afterwards.
-    logging.basicConfig(level=logging.WARNING, format="%(created).3f %(name)s %(message)s")
-    logging.getLogger("shardflow").setLevel(logging.INFO)
-    from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-    from shardflow.fetch import Polling
-    from shardflow.leases.settings import LeaseSettings
-
-    handoff = args.mode == "handoff"
-    leases = LeaseSettings(
-        failover_time=FAILOVER,
-        handoff=handoff,
-        # dynalite has no DynamoDB Streams: pick-up polls the table there.
-        pickup=("stream" if args.lease_server == "moto" else "poll") if handoff else "off",
-        pickup_poll_interval=PICKUP_INTERVAL,
-        handoff_timeout=10.0,
-    )
-    settings = ConsumerSettings(
+    run_worker(
         worker_id=args.worker_id,
-        leases=leases,
-        fetch=Polling(idle_time=IDLE_TIME),
-        drain_timeout=5.0,
+        stream=args.stream,
+        application=args.application,
+        out=args.out,
+        handoff=args.mode == "handoff",
+        lease_server=args.lease_server,
     )
-    fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    name = args.worker_id
-
-    def handle(record: ConsumedRecord[bytes]) -> None:
-        record_id = record.data.split(b"|", 1)[0].decode()
-        os.write(fd, f"{name}\t{record.shard_id}\t{record_id}\t{time.time():.6f}\n".encode())
-
-    consumer = Consumer(args.stream, args.application, settings=settings)
-    consumer.run(handle)  # SIGTERM: graceful stop (handoff or release), then return
-    os.close(fd)
-
-
-# --- the producer -------------------------------------------------------------------------------
-
-
-class Producer(threading.Thread):
-    """Writes ``rate`` records/s to every shard until stopped; remembers every id."""
-
-    def __init__(self, endpoint: str, stream: str, hash_keys: dict[str, str], rate: float) -> None:
-        super().__init__(daemon=True)
-        import boto3
-
-        self.kinesis = boto3.client("kinesis", endpoint_url=endpoint, region_name=REGION)
-        self.stream = stream
-        self.hash_keys = hash_keys
-        self.rate = rate
-        self.written: dict[str, tuple[str, float]] = {}  # id -> (shard, send time)
-        self.failures = 0
-        self._halt = threading.Event()
-        self._next = 0
-
-    def run(self) -> None:
-        owed = 0.0  # records per shard due but not yet sent (fractional rates add up)
-        next_at = time.monotonic()
-        while not self._halt.is_set():
-            entries = []
-            sent = time.time()
-            owed += self.rate * TICK
-            per_tick, owed = int(owed), owed - int(owed)
-            for shard_id, hash_key in self.hash_keys.items():
-                for _ in range(per_tick):
-                    record_id = f"{self._next:09d}"
-                    self._next += 1
-                    entries.append((record_id, shard_id, hash_key))
-            for start in range(0, len(entries), 500):  # PutRecords takes 500 at most
-                self._put(entries[start : start + 500], sent)
-            next_at += TICK
-            self._halt.wait(max(0.0, next_at - time.monotonic()))
-
-    def _put(self, entries: list[tuple[str, str, str]], sent: float) -> None:
-        pending = entries
-        for _ in range(10):
-            answer = self.kinesis.put_records(
-                StreamName=self.stream,
-                Records=[
-                    {
-                        "Data": f"{rid}|{sent:.6f}".encode(),
-                        "PartitionKey": rid,
-                        "ExplicitHashKey": key,
-                    }
-                    for rid, _, key in pending
-                ],
-            )
-            retry = []
-            for entry, result in zip(pending, answer["Records"], strict=True):
-                if "SequenceNumber" in result:
-                    self.written[entry[0]] = (result["ShardId"], sent)
-                else:
-                    retry.append(entry)
-            if not retry:
-                return
-            self.failures += len(retry)
-            pending = retry
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(10)
 
 
 # --- one scenario -------------------------------------------------------------------------------
@@ -271,23 +183,10 @@ class Scenario:
         ]
 
     def wait_for(self, condition: Any, within: float) -> bool:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if condition():
-                return True
-            time.sleep(0.1)
-        return False
+        return wait_for(condition, within)
 
     def records(self) -> list[tuple[str, str, str, float]]:
-        rows = []
-        for worker in self.workers.values():
-            if not worker.out.exists():
-                continue
-            for line in worker.out.read_text().splitlines():
-                parts = line.split("\t")
-                if len(parts) == 4:
-                    rows.append((parts[0], parts[1], parts[2], float(parts[3])))
-        return rows
+        return read_handled(worker.out for worker in self.workers.values())
 
     def run(self) -> Outcome:
         try:
@@ -427,12 +326,6 @@ class Scenario:
                 firsts.append(min(later) - action_at if later else float("inf"))
             outcome.takeover = round(max(firsts), 3) if firsts else None
         return outcome
-
-
-def p99(values: list[float]) -> float:
-    """The 99th percentile (nearest rank) of a non-empty list."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 # --- what pick-up costs on DynamoDB ----------------------------------------------------------------

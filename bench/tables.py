@@ -52,6 +52,8 @@ def bench_module(name: str) -> ModuleType:
     path = BENCH / f"{name}.py"
     if not path.is_file() or name == "tables":
         raise TableError(f"no bench script {path.name} for the marker 'bench:{name}'")
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # bench scripts import their shared modules (fleet_kit)
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     if spec is None or spec.loader is None:
         raise TableError(f"cannot import {path}")

@@ -12,6 +12,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 def load_bench(name: str) -> ModuleType:
     """``bench/NAME.py`` as the module ``bench_NAME``."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # bench scripts import their shared modules (fleet_kit)
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
