@@ -548,7 +548,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenarios", default="a,b,c")
+    parser.add_argument("--scenarios", default="a,b,c,d")
     parser.add_argument("--shards", type=int, default=SHARDS)
     parser.add_argument(
         "--settle",
