@@ -1,18 +1,23 @@
 """Deploys, scale-out and crashes with real worker processes: gaps, repeats and losses per shard.
 
-Kinesis runs on kinesalite, the lease table on moto's DynamoDB (with its DynamoDB stream).
-One stream of 8 shards; a producer thread writes 50 records/s to every shard (explicit hash
-keys), each record carrying a unique id and its send time. Workers are separate OS processes
-running ``shardflow``'s Consumer (``Consumer.run``: SIGTERM stops it gracefully); each appends
+Kinesis runs on kinesalite, the lease table on moto's DynamoDB (with its DynamoDB stream), or
+on dynalite (``--lease-server dynalite``: many requests at once where moto serves one at a
+time; no stream, so pick-up polls). One stream of 8 shards (``--shards``); a producer thread
+writes 50 records/s to every shard (``--rate-per-shard``; explicit hash keys), each record
+carrying a unique id and its send time. Workers are separate OS processes running
+``shardflow``'s Consumer (``Consumer.run``: SIGTERM stops it gracefully); each appends
 ``worker, shard, record id, processing time`` to a file of its own for every record handled
 (one unbuffered write per record, so a kill -9 loses no line of what was handled).
 
-Scenarios, each on a fresh stream and application, starting from 2 workers holding 4 leases
-each after a warm-up:
+Scenarios, each on a fresh stream and application, starting from 2 workers holding half the
+leases each after a warm-up (``--settle`` bounds the wait for that split):
 
-    a) rolling restart: start 2 new workers, then SIGTERM the 2 old ones (at the same moment);
+    a) rolling restart: start 2 new workers, wait until they hold or are handed a lease, then
+       SIGTERM the 2 old ones (at the same moment);
     b) scale out 2 -> 4: start 2 new workers;
-    c) crash: kill -9 one worker.
+    c) crash: kill -9 one worker;
+    d) replace at once: start 2 new workers and SIGTERM the 2 old ones at the same moment
+       (each old worker sees only the other as a live peer).
 
 Each scenario runs twice in the same run: with planned handoff and fast pick-up (the lease
 table's DynamoDB stream), and as the baseline with both off (KCL 2.x behaviour: release at
@@ -21,13 +26,18 @@ between two consecutive records handled (by processing time, from 1 s before the
 the last record handled), records handled more than once, records never handled; per scenario: the p99 of
 all gaps between consecutive records in that window, and for (c) the takeover time (kill to
 the first record of each of the dead worker's shards handled elsewhere; the slowest shard).
+Targets (handoff): planned moves (a, b, d) pause no shard longer than 1 s and handle no
+record twice; a crash (c) is taken over within failover + 2 s; nothing is lost.
 
 Lease timings are shorter than KCL's so that a run takes minutes: failover 6 s (renew every
 1.975 s, take cycle every 12.05 s: KCL's ratios), polling idle time 0.2 s (KCL 1 s would
 itself make 1 s gaps). Checkpoints as the consumer's defaults (every 1,000 records or 5 s).
+Results: bench/results/handoff.json for the default run, handoff-<shards>[-dynalite].json
+otherwise (rendered into the docs as ``handoff@64`` and so on).
 
-    .venv/bin/python bench/handoff.py                     # all scenarios, both modes (~5 min)
+    .venv/bin/python bench/handoff.py                     # all scenarios, both modes (~7 min)
     .venv/bin/python bench/handoff.py --scenarios c --modes handoff
+    .venv/bin/python bench/handoff.py --shards 64 --rate-per-shard 5 --modes handoff
 """
 
 from __future__ import annotations
