@@ -20,7 +20,7 @@ from shardflow.local.user_dirs import user_cache_dir
 #: Set to a ``node_modules`` directory to use it instead of searching for one.
 NODE_MODULES_ENV = "SHARDFLOW_NODE_MODULES"
 #: The emulator versions shardflow is tested with (as pinned in the checkout's package.json).
-NPM_PACKAGES = {"kinesis-local": "0.6.2", "kinesalite": "3.3.3"}
+NPM_PACKAGES = {"kinesis-local": "0.6.2", "kinesalite": "3.3.3", "dynalite": "4.0.0"}
 
 _NODE_HINT = "install Node.js >= 18 with npm (https://nodejs.org)"
 
