@@ -60,6 +60,7 @@ bench: setup
 	$(SHORT) $(HEAVY) $(BIN)/python bench/handoff.py --scenarios a
 	$(SHORT) $(HEAVY) $(BIN)/python bench/spark_source.py --records 100000 --repeat 1 --idle-seconds 5
 	$(SHORT) $(HEAVY) $(BIN)/python bench/kcl_fleet.py --short
+	$(SHORT) $(HEAVY) $(BIN)/python bench/fleet.py --short
 	$(BIN)/python bench/tables.py --print .bench/short
 
 bench-full: setup
@@ -69,6 +70,7 @@ bench-full: setup
 	$(HEAVY) $(BIN)/python bench/handoff.py
 	$(HEAVY) $(BIN)/python bench/spark_source.py
 	$(HEAVY) $(BIN)/python bench/kcl_fleet.py
+	$(HEAVY) $(BIN)/python bench/fleet.py
 	$(BIN)/python bench/tables.py
 
 clean:

@@ -702,7 +702,9 @@ class Fleet:
 
     def idle(self) -> None:
         assert self.producer is not None
-        phase = self.begin("idle", f"idle minute ({len(self.live)} workers, no records)")
+        phase = self.begin(
+            "idle", f"idle {self.config.idle:g} s ({len(self.live)} workers, no records)"
+        )
         self.producer.pause()
         drained = wait_for(self.drained, 30, every=0.5)
         time.sleep(2.0)
@@ -747,14 +749,12 @@ class Fleet:
         self.producer.resume()
         # Back to steady before the next phase: every shard handles a record again.
         resumed = time.time()
-        wait_for(
-            lambda: (
-                self.log.poll() is None
-                and all(self.log.last.get(s, (0.0, ""))[0] > resumed for s in self.shard_ids)
-            ),
-            30,
-            every=0.5,
-        )
+
+        def flowing() -> bool:
+            self.log.poll()
+            return all(self.log.last.get(s, (0.0, ""))[0] > resumed for s in self.shard_ids)
+
+        wait_for(flowing, 30, every=0.5)
         time.sleep(2.0)
 
     # -- phase 5: kill -9
@@ -768,7 +768,7 @@ class Fleet:
             if item.get("leaseOwner", {}).get("S") == victim
         ]
         phase = self.begin(
-            "kill", f"kill -9 of {victim} ({len(held)} leases; {len(self.live) - 1} workers left)"
+            "kill", f"kill -9 of {victim} ({len(held)} leases; workers left: {len(self.live) - 1})"
         )
         killed_at = time.time()
         self.stop_worker(victim, kill=True)
@@ -901,8 +901,9 @@ class Fleet:
                 gaps.append(end - points[-1])  # a shard silent at the window's end
             shard_delays = delays.get(shard, [])
             all_delays += shard_delays
-            entry = {
-                "gap_max": round(max(gaps, default=0.0), 3),
+            longest = round(max(gaps, default=0.0), 3)
+            entry: dict[str, Any] = {
+                "gap_max": longest,
                 "gap_p99": round(percentile(gaps, 0.99), 3) if gaps else None,
                 "delay_p99": round(percentile(shard_delays, 0.99), 3) if shard_delays else None,
                 "delay_max": round(max(shard_delays), 3) if shard_delays else None,
@@ -911,7 +912,7 @@ class Fleet:
             }
             if entry["gap_p99"] is not None:
                 all_gaps_p99.append(entry["gap_p99"])
-            gap_max = max(gap_max, entry["gap_max"])
+            gap_max = max(gap_max, longest)
             per_shard[shard] = entry
         return {
             "gap_max": round(gap_max, 3),
@@ -1022,8 +1023,10 @@ def summary_line(phase: dict[str, Any]) -> str:
         return (
             f"all held {fmt_s(f['all_held'])}, all processing {fmt_s(f['all_processing'])}, "
             f"balanced {fmt_s(f['balanced'])}, spread {f['spread']} "
-            f"({f['leases_per_worker']}); steady {s.get('seconds')} s: delay p99 "
-            f"{fmt_s(s.get('delay_p99'))}, {s.get('shards_processing')} shards processing"
+            f"(leases per worker {split(f['leases_per_worker'])}); steady "
+            f"{s.get('seconds')} s: record delay p99 {fmt_s(s.get('delay_p99'))}, "
+            f"{s.get('shards_processing')} shards processing"
+            + (f"; NOT sustained: {f['not_sustained']}" if f.get("not_sustained") else "")
         )
     if name == "idle":
         ops = ", ".join(f"{op} {n:g}" for op, n in f["lease_requests_per_minute"].items())
@@ -1050,9 +1053,14 @@ def summary_line(phase: dict[str, Any]) -> str:
         else:
             parts.append(
                 f"not within 1 lease: settled at spread {f['spread']} "
-                f"({'/'.join(str(n) for n in sorted(f['leases_per_worker'].values()))})"
+                f"({split(f['leases_per_worker'])})"
             )
     return "; ".join(parts)
+
+
+def split(leases_per_worker: dict[str, int]) -> str:
+    """Leases per worker, fewest first: '31/32/33'."""
+    return "/".join(str(n) for n in sorted(leases_per_worker.values()))
 
 
 def fmt_s(value: float | None) -> str:
@@ -1084,7 +1092,7 @@ def render(result: dict[str, Any]) -> str:
         f = idle["figures"]
         ops = ", ".join(f"{op} {n:g}" for op, n in f["lease_requests_per_minute"].items())
         notes.append(
-            f"idle minute: lease-table requests per minute (all workers, counted in each "
+            f"idle: lease-table requests per minute (all workers, counted in each "
             f"worker by botocore call hooks): {ops or 'none'}; per worker CPU up to "
             f"{f['cpu_per_worker_max']:.3f} of a core, RSS up to {f['rss_mb_per_worker_max']:.0f} MB"
         )
