@@ -21,7 +21,9 @@ except in the idle minute:
        handled, time until the leases are balanced, balance (max - min leases of a worker);
        then a steady window (the load check: is the local stack keeping up?);
     2. rolling restart of all N workers, one at a time: start a replacement, wait until it
-       holds or has asked for a lease, SIGTERM the old one, wait for it to exit;
+       holds or has asked for a lease (or, when it wants none because every worker is at the
+       target of ceil(leases / workers), until its consumer has started), SIGTERM the old
+       one, wait for it to exit;
     3. scale-out N -> N+2 (two workers started at once), then scale-in N+2 -> N (the two
        newest workers get SIGTERM at the same moment);
     4. idle minute: the producer pauses; lease-table requests per minute by operation, CPU
@@ -406,6 +408,13 @@ class Fleet:
                 return True
         return False
 
+    def consumer_started(self, name: str) -> bool:
+        """Whether the worker's log says its consumer started (after its first take cycle)."""
+        try:
+            return b" started as worker " in (self.dir / f"{name}.log").read_bytes()
+        except FileNotFoundError:
+            return False
+
     # -- counting requests
 
     def counts_now(self) -> dict[str, dict[str, Any]]:
@@ -616,8 +625,17 @@ class Fleet:
             step_began = time.time()
             new = self.start_worker()
 
-            def arrived(new: str = new) -> bool:
-                return self.holds_or_asks(new)
+            ready: list[str] = []
+
+            def arrived(new: str = new, ready: list[str] = ready) -> bool:
+                # Up: it holds a lease or asked for one, or its consumer has started (the first
+                # take cycle is done: a joiner that finds every worker at the target,
+                # ceil(leases / workers), asks for nothing and waits for a leaver's handoff).
+                if self.holds_or_asks(new):
+                    ready.append("holds or asks")
+                elif self.consumer_started(new):
+                    ready.append("started, asked for nothing")
+                return bool(ready)
 
             joined = wait_for(arrived, 30, every=0.2)
             joined_after = time.time() - step_began
@@ -626,14 +644,14 @@ class Fleet:
                 {
                     "old": old,
                     "new": new,
-                    "new_holds_or_asks": round(joined_after, 2) if joined else None,
+                    "new_ready": round(joined_after, 2) if joined else None,
+                    "new_ready_by": ready[0] if ready else "timed out",
                     "old_exit": round(exit_seconds, 2),
                 }
             )
             self.say(
-                f"  {old} -> {new}: {new} held or asked after "
-                f"{joined_after:.2f} s{'' if joined else ' (timed out)'}, {old} exited "
-                f"{exit_seconds:.2f} s after SIGTERM"
+                f"  {old} -> {new}: {new} {ready[0] if ready else 'not up (timed out)'} after "
+                f"{joined_after:.2f} s, {old} exited {exit_seconds:.2f} s after SIGTERM"
             )
         time.sleep(self.config.observe)
         phase.figures["steps"] = steps

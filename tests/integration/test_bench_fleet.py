@@ -40,7 +40,7 @@ def test_a_rolling_restart_of_4_workers_on_32_shards_loses_and_repeats_nothing()
     assert startup["all_processing"] is not None, report
     assert startup["steady"]["shards_processing"] == 32, report
     rolling = phases["rolling"]["figures"]
-    assert [step["new_holds_or_asks"] is not None for step in rolling["steps"]] == [True] * 4
+    assert [step["new_ready"] is not None for step in rolling["steps"]] == [True] * 4, report
     assert rolling["lost"] == 0, report
     assert rolling["twice"] == 0, report
     assert rolling["shards_processing"] == 32, report
