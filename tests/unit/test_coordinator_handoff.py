@@ -4,9 +4,12 @@ manual clock). The consumer's part (drain, checkpoint, release) is played by ``c
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased
 from shardflow.leases import Lease
@@ -190,15 +193,17 @@ SLOW_DRAIN = 12.0
 lease table near its limit (bench/handoff.py, commit 3306ef9)."""
 
 
-async def two_at_64_leaving_at_once(w: Any, settings: LeaseSettings) -> tuple[Any, Any]:
-    """a and b hold 32 leases each and leave at the same moment, each choosing the other (no
-    other live worker in sight): b's shards drain at once, a's take SLOW_DRAIN seconds."""
+async def a_hands_to_b_as_both_leave(w: Any, settings: LeaseSettings) -> tuple[Any, Any]:
+    """a and b hold 32 leases each and leave one right after the other: a chose b for all of
+    its leases before b said that it leaves (the race two workers stopping at once can run);
+    b then has nobody to hand its own to. b's shards drain at once, a's take SLOW_DRAIN s."""
     a = await w.start("a", settings=replace(settings, max_leases_per_worker=32))
     b = await w.start("b", settings=replace(settings, max_leases_per_worker=32))
     assert Counter({"a": 32, "b": 32}) == await w.owners()
     complete_handoffs(a, not_before=w.clock.monotonic() + SLOW_DRAIN, clock=w.clock)
     complete_handoffs(b)
-    assert await asyncio.gather(a.leave(), b.leave()) == [32, 32]
+    assert await a.leave() == 32
+    assert await b.leave() == 0
     from_a = [lease for lease in (await w.leases()).values() if lease.checkpoint_owner == "a"]
     assert len(from_a) == 32
     assert {lease.lease_owner for lease in from_a} == {"b"}, "a chose b for all of them"
@@ -206,12 +211,14 @@ async def two_at_64_leaving_at_once(w: Any, settings: LeaseSettings) -> tuple[An
 
 
 async def test_a_leaver_waits_for_handoffs_to_it_and_frees_them_at_64_shards() -> None:
-    """Two workers stopping at once hand their leases to each other. The one that stops first
-    must neither leave while a handoff to it is under way (the lease would name a worker that
-    is gone until it expired) nor keep what it gets: it frees each lease when completed."""
-    settings = replace(HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0)
+    """A worker that leaves must neither leave while a handoff to it is under way (the lease
+    would name a worker that is gone until it expired) nor keep what it gets: it frees each
+    lease when completed."""
+    settings = replace(
+        HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0, successor_wait=0.0
+    )
     async with world([shard(i) for i in range(64)]) as w:
-        a, b = await two_at_64_leaving_at_once(w, settings)
+        a, b = await a_hands_to_b_as_both_leave(w, settings)
         b_stopped = asyncio.create_task(b.stop())
         await run_for(SLOW_DRAIN - 1.0, w.clock, step=0.25)
         assert not b_stopped.done(), "b left with a's handoffs to it under way"
@@ -224,15 +231,16 @@ async def test_a_leaver_waits_for_handoffs_to_it_and_frees_them_at_64_shards() -
 
 
 async def test_a_leaver_passes_a_handoff_to_it_on_to_a_live_worker_at_64_shards() -> None:
-    """As above, with a new worker c in sight by the time b stops (it took what a freed): b
+    """As above, with a new worker c in sight by the time b stops (it asked for a lease): b
     passes a's handoffs on to c and leaves at once; c gets them when a completes them, not
     after they expire."""
-    settings = replace(HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0)
+    settings = replace(
+        HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0, successor_wait=0.0
+    )
     async with world([shard(i) for i in range(64)]) as w:
-        a, b = await two_at_64_leaving_at_once(w, settings)
-        c = await w.start("c", settings=settings)
+        a, b = await a_hands_to_b_as_both_leave(w, settings)
+        c = await w.start("c", settings=replace(settings, max_leases_to_steal_at_once=1))
         await run_for(1.0, w.clock, step=0.25)
-        assert len(c.owned()) == 32, "b's leases, completed to a and freed by a"
         b_stopped = asyncio.create_task(b.stop())
         await run_for(1.0, w.clock, step=0.25)
         assert b_stopped.done(), "b had somebody to pass a's handoffs on to"
@@ -244,6 +252,80 @@ async def test_a_leaver_passes_a_handoff_to_it_on_to_a_live_worker_at_64_shards(
         assert {e.how for e in w.recorders["c"].of(LeaseAcquired)} <= {"free", "handoff"}
         assert not w.recorders["a"].of(LeaseLost)
         await a.stop()
+
+
+async def test_workers_leaving_at_once_say_so_and_choose_neither_each_other(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seen at 64 shards (and more so with more workers): every old worker of a deploy gets
+    SIGTERM at the same moment, and each handed leases to the others, which were leaving
+    too. Each now first says on a lease that it leaves; the others skip it (nothing is handed
+    to a leaver, so nothing needs passing on)."""
+    caplog.set_level(logging.INFO, logger="shardflow.leases")
+    settings = replace(HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0)
+    async with world([shard(i) for i in range(96)]) as w:
+        capped = replace(settings, max_leases_per_worker=32)
+        a = await w.start("a", settings=capped)
+        b = await w.start("b", settings=capped)
+        c = await w.start("c", settings=capped)
+        await run_for(HANDOFF.renew_every + 1.0, w.clock, step=0.25)  # all seen renewing
+        leaving = asyncio.gather(a.leave(), b.leave())
+        await run_for(1.0, w.clock, step=0.25)
+        assert leaving.done()
+        assert leaving.result() == [32, 32]
+        moved = Counter(
+            (lease.checkpoint_owner, lease.lease_owner)
+            for lease in (await w.leases()).values()
+            if lease.checkpoint_owner is not None
+        )
+        assert moved == Counter({("a", "c"): 32, ("b", "c"): 32}), f"moves: {dict(moved)}"
+        assert "passed the handoff" not in caplog.text
+        for worker in (a, b):
+            complete_handoffs(worker)
+        await run_for(1.0, w.clock, step=0.25)
+        await a.stop()
+        await b.stop()
+        assert len(c.owned()) == 96
+
+
+async def test_leavers_with_nobody_to_hand_to_keep_their_shards_until_a_worker_shows() -> None:
+    """A deploy that stops the old workers as the new ones start: at the SIGTERM nobody else
+    is in sight. The old workers keep their shards going (up to ``successor_wait``) and hand
+    them over once a new worker shows, instead of releasing them for whoever starts next
+    (a pause of a process start per shard)."""
+    settings = replace(HANDOFF, handoff_timeout=30.0, successor_wait=10.0)
+    async with world([shard(i) for i in range(64)]) as w:
+        capped = replace(settings, max_leases_per_worker=32)
+        a = await w.start("a", settings=capped)
+        b = await w.start("b", settings=capped)
+        await run_for(HANDOFF.renew_every + 1.0, w.clock, step=0.25)  # a fleet: seen renewing
+        for worker in (a, b):
+            complete_handoffs(worker)
+        leaving = asyncio.gather(a.leave(), b.leave())
+        await run_for(3.0, w.clock, step=0.25)
+        assert not leaving.done(), "nobody to hand to yet: the shards keep going"
+        assert Counter({"a": 32, "b": 32}) == await w.owners()
+        c = await w.start("c", settings=replace(settings, max_leases_to_steal_at_once=1))
+        await run_for(2.0, w.clock, step=0.25)
+        assert leaving.done()
+        assert leaving.result() == [32, 32]
+        await run_for(1.0, w.clock, step=0.25)
+        assert len(c.owned()) == 64
+        assert {e.how for e in w.recorders["c"].of(LeaseAcquired)} == {"handoff"}
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_lone_leaver_releases_at_once() -> None:
+    """``successor_wait`` applies to a fleet being replaced, not to the last worker stopping."""
+    settings = replace(HANDOFF, successor_wait=10.0)
+    async with world([shard(i) for i in range(4)]) as w:
+        a = await w.start("a", settings=settings)
+        await run_for(HANDOFF.renew_every + 1.0, w.clock, step=0.25)
+        leaving = asyncio.ensure_future(a.leave())
+        await run_for(0.5, w.clock, step=0.25)
+        assert leaving.done()
+        assert leaving.result() == 0
 
 
 # --- pure pieces ---------------------------------------------------------------------------------

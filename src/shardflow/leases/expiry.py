@@ -91,6 +91,10 @@ class ExpiryTracker:
         last = self._renewed.get(worker_id)
         return last is not None and now - last <= seconds
 
+    def seen_writing(self, now: float, seconds: float) -> set[str]:
+        """The workers :meth:`renewed_within` ``seconds`` of ``now``."""
+        return {worker for worker, at in self._renewed.items() if now - at <= seconds}
+
     def unchanged_since(self, lease_key: str) -> float | None:
         """When this observer first saw the lease as it is now (None: never seen)."""
         sighting = self._seen.get(lease_key)

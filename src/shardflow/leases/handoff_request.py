@@ -1,4 +1,5 @@
-"""A joining worker's request that a busy worker hand it a lease: one extra lease attribute.
+"""Two extra lease attributes of planned moves: a joining worker's request that a busy worker
+hand it a lease, and a leaving worker's word that it leaves.
 
 The request lives in ``shardflowHandoffRequest`` (S), ``"<lease counter>:<requester id>"``.
 KCL ignores attributes it does not know and its updates touch only its own, so the request
@@ -7,6 +8,12 @@ to a steal after ``handoff_timeout``). The counter it was made at dates it witho
 an owner honours a request only while the counter has moved on by at most
 :data:`FRESH_RENEWALS` (about one failover time of renewals), so a request left behind by a
 worker that went away is ignored rather than handing a lease to nobody.
+
+The word lives in ``shardflowLeaving`` (S), ``"<lease counter>:<worker id>"``, written by a
+worker on one lease it holds as it begins to leave: its peers leaving at the same moment then
+choose neither it nor each other to hand their leases to. It counts only while the lease is
+still that worker's and is as fresh as a request (a worker restarted with the same id renews
+the lease on and the word lapses).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Final
 from shardflow.leases.model import Lease
 
 HANDOFF_REQUEST: Final = "shardflowHandoffRequest"
+LEAVING: Final = "shardflowLeaving"
 
 FRESH_RENEWALS: Final = 3
 """Renewals (KCL: failover / 3 apart) after which an unanswered request is stale."""
@@ -46,3 +54,14 @@ def handoff_request_of(lease: Lease) -> HandoffRequest | None:
     if not counter.isdigit() or not requester:
         return None
     return HandoffRequest(requester, int(counter))
+
+
+def leaving_owner_of(lease: Lease) -> str | None:
+    """The owner of ``lease`` if the lease carries its fresh word that it leaves, else None."""
+    value = lease.extra.get(LEAVING)
+    if value is None or not isinstance(value.get("S"), str):
+        return None
+    counter, _, worker = value["S"].partition(":")
+    if not counter.isdigit() or worker != lease.lease_owner:
+        return None
+    return worker if 0 <= lease.lease_counter - int(counter) <= FRESH_RENEWALS else None

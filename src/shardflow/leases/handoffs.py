@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from shardflow.leases.handoff_request import handoff_request_of
+from shardflow.leases.handoff_request import handoff_request_of, leaving_owner_of
 from shardflow.leases.model import Lease
 
 
@@ -116,8 +116,8 @@ def successors(
 
     Candidates are the owners of live (unexpired) leases, the workers that asked for a
     lease (a joining worker holds nothing yet) and ``also`` (live KCL 3.x workers, which may
-    hold nothing yet either), except this worker and workers that are handing leases away
-    themselves (leaving too). When ``seen_alive`` confirms some candidates (they were seen
+    hold nothing yet either), except this worker and workers that are leaving too (handing
+    leases away, or having said so on a lease: ``shardflowLeaving``). When ``seen_alive`` confirms some candidates (they were seen
     renewing lately), only those are picked: a KCL worker that stopped keeps its metrics item
     and looks live for a while. Each pick counts towards the picked worker's load. Empty when
     there is nobody to hand to (the leases are then released).
@@ -128,6 +128,9 @@ def successors(
     for lease in leases:
         if lease.checkpoint_owner is not None and lease.checkpoint_owner != lease.lease_owner:
             leaving.add(lease.checkpoint_owner)
+        leaver = leaving_owner_of(lease)
+        if leaver is not None:
+            leaving.add(leaver)
         owner = lease.lease_owner
         if owner is not None and not is_expired(lease):
             loads[owner] += 1

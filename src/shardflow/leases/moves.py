@@ -79,7 +79,7 @@ class LeaseMoves:
         self._taker.enabled = False
         if not self._settings.handoff:
             return 0
-        held = [owned for owned in self._owned.values() if not owned.giving_up.is_set()]
+        await self._say_leaving()
         try:
             leases = await self._store.list_leases()
         except ShardflowError as exc:
@@ -87,22 +87,61 @@ class LeaseMoves:
             return 0
         self._see(leases)
         # Handed here before this scan (this worker's own leases are held: not among them).
-        inbound = [lease for lease in self._view.values() if self._handed_here(lease)]
-        tracker = self._taker.tracker
-        now = self._clock.monotonic()
-        tracker.observe(leases, now)
-        picks = successors(
-            self._streams.ours(leases),
-            len(held),
-            worker_id=self._worker_id,
-            is_expired=lambda lease: tracker.is_expired(lease, now),
-            also=self.kcl_workers(),
-            seen_alive=lambda worker: tracker.renewed_within(
-                worker, now, self._settings.failover_time * 0.75
-            ),
-        )
-        for lease in inbound:
+        for lease in [lease for lease in self._view.values() if self._handed_here(lease)]:
             self._pass_on_soon(lease)
+        now = self._clock.monotonic()
+        tracker = self._taker.tracker
+        tracker.observe(leases, now)
+        in_a_fleet = bool(
+            tracker.seen_writing(now, self._settings.failover_time) - {self._worker_id}
+        )
+        started = await self._hand_over(leases, now)
+        wait_until = now + (self._settings.successor_wait if in_a_fleet else 0.0)
+        while self._still_held() and self._clock.monotonic() < wait_until:
+            # Every peer known is leaving too: keep the shards going until a worker shows.
+            await self._clock.sleep(self._settings.pickup_poll_interval)
+            try:
+                leases = await self._store.list_leases()
+            except ShardflowError as exc:
+                log.info("looking for a worker to hand leases to failed: %s", exc)
+                continue
+            now = self._clock.monotonic()
+            tracker.observe(leases, now)
+            self._see(leases)
+            started += await self._hand_over(leases, now)
+        if self._still_held() and in_a_fleet:
+            log.info(
+                "nobody to hand %d lease(s) to within %.1fs; releasing them",
+                len(self._still_held()),
+                self._settings.successor_wait,
+            )
+        return started
+
+    def _still_held(self) -> list[OwnedLease]:
+        return [owned for owned in self._owned.values() if not owned.giving_up.is_set()]
+
+    async def _say_leaving(self) -> None:
+        """Write on one held lease that this worker leaves, before choosing successors: a
+        peer leaving at the same moment then chooses neither this worker nor itself."""
+        for owned in sorted(self._still_held(), key=lambda owned: owned.lease_key):
+            try:
+                await self._store.mark_leaving(owned.lease, self._worker_id)
+                return
+            except ShardflowError as exc:  # moved meanwhile, or a brownout: the next one
+                log.info(
+                    "saying on lease %s that %s leaves failed: %s",
+                    owned.lease_key,
+                    self._worker_id,
+                    exc,
+                )
+
+    async def _hand_over(self, leases: list[Lease], now: float) -> int:
+        """Begin handing every lease still held to the least loaded live workers (as the scan
+        ``leases`` shows them); how many handoffs began."""
+        held = self._still_held()
+        if not held:
+            return 0
+        picks = self._successors(self._streams.ours(leases), len(held), now)
         started = 0
 
         async def hand(pair: tuple[OwnedLease, str]) -> None:
@@ -202,11 +241,18 @@ class LeaseMoves:
 
     def _successor(self, *, exclude: str) -> str | None:
         """The least loaded live worker that is not leaving, as seen in ``_view``."""
+        picks = self._successors(self._view.values(), 1, self._clock.monotonic(), exclude)
+        return picks[0] if picks and picks[0] != exclude else None
+
+    def _successors(
+        self, leases: Iterable[Lease], count: int, now: float, exclude: str | None = None
+    ) -> list[str]:
+        """:func:`successors` as this worker sees the fleet at ``now``: expiry and proof of
+        life from its tracker, live KCL 3.x workers (but ``exclude``) as candidates too."""
         tracker = self._taker.tracker
-        now = self._clock.monotonic()
-        picks = successors(
-            self._view.values(),
-            1,
+        return successors(
+            leases,
+            count,
             worker_id=self._worker_id,
             is_expired=lambda lease: tracker.is_expired(lease, now),
             also=self.kcl_workers() - {exclude},
@@ -214,7 +260,6 @@ class LeaseMoves:
                 worker, now, self._settings.failover_time * 0.75
             ),
         )
-        return picks[0] if picks and picks[0] != exclude else None
 
     def consider(self, lease: Lease) -> None:
         """A fresh view of ``lease``: honour a handoff request on a lease held here."""

@@ -66,6 +66,12 @@ class LeaseSettings:
     a KCL worker, which ignores requests). A handoff under way is never taken over on a
     timeout: its next owner waits for the old owner to complete it (once no handler call of
     the shard runs there) or for the lease to expire (the old owner stopped renewing it)."""
+    successor_wait: float = 10.0
+    """How long a leaving worker keeps its shards going while it has nobody to hand them to
+    but was part of a fleet lately (every peer it knows is leaving too: a deploy that stops
+    the old workers as the new ones start). It hands each lease over as soon as a live worker
+    shows (asks for a lease, takes or renews one); what is still held after this long is
+    released. A worker that was alone lately releases at once. 0: never wait."""
     pickup: PickupMode = "auto"
     """How lease changes are noticed between take cycles (a released or handed-over lease
     picked up, a handoff request seen, an expired lease taken when it expires): ``"stream"``
@@ -78,6 +84,8 @@ class LeaseSettings:
     def __post_init__(self) -> None:
         if self.pickup not in _PICKUP_MODES:
             raise ValueError(f"pickup must be one of {sorted(_PICKUP_MODES)}, got {self.pickup!r}")
+        if self.successor_wait < 0:
+            raise ValueError(f"successor_wait must not be negative, got {self.successor_wait}")
         for name in ("handoff_timeout", "pickup_poll_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

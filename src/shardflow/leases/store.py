@@ -120,6 +120,8 @@ class LeaseStore(Protocol):
 
     async def request_handoff(self, lease: Lease, requester: str) -> Lease: ...
 
+    async def mark_leaving(self, lease: Lease, owner: str) -> Lease: ...
+
 
 class LeaseStoreBase(abc.ABC):
     """The lease operations, built once on :mod:`~shardflow.leases.writes` for every backend.
@@ -255,3 +257,7 @@ class LeaseStoreBase(abc.ABC):
     async def request_handoff(self, lease: Lease, requester: str) -> Lease:
         """Ask the owner of ``lease`` to hand it to ``requester`` (see writes.request_handoff)."""
         return await self._lease(writes.request_handoff(lease, requester))
+
+    async def mark_leaving(self, lease: Lease, owner: str) -> Lease:
+        """Say on ``lease`` that its owner leaves (see writes.mark_leaving)."""
+        return await self._lease(writes.mark_leaving(lease, owner))

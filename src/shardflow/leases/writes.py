@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from shardflow.leases.handoff_request import HANDOFF_REQUEST, HandoffRequest
+from shardflow.leases.handoff_request import HANDOFF_REQUEST, LEAVING, HandoffRequest
 from shardflow.leases.model import AttributeValue, Item, Lease
 from shardflow.leases.serialization import (
     CHECKPOINT,
@@ -287,6 +287,7 @@ def take(lease: Lease, new_owner: str) -> LeaseWrite:
         Put(LEASE_OWNER, s(new_owner)),
         Remove(CHECKPOINT_OWNER),
         Remove(HANDOFF_REQUEST),  # a new owner: any request to the old one is answered
+        Remove(LEAVING),  # the old owner's word that it leaves
     ]
     old = lease.lease_owner
     if (old is not None and old != new_owner) or lease.checkpoint_owner == new_owner:
@@ -554,6 +555,26 @@ def complete_handoff(lease: Lease, from_owner: str) -> LeaseWrite:
             and current.lease_owner == to_owner
             and current.checkpoint_owner is None
         ),
+    )
+
+
+def mark_leaving(lease: Lease, owner: str) -> LeaseWrite:
+    """Say on a lease ``owner`` holds that it leaves (a shardflow extension; see
+    :mod:`~shardflow.leases.handoff_request`).
+
+    Puts ``shardflowLeaving`` = ``"<counter>:<owner>"``. Conditions: the owner holds the lease
+    and no handoff is under way; nothing else is touched (the counter neither), so renewals and
+    checkpoints go on undisturbed.
+    """
+    _worker(owner, "owner")
+    word = s(f"{lease.lease_counter}:{owner}")
+    return LeaseWrite(
+        "mark_leaving",
+        lease.lease_key,
+        "update",
+        (Equals(LEASE_OWNER, s(owner)), Absent(CHECKPOINT_OWNER)),
+        (Put(LEAVING, word),),
+        already_applied=lambda current: current is not None and current.extra.get(LEAVING) == word,
     )
 
 
