@@ -1098,22 +1098,27 @@ def verdict(ok: bool) -> str:
 def render(result: dict[str, Any]) -> str:
     """The run's table, from its JSON (bench/tables.py puts it into docs/benchmarks.md)."""
     lines = [
-        "| phase | result | goals |",
-        "|---|---|---|",
+        "| phase | longest gap | p99 gap, worst shard (median shard) | record delay p99 / max "
+        "| twice | never handled | other figures | goals |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for phase in result["phases"]:
+        f = phase["figures"]
         goals = ", ".join(f"{goal}: {verdict(ok)}" for goal, ok in phase["goals"].items())
-        lines.append(f"| {phase['title']} | {summary_line(phase)} | {goals or '-'} |")
-    notes = []
-    idle = next((p for p in result["phases"] if p["name"] == "idle"), None)
-    if idle is not None:
-        f = idle["figures"]
-        ops = ", ".join(f"{op} {n:g}" for op, n in f["lease_requests_per_minute"].items())
-        notes.append(
-            f"idle: lease-table requests per minute (all workers, counted in each "
-            f"worker by botocore call hooks): {ops or 'none'}; per worker CPU up to "
-            f"{f['cpu_per_worker_max']:.3f} of a core, RSS up to {f['rss_mb_per_worker_max']:.0f} MB"
+        if phase["judged"]:
+            cells = [
+                fmt_s(f["gap_max"]),
+                f"{fmt_s(f['gap_p99'])} ({fmt_s(f['gap_p99_median'])})",
+                f"{fmt_s(f['delay_p99'])} / {fmt_s(f['delay_max'])}",
+                str(f["twice"]),
+                str(f["lost"]),
+            ]
+        else:
+            cells = ["", "", "", "", ""]
+        lines.append(
+            f"| {phase['title']} | {' | '.join(cells)} | {other_figures(phase)} | {goals or '-'} |"
         )
+    notes = []
     for attempt in result.get("saturated", []):
         notes.append(
             f"{attempt['shards']} shards: NOT sustained ({attempt['reason']}); {load_line(attempt['load'])}"
@@ -1121,6 +1126,9 @@ def render(result: dict[str, Any]) -> str:
     startup = next((p for p in result["phases"] if p["name"] == "startup"), None)
     if startup is not None:
         notes.append(f"{result['shards']} shards, steady load: {load_line(startup['load'])}")
+    rolling = next((p for p in result["phases"] if p["name"] == "rolling"), None)
+    if rolling is not None:
+        notes.append(f"load during the rolling restart: {load_line(rolling['load'])}")
     v = result["verified"]
     notes.append(
         f"every record id checked: {v['written']:,} written, {v['handled_ids']:,} handled, "
@@ -1129,7 +1137,8 @@ def render(result: dict[str, Any]) -> str:
     if result.get("saturated"):
         notes.append(
             f"run at {result['shards']} shards, below the {result['requested_shards']} asked "
-            "for: the local stack did not keep up with more on this machine"
+            "for: the local stack did not keep up with more on this machine as it was loaded "
+            "during the run (the CPU other jobs took is in each load line)"
         )
     return "\n".join(
         [
@@ -1140,6 +1149,49 @@ def render(result: dict[str, Any]) -> str:
             f"({result['settings']}; {result['machine']}; {result['seconds']} s in all)",
         ]
     )
+
+
+def other_figures(phase: dict[str, Any]) -> str:
+    """What a phase measures besides gaps and repeats, in a table cell."""
+    f = phase["figures"]
+    name = phase["name"]
+    if name == "startup":
+        s = f.get("steady", {})
+        return (
+            f"all held after {fmt_s(f['all_held'])}, all processing {fmt_s(f['all_processing'])}, "
+            f"balanced {fmt_s(f['balanced'])}; leases per worker "
+            f"{split(f['leases_per_worker'])} (spread {f['spread']}); then "
+            f"{s.get('seconds')} s steady: record delay p99 {fmt_s(s.get('delay_p99'))}"
+            + (f"; NOT sustained: {f['not_sustained']}" if f.get("not_sustained") else "")
+        )
+    if name == "idle":
+        ops = ", ".join(f"{op} {n:g}" for op, n in f["lease_requests_per_minute"].items())
+        return (
+            f"lease-table requests per minute, all workers: {ops or 'none'} "
+            f"({f['lease_requests_per_minute_total']:g} in all); per worker CPU up to "
+            f"{f['cpu_per_worker_max']:.3f} of a core, RSS up to {f['rss_mb_per_worker_max']:.0f} MB"
+        )
+    if name == "kill":
+        return (
+            f"takeover: slowest shard {fmt_s(f['takeover_max'])}, median "
+            f"{fmt_s(f['takeover_median'])}, {f['not_taken_over']} shards not taken over"
+        )
+    if name == "rolling":
+        steps = f.get("steps", [])
+        ready = [s["new_ready"] for s in steps if s.get("new_ready") is not None]
+        exits = [s["old_exit"] for s in steps]
+        return (
+            f"{len(steps)} steps; replacement up after {fmt_s(max(ready, default=None))} at "
+            f"most, old worker gone {fmt_s(max(exits, default=None))} after SIGTERM at most"
+        )
+    if "balanced" in f:
+        if f["balanced"] is not None:
+            return f"balanced (within 1 lease) after {fmt_s(f['balanced'])}"
+        return (
+            f"not within 1 lease: settled at {split(f['leases_per_worker'])} "
+            f"(spread {f['spread']}) after {fmt_s(f.get('settled'))}"
+        )
+    return ""
 
 
 def load_line(load: dict[str, Any]) -> str:
