@@ -71,6 +71,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -115,13 +116,14 @@ class Config:
     idle: float = 60.0
     min_shards: int = 64
     fallback: bool = True  # start over at half the shards if the stack does not keep up
+    probe: bool = False  # first, each emulator alone under load (where it saturates)
 
     @property
     def settle_time(self) -> float:
         return self.settle if self.settle is not None else 60.0 + self.shards / 2
 
 
-DEFAULT = Config()
+DEFAULT = Config(probe=True)
 SHORT = Config(shards=64, workers=4, steady=8.0, observe=4.0, idle=20.0, min_shards=16)
 
 
@@ -1030,6 +1032,160 @@ def bucket_percentile(buckets: list[int], fraction: float) -> str:
     return "-"
 
 
+# --- where the emulators saturate -----------------------------------------------------------------
+
+PROBE_THREADS = (1, 4, 16)
+PROBE_SECONDS = 6.0
+
+
+def probe(kinesis: str, dynamodb: str, servers: dict[str, int], say: Any = print) -> dict[str, Any]:
+    """Each emulator alone under the fleet's commonest requests, from 1, 4 and 16 threads of
+    this process for a few seconds each: GetRecords on an idle shard (kinesalite) and a
+    conditional UpdateItem that bumps a lease counter, as a renewal does (the lease server).
+    Requests/s, latency p50/p99 and the emulator's CPU at each step."""
+    import boto3
+    import psutil
+
+    kin = boto3.client("kinesis", endpoint_url=kinesis, region_name=REGION)
+    ddb = boto3.client("dynamodb", endpoint_url=dynamodb, region_name=REGION)
+    stream = table = f"bench-fleet-probe-{int(time.time() * 1000) % 10**9}"
+    kin.create_stream(StreamName=stream, ShardCount=16)
+    wait_for(
+        lambda: (
+            kin.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
+                "StreamStatus"
+            ]
+            == "ACTIVE"
+        ),
+        30,
+    )
+    shard_ids = [s["ShardId"] for s in kin.list_shards(StreamName=stream)["Shards"]]
+    ddb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "leaseKey", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "leaseKey", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    wait_for(lambda: ddb.describe_table(TableName=table)["Table"]["TableStatus"] == "ACTIVE", 30)
+    keys = [f"shardId-{i:012d}" for i in range(256)]
+    for key in keys:
+        ddb.put_item(
+            TableName=table,
+            Item={"leaseKey": {"S": key}, "leaseOwner": {"S": "probe"}, "leaseCounter": {"N": "0"}},
+        )
+
+    def get_records(client: Any, i: int, state: dict[str, str]) -> None:
+        iterator = (
+            state.get("iterator")
+            or client.get_shard_iterator(
+                StreamName=stream, ShardId=shard_ids[i % len(shard_ids)], ShardIteratorType="LATEST"
+            )["ShardIterator"]
+        )
+        state["iterator"] = client.get_records(ShardIterator=iterator, Limit=100)[
+            "NextShardIterator"
+        ]
+
+    def renew(client: Any, i: int, state: dict[str, str]) -> None:
+        client.update_item(
+            TableName=table,
+            Key={"leaseKey": {"S": keys[i % len(keys)]}},
+            UpdateExpression="SET leaseCounter = leaseCounter + :one",
+            ConditionExpression="leaseOwner = :me",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":me": {"S": "probe"}},
+        )
+
+    out: dict[str, Any] = {}
+    targets = (
+        ("kinesalite", "GetRecords", "kinesis", kinesis, get_records),
+        (next(n for n in servers if n != "kinesalite"), "UpdateItem", "dynamodb", dynamodb, renew),
+    )
+    for server, operation, service, endpoint, call in targets:
+        process = psutil.Process(servers[server])
+        rows = []
+        for threads in PROBE_THREADS:
+            latencies: list[list[float]] = [[] for _ in range(threads)]
+            halt = threading.Event()
+            workers = [
+                threading.Thread(
+                    target=_probe_loop,
+                    args=(service, endpoint, call, n, threads, halt, latencies[n]),
+                    daemon=True,
+                )
+                for n in range(threads)
+            ]
+            for worker in workers:
+                worker.start()
+            time.sleep(1.0)  # clients built, connections open
+            for lat in latencies:
+                lat.clear()
+            cpu_before, mine_before = process.cpu_times(), psutil.Process().cpu_times()
+            began = time.monotonic()
+            time.sleep(PROBE_SECONDS)
+            took = time.monotonic() - began
+            done = [list(lat) for lat in latencies]
+            cpu_after, mine_after = process.cpu_times(), psutil.Process().cpu_times()
+            halt.set()
+            for worker in workers:
+                worker.join(10)
+            flat = [x for lat in done for x in lat]
+            row = {
+                "threads": threads,
+                "per_second": round(len(flat) / took),
+                "p50_ms": round(percentile(flat, 0.5) * 1000, 1) if flat else None,
+                "p99_ms": round(percentile(flat, 0.99) * 1000, 1) if flat else None,
+                "server_cpu": round(
+                    (cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system)
+                    / took,
+                    2,
+                ),
+                "client_cpu": round(
+                    (mine_after.user + mine_after.system - mine_before.user - mine_before.system)
+                    / took,
+                    2,
+                ),
+            }
+            rows.append(row)
+            say(
+                f"  probe {server} {operation}, {threads} threads: {row['per_second']}/s, "
+                f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, {server} CPU "
+                f"{row['server_cpu']:.2f} cores, the probe's own {row['client_cpu']:.2f}"
+            )
+        out[f"{server} {operation}"] = rows
+    return out
+
+
+def _probe_loop(
+    service: str,
+    endpoint: str,
+    call: Callable[[Any, int, dict[str, str]], None],
+    first: int,
+    step: int,
+    halt: threading.Event,
+    latencies: list[float],
+) -> None:
+    """One probe thread: ``call`` back to back until ``halt``, each call's seconds kept."""
+    import boto3
+
+    client = boto3.client(service, endpoint_url=endpoint, region_name=REGION)
+    state: dict[str, str] = {}
+    i = first
+    while not halt.is_set():
+        began = time.monotonic()
+        call(client, i, state)
+        latencies.append(time.monotonic() - began)
+        i += step
+
+
+def probe_line(name: str, rows: list[dict[str, Any]]) -> str:
+    best = max(rows, key=lambda r: r["per_second"])
+    steps = ", ".join(
+        f"{r['threads']} threads {r['per_second']}/s (p99 {r['p99_ms']} ms, "
+        f"{r['server_cpu']:.2f} cores)"
+        for r in rows
+    )
+    return f"{name}: at most {best['per_second']}/s seen ({steps})"
+
+
 # --- the report ---------------------------------------------------------------------------------
 
 
@@ -1126,6 +1282,17 @@ def render(result: dict[str, Any]) -> str:
     startup = next((p for p in result["phases"] if p["name"] == "startup"), None)
     if startup is not None:
         notes.append(f"{result['shards']} shards, steady load: {load_line(startup['load'])}")
+    for name, rows in result.get("probe", {}).items():
+        notes.append(f"probe, {probe_line(name, rows)}")
+    if startup is not None and result.get("probe"):
+        asked = startup["load"]["requests"].get("kinesis.GetRecords", {}).get("per_second")
+        if asked:
+            per_shard = asked / result["shards"]
+            notes.append(
+                f"the fleet asked kinesalite for {per_shard:.1f} GetRecords/s per shard in the "
+                f"steady window: {per_shard * result['requested_shards']:,.0f}/s at "
+                f"{result['requested_shards']} shards"
+            )
     rolling = next((p for p in result["phases"] if p["name"] == "rolling"), None)
     if rolling is not None:
         notes.append(f"load during the rolling restart: {load_line(rolling['load'])}")
@@ -1233,6 +1400,13 @@ def run(config: Config, say: Any = print) -> dict[str, Any]:
     started = time.monotonic()
     say(f"settings: {settings_line(config, config.shards)}")
     saturated: list[dict[str, Any]] = []
+    probed: dict[str, Any] = {}
+    if config.probe:
+        say("probe: each emulator alone under the fleet's commonest request ...")
+        lease_server = DynaliteServer() if config.lease_server == "dynalite" else MotoServer()
+        with KinesaliteServer() as kinesalite, lease_server as leases:
+            servers = {"kinesalite": kinesalite.pid, config.lease_server: leases.pid}
+            probed = probe(kinesalite.endpoint_url, leases.endpoint_url, servers, say)
     attempt = config
     while True:
         smaller = max(attempt.shards // 2, config.min_shards)
@@ -1269,6 +1443,7 @@ def run(config: Config, say: Any = print) -> dict[str, Any]:
         "requested_shards": config.shards,
         "lease_server": config.lease_server,
         "saturated": saturated,
+        "probe": probed,
         **outcome,
         "seconds": round(time.monotonic() - started),
     }
@@ -1305,6 +1480,9 @@ def main() -> None:
     parser.add_argument(
         "--short", action="store_true", help="64 shards, 4 workers, shorter phases (make bench)"
     )
+    parser.add_argument(
+        "--no-probe", action="store_true", help="skip the emulators' own load probe"
+    )
     parser.add_argument("--child-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stream", help=argparse.SUPPRESS)
     parser.add_argument("--application", help=argparse.SUPPRESS)
@@ -1339,6 +1517,8 @@ def main() -> None:
         config = replace(config, phases=("startup", *args.phases.split(",")))
     if args.no_fallback:
         config = replace(config, fallback=False)
+    if args.no_probe:
+        config = replace(config, probe=False)
     result = run(config, say=lambda *a: print(*a, flush=True))
     print("\n" + render(result))
     full = config == DEFAULT
