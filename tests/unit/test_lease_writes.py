@@ -60,6 +60,7 @@ def test_take_from_another_owner_counts_a_switch() -> None:
         Put("leaseOwner", {"S": "c"}),
         Remove("checkpointOwner"),
         Remove("shardflowHandoffRequest"),
+        Remove("shardflowLeaving"),
         Add("ownerSwitchesSinceCheckpoint", 1),
     )
 
@@ -205,14 +206,17 @@ def test_an_attribute_is_never_changed_twice() -> None:
 
 def test_expressions_use_placeholders_for_every_name_and_value() -> None:
     params = render(w.take(HELD, "c").conditions, w.take(HELD, "c").actions)
-    assert params["UpdateExpression"] == ("SET #a0 = :v0, #a1 = :v1 REMOVE #a2, #a3 ADD #a4 :v2")
+    assert params["UpdateExpression"] == (
+        "SET #a0 = :v0, #a1 = :v1 REMOVE #a2, #a3, #a4 ADD #a5 :v2"
+    )
     assert params["ConditionExpression"] == "#a0 = :v3 AND #a1 = :v4"
     assert params["ExpressionAttributeNames"] == {
         "#a0": "leaseCounter",
         "#a1": "leaseOwner",
         "#a2": "checkpointOwner",
         "#a3": "shardflowHandoffRequest",
-        "#a4": "ownerSwitchesSinceCheckpoint",
+        "#a4": "shardflowLeaving",
+        "#a5": "ownerSwitchesSinceCheckpoint",
     }
     assert params["ExpressionAttributeValues"] == {
         ":v0": {"N": "8"},

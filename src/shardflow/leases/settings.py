@@ -66,12 +66,15 @@ class LeaseSettings:
     a KCL worker, which ignores requests). A handoff under way is never taken over on a
     timeout: its next owner waits for the old owner to complete it (once no handler call of
     the shard runs there) or for the lease to expire (the old owner stopped renewing it)."""
-    successor_wait: float = 10.0
+    successor_wait: float = 0.0
     """How long a leaving worker keeps its shards going while it has nobody to hand them to
     but was part of a fleet lately (every peer it knows is leaving too: a deploy that stops
     the old workers as the new ones start). It hands each lease over as soon as a live worker
     shows (asks for a lease, takes or renews one); what is still held after this long is
-    released. A worker that was alone lately releases at once. 0: never wait."""
+    released. A worker that was alone lately releases at once. 0 (the default): release at
+    once; a whole fleet that is stopped for good would otherwise wait this long. Keep
+    ``successor_wait + drain_timeout`` inside the platform's grace period (Kubernetes:
+    ``terminationGracePeriodSeconds``)."""
     pickup: PickupMode = "auto"
     """How lease changes are noticed between take cycles (a released or handed-over lease
     picked up, a handoff request seen, an expired lease taken when it expires): ``"stream"``
