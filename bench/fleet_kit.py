@@ -31,6 +31,7 @@ IDLE_TIME = 0.2
 PICKUP_INTERVAL = 0.2
 TAKE_EVERY = (FAILOVER + 0.025) * 2
 HANDOFF_TIMEOUT = 10.0
+SUCCESSOR_WAIT = 10.0
 DRAIN_TIMEOUT = 5.0
 
 LATENCY_EDGES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -105,6 +106,9 @@ def lease_settings(*, handoff: bool, lease_server: str) -> Any:
         pickup=("stream" if lease_server == "moto" else "poll") if handoff else "off",
         pickup_poll_interval=PICKUP_INTERVAL,
         handoff_timeout=HANDOFF_TIMEOUT,
+        # A deploy that stops the old workers as the new ones start (handoff.py's scenario d):
+        # keep the shards going until a new worker shows rather than release them.
+        successor_wait=SUCCESSOR_WAIT if handoff else 0.0,
     )
 
 
