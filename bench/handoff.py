@@ -64,6 +64,7 @@ from fleet_kit import (
     IDLE_TIME,
     PICKUP_INTERVAL,
     REGION,
+    SUCCESSOR_WAIT,
     TAKE_EVERY,
     Producer,
     p99,
@@ -484,7 +485,8 @@ def parent(args: argparse.Namespace) -> None:
         f"{args.shards} shards x {args.rate_per_shard:g} records/s, failover {FAILOVER:g} s, take cycle "
         f"{TAKE_EVERY:.2f} s, polling idle {IDLE_TIME:g} s, pick-up every {PICKUP_INTERVAL:g} s "
         f"({'DynamoDB stream' if args.lease_server == 'moto' else 'polled'}), lease table on "
-        f"{args.lease_server}, observed {args.observe:g} s after each action"
+        f"{args.lease_server}, successor_wait {SUCCESSOR_WAIT:g} s (handoff mode), observed "
+        f"{args.observe:g} s after each action"
     )
     payload = {
         "benchmark": "handoff",
