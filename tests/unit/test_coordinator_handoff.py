@@ -293,7 +293,7 @@ async def test_leavers_with_nobody_to_hand_to_keep_their_shards_until_a_worker_s
     is in sight. The old workers keep their shards going (up to ``successor_wait``) and hand
     them over once a new worker shows, instead of releasing them for whoever starts next
     (a pause of a process start per shard)."""
-    settings = replace(HANDOFF, handoff_timeout=30.0, successor_wait=10.0)
+    settings = replace(HANDOFF, handoff_timeout=30.0, successor_wait=30.0)
     async with world([shard(i) for i in range(64)]) as w:
         capped = replace(settings, max_leases_per_worker=32)
         a = await w.start("a", settings=capped)
@@ -302,9 +302,10 @@ async def test_leavers_with_nobody_to_hand_to_keep_their_shards_until_a_worker_s
         for worker in (a, b):
             complete_handoffs(worker)
         leaving = asyncio.gather(a.leave(), b.leave())
-        await run_for(3.0, w.clock, step=0.25)
+        # Longer than the word that they leave stays fresh (their own renewals date it).
+        await run_for(5 * HANDOFF.renew_every, w.clock, step=0.25)
         assert not leaving.done(), "nobody to hand to yet: the shards keep going"
-        assert Counter({"a": 32, "b": 32}) == await w.owners()
+        assert Counter({"a": 32, "b": 32}) == await w.owners(), "handed to each other"
         c = await w.start("c", settings=replace(settings, max_leases_to_steal_at_once=1))
         await run_for(2.0, w.clock, step=0.25)
         assert leaving.done()

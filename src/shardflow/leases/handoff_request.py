@@ -58,10 +58,18 @@ def handoff_request_of(lease: Lease) -> HandoffRequest | None:
 
 def leaving_owner_of(lease: Lease) -> str | None:
     """The owner of ``lease`` if the lease carries its fresh word that it leaves, else None."""
+    age = leaving_word_age(lease)
+    return lease.lease_owner if age is not None and age <= FRESH_RENEWALS else None
+
+
+def leaving_word_age(lease: Lease) -> int | None:
+    """Counter bumps since the owner of ``lease`` wrote there that it leaves (None: no such
+    word, or another worker's)."""
     value = lease.extra.get(LEAVING)
     if value is None or not isinstance(value.get("S"), str):
         return None
     counter, _, worker = value["S"].partition(":")
     if not counter.isdigit() or worker != lease.lease_owner:
         return None
-    return worker if 0 <= lease.lease_counter - int(counter) <= FRESH_RENEWALS else None
+    age = lease.lease_counter - int(counter)
+    return age if age >= 0 else None

@@ -18,7 +18,11 @@ from typing import Any
 from shardflow.clock import Clock
 from shardflow.errors import ShardflowError
 from shardflow.leases.concurrency import run_bounded
-from shardflow.leases.handoff_request import handoff_request_of
+from shardflow.leases.handoff_request import (
+    FRESH_RENEWALS,
+    handoff_request_of,
+    leaving_word_age,
+)
 from shardflow.leases.handoffs import successors
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
@@ -66,6 +70,8 @@ class LeaseMoves:
         """While leaving: the table as last seen (the leave's scan, then pick-up's changes),
         for choosing who gets a lease passed on."""
         self._passing: set[str] = set()
+        self._word_on: str | None = None
+        """The lease carrying this worker's word that it leaves."""
         self.leaving = False
         """Set once the worker leaves: nothing is claimed, taken or handed over any more."""
         self.kcl_workers: Callable[[], frozenset[str]] = frozenset
@@ -108,6 +114,7 @@ class LeaseMoves:
             now = self._clock.monotonic()
             tracker.observe(leases, now)
             self._see(leases)
+            await self._still_say_leaving()
             started += await self._hand_over(leases, now)
         if self._still_held() and in_a_fleet:
             log.info(
@@ -126,6 +133,7 @@ class LeaseMoves:
         for owned in sorted(self._still_held(), key=lambda owned: owned.lease_key):
             try:
                 await self._store.mark_leaving(owned.lease, self._worker_id)
+                self._word_on = owned.lease_key
                 return
             except ShardflowError as exc:  # moved meanwhile, or a brownout: the next one
                 log.info(
@@ -134,6 +142,19 @@ class LeaseMoves:
                     self._worker_id,
                     exc,
                 )
+
+    async def _still_say_leaving(self) -> None:
+        """While waiting for a successor: say it again when the word has gone stale (this
+        worker's own renewals date it) or its lease was handed on."""
+        lease = self._view.get(self._word_on) if self._word_on is not None else None
+        if lease is None or lease.lease_owner != self._worker_id or lease.handoff_pending:
+            await self._say_leaving()
+        elif (age := leaving_word_age(lease)) is None or age >= FRESH_RENEWALS - 1:
+            # Said again before it lapses: a peer must never see this worker as staying.
+            try:
+                await self._store.mark_leaving(lease, self._worker_id)
+            except ShardflowError as exc:
+                log.info("saying again that %s leaves failed: %s", self._worker_id, exc)
 
     async def _hand_over(self, leases: list[Lease], now: float) -> int:
         """Begin handing every lease still held to the least loaded live workers (as the scan
