@@ -85,6 +85,7 @@ from fleet_kit import (
     LATENCY_EDGES,
     PICKUP_INTERVAL,
     REGION,
+    SUCCESSOR_WAIT,
     TAKE_EVERY,
     Handled,
     Producer,
@@ -1384,7 +1385,8 @@ def settings_line(config: Config, shards: int) -> str:
         f"{config.lease_server} (pick-up "
         f"{'DynamoDB stream' if config.lease_server == 'moto' else 'polled'} every "
         f"{PICKUP_INTERVAL:g} s), Kinesis on kinesalite; failover {FAILOVER:g} s, take cycle "
-        f"{TAKE_EVERY:.2f} s, handoff timeout {HANDOFF_TIMEOUT:g} s, drain timeout "
+        f"{TAKE_EVERY:.2f} s, handoff timeout {HANDOFF_TIMEOUT:g} s, successor wait "
+        f"{SUCCESSOR_WAIT:g} s, drain timeout "
         f"{DRAIN_TIMEOUT:g} s, polling idle {IDLE_TIME:g} s; observed {config.observe:g} s "
         f"after each action, idle {config.idle:g} s"
     )
