@@ -63,6 +63,7 @@ import itertools
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -102,6 +103,10 @@ PLANNED_GAP = 1.0  # planned moves: worst gap goal
 PLANNED_DELAY_P99 = 0.5  # planned moves: record delay p99 goal
 SUSTAINED_DELAY_P99 = 1.0  # the load check: record delay p99 in the steady window at most this
 LEASE_SERVICES = ("dynamodb", "dynamodbstreams")
+READER_STARTED = re.compile(
+    r"^(\d+\.\d+) shardflow\.consumer shard (\S+) \(stream [^)]*\): "
+    r"(?:resuming after checkpoint|starting at)"
+)
 
 
 @dataclass(frozen=True)
@@ -417,6 +422,24 @@ class Fleet:
             return b" started as worker " in (self.dir / f"{name}.log").read_bytes()
         except FileNotFoundError:
             return False
+
+    def readers_started(self, shards: set[str], since: float) -> dict[str, float]:
+        """Seconds from ``since`` until a live worker's log says it started reading each of
+        ``shards`` (its "resuming after checkpoint" / "starting at" line)."""
+        started: dict[str, float] = {}
+        for name in self.live:
+            try:
+                text = (self.dir / f"{name}.log").read_text(errors="replace")
+            except FileNotFoundError:
+                continue
+            for line in text.splitlines():
+                match = READER_STARTED.match(line)
+                if match is None or match.group(2) not in shards:
+                    continue
+                at = float(match.group(1)) - since
+                if at > 0 and at < started.get(match.group(2), float("inf")):
+                    started[match.group(2)] = at
+        return started
 
     # -- counting requests
 
@@ -814,17 +837,30 @@ class Fleet:
             ]
             firsts[shard] = round(min(later) - killed_at, 3) if later else None
         taken = [v for v in firsts.values() if v is not None]
+        readers = self.readers_started(set(held), killed_at)
+        after_reader = [
+            firsts[shard] - readers[shard]  # type: ignore[operator]
+            for shard in held
+            if firsts[shard] is not None and shard in readers
+        ]
         phase.figures = {
             "victim": victim,
             "leases": len(held),
             "takeover_max": max(taken) if len(taken) == len(held) and taken else None,
             "takeover_median": round(statistics.median(taken), 3) if taken else None,
             "not_taken_over": len(held) - len(taken),
+            # From the workers' logs: when the new owner's reader started (lease taken).
+            "reader_started_max": round(max(readers.values()), 3) if readers else None,
+            "reader_started_min": round(min(readers.values()), 3) if readers else None,
+            "first_record_after_reader_max": round(max(after_reader), 3) if after_reader else None,
+            "first_record_after_reader_min": round(min(after_reader), 3) if after_reader else None,
         }
         phase.judged = "kill"
         phase.ended = time.time()
         for shard, value in firsts.items():
             phase.per_shard.setdefault(shard, {})["takeover"] = value
+            if shard in readers:
+                phase.per_shard[shard]["reader_started"] = round(readers[shard], 3)
         worst = phase.figures["takeover_max"]
         phase.goals = {
             f"takeover <= failover + {TAKEOVER_SLACK:g} s for every shard": worst is not None
@@ -1340,9 +1376,17 @@ def other_figures(phase: dict[str, Any]) -> str:
             f"{f['cpu_per_worker_max']:.3f} of a core, RSS up to {f['rss_mb_per_worker_max']:.0f} MB"
         )
     if name == "kill":
+        readers = ""
+        if f.get("reader_started_max") is not None:
+            readers = (
+                f"; the new owners' readers started {f['reader_started_min']:.2f} to "
+                f"{f['reader_started_max']:.2f} s after the kill (lease expired and taken), "
+                f"their first records were handled {f['first_record_after_reader_min']:.2f} to "
+                f"{f['first_record_after_reader_max']:.2f} s after that"
+            )
         return (
             f"takeover: slowest shard {fmt_s(f['takeover_max'])}, median "
-            f"{fmt_s(f['takeover_median'])}, {f['not_taken_over']} shards not taken over"
+            f"{fmt_s(f['takeover_median'])}, {f['not_taken_over']} shards not taken over" + readers
         )
     if name == "rolling":
         steps = f.get("steps", [])
