@@ -85,7 +85,13 @@ class LeaseMoves:
         self._taker.enabled = False
         if not self._settings.handoff:
             return 0
+        tracker = self._taker.tracker
+        peers = tracker.seen_writing(self._clock.monotonic(), self._settings.failover_time)
         await self._say_leaving()
+        if peers - {self._worker_id}:
+            # Peers told to stop at the same moment (a deploy) say so too: give their word a
+            # moment to land before choosing among them.
+            await self._clock.sleep(min(self._settings.pickup_poll_interval, 0.25))
         try:
             leases = await self._store.list_leases()
         except ShardflowError as exc:
@@ -96,7 +102,6 @@ class LeaseMoves:
         for lease in [lease for lease in self._view.values() if self._handed_here(lease)]:
             self._pass_on_soon(lease)
         now = self._clock.monotonic()
-        tracker = self._taker.tracker
         tracker.observe(leases, now)
         in_a_fleet = bool(
             tracker.seen_writing(now, self._settings.failover_time) - {self._worker_id}
