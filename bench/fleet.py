@@ -102,7 +102,7 @@ TAKEOVER_SLACK = 2.0  # kill -9 goal: failover_time + this
 PLANNED_GAP = 1.0  # planned moves: worst gap goal
 PLANNED_DELAY_P99 = 0.5  # planned moves: record delay p99 goal
 SUSTAINED_DELAY_P99 = 1.0  # the load check: record delay p99 in the steady window at most this
-LEASE_SERVICES = ("dynamodb", "dynamodbstreams")
+LEASE_SERVICES = ("dynamodb", "dynamodb-streams")  # botocore service ids, as the hooks see them
 READER_STARTED = re.compile(
     r"^(\d+\.\d+) shardflow\.consumer shard (\S+) \(stream [^)]*\): "
     r"(?:resuming after checkpoint|starting at)"
