@@ -208,3 +208,53 @@ def test_workers_converge_to_an_even_split() -> None:
             assert max(loads.values()) <= math.ceil(count / len(workers)), (workers, loads)
             if len(workers) == 2:
                 assert max(loads.values()) - min(loads[w] for w in workers) <= 1, loads
+
+
+def test_joiners_at_once_ask_workers_at_target_when_evening_out() -> None:
+    """Seen in bench/fleet.py: 64 shards on 8 workers (8 each), 2 workers join at once. Each
+    joiner counts only itself among the workers holding nothing: the target is ceil(64 / 9)
+    = 8, everyone else is at it, and the joiners held nothing for good. Evening out (planned
+    handoff: the steal is a request, answered gracefully) asks the most loaded worker anyway."""
+    owners = [f"w{i}" for i in range(8)]
+    leases = [Lease(f"s{i}", lease_owner=owners[i % 8], lease_counter=1) for i in range(64)]
+    kcl_style = plan_takes(leases, worker_id="j1", held=(), is_expired=lambda _: False)
+    assert kcl_style.target == 8
+    assert kcl_style.takes == ()
+    evened = plan_takes(leases, worker_id="j1", held=(), is_expired=lambda _: False, even_out=True)
+    assert [t.how for t in evened.takes] == ["stolen"]
+
+
+def test_evening_out_ends_within_one_lease_and_stops_there() -> None:
+    """8 workers with 8 leases each and 2 joiners, each asking in turn (a request answered at
+    once): every worker ends within one lease of every other, and then nobody asks again."""
+    workers = [f"w{i}" for i in range(8)] + ["j1", "j2"]
+    leases = {f"s{i}": Lease(f"s{i}", lease_owner=workers[i % 8]) for i in range(64)}
+    rng = random.Random(7)
+    for _ in range(40):
+        for worker in workers:
+            held = {k for k, lease in leases.items() if lease.lease_owner == worker}
+            result = plan_takes(
+                list(leases.values()),
+                worker_id=worker,
+                held=held,
+                is_expired=lambda _: False,
+                rng=rng,
+                even_out=True,
+            )
+            for take in result.takes:
+                old = leases[take.lease.lease_key]
+                leases[old.lease_key] = replace(
+                    old, lease_owner=worker, lease_counter=old.lease_counter + 1
+                )
+    loads = Counter(lease.lease_owner for lease in leases.values())
+    assert max(loads.values()) - min(loads[w] for w in workers) <= 1, loads
+    for worker in workers:
+        held = {k for k, lease in leases.items() if lease.lease_owner == worker}
+        again = plan_takes(
+            list(leases.values()),
+            worker_id=worker,
+            held=held,
+            is_expired=lambda _: False,
+            even_out=True,
+        )
+        assert again.takes == (), f"{worker} still asks at {dict(loads)}"

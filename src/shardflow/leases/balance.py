@@ -11,6 +11,12 @@ The rules follow KCL 2.x's lease taker, with one difference noted below:
   that the victim drops below the target. (KCL also steals from a worker *at* target when the
   thief needs more than one lease; shardflow never takes a live lease from a worker that is
   not above target, so a spread like 3/3/1 of 7 leases may stay as it is.)
+- With ``even_out`` (planned handoff: a "steal" becomes a request the owner answers by a
+  graceful handoff, so a move repeats nothing) a worker below target also asks the most loaded
+  worker when that one holds at least two more than itself, whether or not it is above
+  target: workers that join together (each counts only itself among those holding nothing, so
+  the target looks met by everyone else) still get their share, and the fleet ends within one
+  lease of even.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ def plan_takes(
     max_steal: int = 1,
     rng: random.Random | None = None,
     orphans_beyond_target: bool = False,
+    even_out: bool = False,
 ) -> TakePlan:
     """The leases ``worker_id`` should take now.
 
@@ -75,7 +82,8 @@ def plan_takes(
     starting together do not all race for the same leases. ``orphans_beyond_target`` takes
     every free and expired lease up to ``max_leases_per_worker`` whatever the target (in a
     KCL 3.x fleet, whose leader spreads them again by graceful handoff: a dead worker's shards
-    then wait no longer than its failover time for the leader's next pass).
+    then wait no longer than its failover time for the leader's next pass). ``even_out``: see
+    the module doc.
     """
     chooser = rng or random.Random()
     held_keys = set(held)
@@ -118,21 +126,24 @@ def plan_takes(
         takes = [PlannedTake(lease, "free") for lease in free]
         takes += [PlannedTake(lease, "expired") for lease in expired]
         return plan(takes[:need])
-    return plan(_steals(alive_by_owner, target, need, max_steal, chooser))
+    floor = min(target, mine + 1) if even_out else target
+    return plan(_steals(alive_by_owner, floor, need, max_steal, chooser))
 
 
 def _steals(
     alive_by_owner: dict[str, list[Lease]],
-    target: int,
+    floor: int,
     need: int,
     max_steal: int,
     chooser: random.Random,
 ) -> list[PlannedTake]:
+    """At most ``max_steal`` of the most loaded worker's leases, never leaving it below
+    ``floor`` (the target; with ``even_out``, one more than the thief holds)."""
     if not alive_by_owner or max_steal <= 0:
         return []
     # The most loaded worker; ties go to the smallest id so that every thief picks the same one.
     victim = min(alive_by_owner, key=lambda owner: (-len(alive_by_owner[owner]), owner))
-    surplus = len(alive_by_owner[victim]) - target
+    surplus = len(alive_by_owner[victim]) - floor
     if surplus <= 0:
         return []
     # A lease already being handed over is moving anyway: leave it alone.

@@ -150,6 +150,7 @@ class LeaseTaker:
             max_steal=max_steal,
             rng=self._rng,
             orphans_beyond_target=defers,
+            even_out=handoff and not defers,
         )
         self._note_peers(plan.live_workers)
         planned_keys = {planned.lease.lease_key for planned in plan.takes}
