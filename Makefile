@@ -42,8 +42,11 @@ integration: setup
 docs: $(STAMPS)/venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
 
+# The suite runs on TEST_WORKERS pytest-xdist workers, longest tests first (tests/conftest.py);
+# much of it waits on servers, JVMs and subprocesses, so more workers than cores pay off.
+TEST_WORKERS ?= 3
 test: setup lint typecheck docs
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Benchmarks run one after the other under the shared lock (2 cores: nothing else heavy at once).
 # `make bench`: every bench in its short mode (a few minutes), results in .bench/short, printed;

@@ -2,6 +2,9 @@
 
 Dummy credentials and region ``us-east-1``; a developer's profile, endpoint overrides and
 ~/.aws files never leak in (the config and credentials files point at paths that do not exist).
+
+Under pytest-xdist (``make test``) the tests are handed out longest first, a few kept together
+on one worker (:mod:`support.ordering`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from support.ordering import group_of, known_durations, longest_first
 
 DUMMY_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -64,3 +69,14 @@ def _aws_isolated_session(_missing_aws_dir: Path) -> Iterator[None]:
 def _aws_isolated(monkeypatch: pytest.MonkeyPatch, _missing_aws_dir: Path) -> None:
     """Every test starts from the isolated AWS environment, whatever earlier tests changed."""
     _isolate_aws(monkeypatch, _missing_aws_dir)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):
+        return  # not an xdist worker: the tests run in the order of their files
+    items[:] = longest_first(items, known_durations())
+    for item in items:
+        group = group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -12,18 +12,12 @@ from shardflow.errors import MetadataOutOfStepError, SourceMetadataError
 from shardflow.spark.source.admission import shard_budgets
 from shardflow.spark.source.lineage import readable_shards
 from shardflow.spark.source.metadata import DataLoss, ShardBatchEnd
-from shardflow.spark.source.metadata_location import MetadataLocation, StoreKind
 from shardflow.spark.source.offsets import UNLIMITED, SourceOffset
 from shardflow.spark.source.positions import Kind, ShardPosition, parse_user_position
-from shardflow.spark.source.store_local import LocalBatchEnds
+from support.batch_end_race import RUN, local_store, race
 
 END = ShardPosition.shard_end()
 TRIM = ShardPosition.trim_horizon()
-RUN = "0123456789abcdef" * 2
-
-
-def local_store(root: str) -> LocalBatchEnds:
-    return LocalBatchEnds(MetadataLocation(StoreKind.LOCAL, root), RUN)
 
 
 @pytest.mark.parametrize(
@@ -105,17 +99,14 @@ def test_children_wait_for_every_parent() -> None:
     assert readable_shards({"child": TRIM}, parents) == ["child"]
 
 
-def _race(root: str, index: int, results: multiprocessing.Queue[str]) -> None:
-    store = local_store(root)
-    mine = ShardBatchEnd(end=f"AFTER:{index + 1}", rows=index, stopped="tip")
-    results.put(store.record_first(4, "shardId-0", mine).end)
-
-
 def test_the_first_recorded_end_holds_for_every_attempt(tmp_path: Path) -> None:
-    results: multiprocessing.Queue[str] = multiprocessing.Queue()
-    racers = [
-        multiprocessing.Process(target=_race, args=(str(tmp_path), i, results)) for i in range(6)
-    ]
+    # Fresh interpreters, not forks: a fork of this process inherits what earlier tests left in
+    # it. After the Spark sink's tests, the pooled producers' exit hooks ran in every forked
+    # racer and waited for loop threads a fork does not copy: 65 s in the full suite.
+    spawn = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue[str] = spawn.Queue()
+    start = spawn.Barrier(6)
+    racers = [spawn.Process(target=race, args=(str(tmp_path), i, start, results)) for i in range(6)]
     for racer in racers:
         racer.start()
     for racer in racers:

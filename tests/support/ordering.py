@@ -1,0 +1,70 @@
+"""The order the suite runs in, so that ``pytest -n N --dist loadgroup`` (``make test``) ends early.
+
+xdist's ``loadgroup`` hands each worker the next unit of the queue when it is free; started
+longest first, the long tests overlap one another and the short ones fill the gaps at the
+end (longest-processing-time first). A unit is one test, or a group of tests that must share
+one worker (:data:`GROUP_BY_FIXTURE`, :data:`GROUP_BY_FILE`): its tests run one after the
+other, in collection order.
+
+How long a test takes comes from ``tests/durations.txt``: lines as pytest's ``--durations``
+prints them (``12.34s call     tests/...::test_x``); the setup, call and teardown of one test
+add up. A test not listed counts as quick and keeps its place after the listed ones. Refresh
+the file from a run's ``--durations=60`` report when tests move or get much slower or faster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+DURATIONS = Path(__file__).resolve().parents[1] / "durations.txt"
+_LINE = re.compile(r"^\s*(?P<seconds>[0-9.]+)s\s+(?:setup|call|teardown)\s+(?P<nodeid>\S+)")
+
+#: Tests that share one worker, by a fixture they use or the file they are in.
+SPARK = "spark"
+#: A Spark JVM per worker would cost each worker a cold start (7-10 s) and, run at once on 2
+#: cores, make every Spark test several times slower: one ``local[2]`` session (the ``spark``
+#: fixture) for all of them, on one worker. The Spark Connect tests join them, run first as in
+#: a plain run: their module-scoped server is started once, and their remote session (which
+#: switches the process to Spark Connect until it is closed) never meets the local one.
+GROUP_BY_FIXTURE = {"spark": SPARK}
+GROUP_BY_FILE = {"tests/integration/spark/test_connect.py": SPARK}
+
+
+def read_durations(lines: Iterable[str]) -> dict[str, float]:
+    """Seconds per node id from ``--durations`` report lines (other lines are ignored)."""
+    seconds: dict[str, float] = {}
+    for line in lines:
+        found = _LINE.match(line)
+        if found:
+            nodeid = found["nodeid"].split("@", 1)[0]  # without an xdist group suffix
+            seconds[nodeid] = seconds.get(nodeid, 0.0) + float(found["seconds"])
+    return seconds
+
+
+def known_durations() -> dict[str, float]:
+    if not DURATIONS.exists():
+        return {}
+    return read_durations(DURATIONS.read_text().splitlines())
+
+
+def group_of(item: pytest.Item) -> str | None:
+    for fixture in getattr(item, "fixturenames", ()):
+        if fixture in GROUP_BY_FIXTURE:
+            return GROUP_BY_FIXTURE[fixture]
+    return GROUP_BY_FILE.get(item.nodeid.split("::", 1)[0])
+
+
+def longest_first(items: list[pytest.Item], durations: dict[str, float]) -> list[pytest.Item]:
+    """``items`` as units (a group's tests together, in their order), longest unit first;
+    units of equal length keep their collection order."""
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(group_of(item) or item.nodeid, []).append(item)
+    ranked = sorted(
+        units.values(), key=lambda unit: -sum(durations.get(i.nodeid, 0.0) for i in unit)
+    )
+    return [item for unit in ranked for item in unit]
