@@ -7,6 +7,10 @@ callback fails every request with "cannot schedule new futures after interpreter
 Callbacks given to ``threading._register_atexit`` run inside ``threading._shutdown()`` itself,
 newest first: one registered after ``concurrent.futures.thread`` was imported runs before the
 pools are shut. Where that hook is missing (another Python), ``atexit`` is the fallback.
+
+A forked child inherits the callbacks but none of the producers' loop threads they wait for:
+each would hold the child at exit for its flush and close timeouts (35 s a producer, seen in
+the test suite's forked helpers). The child forgets them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import atexit
 import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable
 
@@ -65,3 +70,16 @@ def _run_all() -> None:
             callback()
         except Exception:
             log.exception("exit callback %r failed", callback)
+
+
+def _forget_in_child() -> None:
+    """After a fork, in the child: the parent's producers are not here (their threads were not
+    copied), so there is nothing of theirs to flush. The lock may have been held by another
+    thread at the fork: a fresh one."""
+    global _lock
+    _lock = threading.Lock()
+    _callbacks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
