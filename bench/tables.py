@@ -79,6 +79,8 @@ def headline(results: Path = RESULTS) -> str:
     producer = result("producer", results)["results"]
     drain = result("consumer", results)["drain"]
     handoff = {(o["scenario"], o["mode"]): o for o in result("handoff", results)["outcomes"]}
+    # handoff.py's runs at more shards (handoff-64.json, handoff-64-dynalite.json), if made.
+    at_scale = [json.loads(path.read_text()) for path in sorted(results.glob("handoff-*.json"))]
     spark_rows = result("spark_source", results)["results"]
 
     def spark_ratio(variant: str, contender: str) -> str:
@@ -140,6 +142,18 @@ def headline(results: Path = RESULTS) -> str:
             "rolling restart, longest pause of a shard: KCL-2.x-style baseline / handoff",
             f"{pause:.1f}x",
             "handoff",
+        ),
+        *(
+            (
+                f"rolling restart at {run['shards']} shards (lease table on "
+                f"{run['lease_server']}): longest pause of a shard, records handled twice",
+                f"{planned['gap_max']:.2f} s, {planned['duplicates']:,} twice "
+                f"({planned['lost']:,} lost)",
+                "handoff",
+            )
+            for run in at_scale
+            for planned in run["outcomes"]
+            if planned["scenario"] == "a" and planned["mode"] == "handoff"
         ),
         (
             "Spark source (readStream, from its first trigger) vs a boto3 GetRecords loop, "
