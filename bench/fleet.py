@@ -93,6 +93,8 @@ from fleet_kit import (
     percentile,
     read_counts,
     run_worker,
+    stack_clients,
+    stack_env,
     wait_for,
 )
 
@@ -300,19 +302,8 @@ class Fleet:
         self.sampler = Sampler()
         for name, pid in servers.items():
             self.sampler.watch(name, pid)
-        self.env = dict(os.environ)
-        self.env.update(
-            {
-                "AWS_ENDPOINT_URL_KINESIS": kinesis,
-                "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
-                "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb,
-                "AWS_DEFAULT_REGION": REGION,
-            }
-        )
-        import boto3
-
-        self.ddb = boto3.client("dynamodb", endpoint_url=dynamodb, region_name=REGION)
-        self.kin = boto3.client("kinesis", endpoint_url=kinesis, region_name=REGION)
+        self.env = stack_env(kinesis, dynamodb)
+        self.ddb, self.kin = stack_clients(kinesis, dynamodb)
         self.producer: Producer | None = None
         self.shard_ids: list[str] = []
         self.phases: list[Phase] = []

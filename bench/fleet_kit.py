@@ -95,6 +95,32 @@ class RequestCounter:
             }
 
 
+def stack_env(kinesis: str, dynamodb: str) -> dict[str, str]:
+    """This process's environment with AWS calls pointed at the bench's emulators (for the
+    worker processes it starts; the lease table's stream, where there is one, is on
+    ``dynamodb`` too)."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "AWS_ENDPOINT_URL_KINESIS": kinesis,
+            "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
+            "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb,
+            "AWS_DEFAULT_REGION": REGION,
+        }
+    )
+    return env
+
+
+def stack_clients(kinesis: str, dynamodb: str) -> tuple[Any, Any]:
+    """boto3 DynamoDB and Kinesis clients of the bench's emulators, for the bench itself."""
+    import boto3
+
+    return (
+        boto3.client("dynamodb", endpoint_url=dynamodb, region_name=REGION),
+        boto3.client("kinesis", endpoint_url=kinesis, region_name=REGION),
+    )
+
+
 def lease_settings(*, handoff: bool, lease_server: str) -> Any:
     """The benches' lease timings (short, so that a run takes minutes; KCL's ratios)."""
     from shardflow.leases.settings import LeaseSettings

@@ -70,6 +70,8 @@ from fleet_kit import (
     p99,
     read_handled,
     run_worker,
+    stack_clients,
+    stack_env,
     wait_for,
 )
 
@@ -143,19 +145,8 @@ class Scenario:
         self.app = f"bench-handoff-{key}-{mode}-{stamp}"
         self.dir = Path(tempfile.mkdtemp(prefix=f"handoff-{key}-{mode}-"))
         self.workers: dict[str, Worker] = {}
-        self.env = dict(os.environ)
-        self.env.update(
-            {
-                "AWS_ENDPOINT_URL_KINESIS": kinesis,
-                "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
-                "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb,
-                "AWS_DEFAULT_REGION": REGION,
-            }
-        )
-        import boto3
-
-        self.ddb = boto3.client("dynamodb", endpoint_url=dynamodb, region_name=REGION)
-        self.kin = boto3.client("kinesis", endpoint_url=kinesis, region_name=REGION)
+        self.env = stack_env(kinesis, dynamodb)
+        self.ddb, self.kin = stack_clients(kinesis, dynamodb)
 
     def start_worker(self, name: str) -> None:
         out = self.dir / f"{name}.tsv"

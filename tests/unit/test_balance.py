@@ -187,22 +187,7 @@ def test_workers_converge_to_an_even_split() -> None:
     for workers in (["w1", "w2"], ["w1", "w2", "w3"], ["w1", "w2", "w3", "w4"]):
         for count in range(4, 13):
             leases = {f"s{i}": Lease(f"s{i}") for i in range(count)}
-            rng = random.Random(count)
-            for _ in range(4 * count):
-                for worker in workers:
-                    held = {k for k, lease in leases.items() if lease.lease_owner == worker}
-                    result = plan_takes(
-                        list(leases.values()),
-                        worker_id=worker,
-                        held=held,
-                        is_expired=lambda _: False,
-                        rng=rng,
-                    )
-                    for take in result.takes:
-                        old = leases[take.lease.lease_key]
-                        leases[old.lease_key] = replace(
-                            old, lease_owner=worker, lease_counter=old.lease_counter + 1
-                        )
+            take_in_turns(leases, workers, rounds=4 * count, rng=random.Random(count))
             loads = Counter(lease.lease_owner for lease in leases.values())
             assert None not in loads
             assert max(loads.values()) <= math.ceil(count / len(workers)), (workers, loads)
@@ -229,23 +214,7 @@ def test_evening_out_ends_within_one_lease_and_stops_there() -> None:
     once): every worker ends within one lease of every other, and then nobody asks again."""
     workers = [f"w{i}" for i in range(8)] + ["j1", "j2"]
     leases = {f"s{i}": Lease(f"s{i}", lease_owner=workers[i % 8]) for i in range(64)}
-    rng = random.Random(7)
-    for _ in range(40):
-        for worker in workers:
-            held = {k for k, lease in leases.items() if lease.lease_owner == worker}
-            result = plan_takes(
-                list(leases.values()),
-                worker_id=worker,
-                held=held,
-                is_expired=lambda _: False,
-                rng=rng,
-                even_out=True,
-            )
-            for take in result.takes:
-                old = leases[take.lease.lease_key]
-                leases[old.lease_key] = replace(
-                    old, lease_owner=worker, lease_counter=old.lease_counter + 1
-                )
+    take_in_turns(leases, workers, rounds=40, rng=random.Random(7), even_out=True)
     loads = Counter(lease.lease_owner for lease in leases.values())
     assert max(loads.values()) - min(loads[w] for w in workers) <= 1, loads
     for worker in workers:
@@ -258,3 +227,31 @@ def test_evening_out_ends_within_one_lease_and_stops_there() -> None:
             even_out=True,
         )
         assert again.takes == (), f"{worker} still asks at {dict(loads)}"
+
+
+def take_in_turns(
+    leases: dict[str, Lease],
+    workers: list[str],
+    *,
+    rounds: int,
+    rng: random.Random,
+    even_out: bool = False,
+) -> None:
+    """Each worker plans in turn, ``rounds`` times, and its takes (or answered requests) land
+    at once in ``leases``."""
+    for _ in range(rounds):
+        for worker in workers:
+            held = {k for k, lease in leases.items() if lease.lease_owner == worker}
+            result = plan_takes(
+                list(leases.values()),
+                worker_id=worker,
+                held=held,
+                is_expired=lambda _: False,
+                rng=rng,
+                even_out=even_out,
+            )
+            for take in result.takes:
+                old = leases[take.lease.lease_key]
+                leases[old.lease_key] = replace(
+                    old, lease_owner=worker, lease_counter=old.lease_counter + 1
+                )
