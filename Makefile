@@ -71,6 +71,8 @@ bench-full: setup
 	$(HEAVY) $(BIN)/python bench/consumer.py
 	$(HEAVY) $(BIN)/python bench/parallel.py --repeat 2
 	$(HEAVY) $(BIN)/python bench/handoff.py
+	$(HEAVY) $(BIN)/python bench/handoff.py --shards 64 --rate-per-shard 5 --modes handoff --lease-server dynalite
+	$(HEAVY) $(BIN)/python bench/handoff.py --shards 64 --rate-per-shard 5 --modes handoff
 	$(HEAVY) $(BIN)/python bench/spark_source.py
 	$(HEAVY) $(BIN)/python bench/kcl_fleet.py
 	$(HEAVY) $(BIN)/python bench/fleet.py

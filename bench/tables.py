@@ -30,10 +30,10 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 MARKED = re.compile(
-    r"(?P<open><!-- bench:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(?P<close><!-- /bench:(?P=name) -->)",
+    r"(?P<open><!-- bench:(?P<name>[\w.@-]+) -->\n)(?P<body>.*?)(?P<close><!-- /bench:(?P=name) -->)",
     re.DOTALL,
 )
-OPENING = re.compile(r"<!-- bench:([\w.-]+) -->")
+OPENING = re.compile(r"<!-- bench:([\w.@-]+) -->")
 
 
 class TableError(Exception):

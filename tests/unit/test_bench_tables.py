@@ -58,3 +58,11 @@ def test_a_changed_result_is_caught(tmp_path: Path) -> None:
 def test_a_broken_marker_is_an_error(text: str) -> None:
     with pytest.raises(tables.TableError):
         tables.render_document(text)
+
+
+def test_a_variant_marker_renders_its_own_json() -> None:
+    """``handoff@64`` is bench/handoff.py's render of bench/results/handoff-64.json (a marker
+    the pattern did not match stayed empty without a word)."""
+    rendered = tables.render_document("<!-- bench:handoff@64 -->\n<!-- /bench:handoff@64 -->\n")
+    assert "64 shards x" in rendered
+    assert "| (a) rolling restart" in rendered
