@@ -45,6 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fleet_kit import stack_env  # the environment a user of shardflow would set
+
 # make bench (the short mode) writes elsewhere: only full runs are the docs' figures.
 RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
 REGION = "us-east-1"
@@ -404,20 +406,6 @@ print(json.dumps({"imported": imported, "leased": leased[0], "first": first[0]})
 # --- parent: servers, data, children, tables ---------------------------------------------------
 
 
-def child_env(kinesis: str, dynamodb: str) -> dict[str, str]:
-    """The environment a user of shardflow would set: endpoints per service, dummy keys."""
-    env = dict(os.environ)
-    env.update(
-        {
-            "AWS_ENDPOINT_URL_KINESIS": kinesis,
-            "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
-            "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb,
-            "AWS_DEFAULT_REGION": REGION,
-        }
-    )
-    return env
-
-
 def run_child(command: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
     done = subprocess.run(
         command, capture_output=True, text=True, env=env, timeout=timeout, check=False
@@ -491,7 +479,7 @@ def run_drains(args: argparse.Namespace, kinesis: str, moto: str, kcl: Any) -> l
     everyone = [*DRAINS, *(KCL_RELEASES if args.kcl else ())]
     chosen = [c for c in everyone if not args.contenders or c in args.contenders.split(",")]
     runs: dict[str, list[DrainOutcome]] = {name: [] for name in chosen}
-    env = child_env(kinesis, moto)
+    env = stack_env(kinesis, moto)
     # Round-robin over the contenders, the order rotated each round, so that a noisy spell of
     # the machine (or going first) is not one contender's alone.
     for round_ in range(args.repeat):
@@ -599,7 +587,7 @@ def drain_table(outcomes: list[DrainOutcome], args: argparse.Namespace, order: s
 
 
 def run_first_records(args: argparse.Namespace, kinesis: str, moto: str) -> dict[str, Any]:
-    env = child_env(kinesis, moto)
+    env = stack_env(kinesis, moto)
     runs: dict[str, list[dict[str, float]]] = {"new application": [], "existing lease table": []}
     for attempt in range(args.first_repeat):
         application = f"bench-first-{os.getpid()}-{attempt}"
@@ -734,7 +722,7 @@ def run_scale(args: argparse.Namespace, kinesis: str, moto: str) -> dict[str, An
         str(args.scale_timeout),
     ]
     timeout = args.scale_timeout + args.scale_observe + 300
-    m = run_child(command, child_env(kinesis, moto), timeout=timeout)
+    m = run_child(command, stack_env(kinesis, moto), timeout=timeout)
     m |= {"create_seconds": created, "list_seconds": listing}
     return m
 

@@ -35,6 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fleet_kit import stack_env
+
 RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
 REGION = "us-east-1"
 SHARDS = 8
@@ -195,13 +197,7 @@ def measure(args: argparse.Namespace, kinesis: str, dynamodb: str) -> dict[str, 
         )
     expected = aggregates_per_shard(client, LOADED_STREAM, args.aggregates)
     print(f"preloaded {SHARDS} shards x {args.aggregates} aggregates: {expected:,} user records")
-    env = dict(os.environ)
-    env |= {
-        "AWS_ENDPOINT_URL_KINESIS": kinesis,
-        "AWS_ENDPOINT_URL_DYNAMODB": dynamodb,
-        "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb,
-        "AWS_DEFAULT_REGION": REGION,
-    }
+    env = stack_env(kinesis, dynamodb)
     command = [
         sys.executable,
         __file__,

@@ -1220,23 +1220,8 @@ def probe_line(name: str, rows: list[dict[str, Any]]) -> str:
 def summary_line(phase: dict[str, Any]) -> str:
     f = phase["figures"]
     name = phase["name"]
-    if name == "startup":
-        s = f.get("steady", {})
-        return (
-            f"all held {fmt_s(f['all_held'])}, all processing {fmt_s(f['all_processing'])}, "
-            f"balanced {fmt_s(f['balanced'])}, spread {f['spread']} "
-            f"(leases per worker {split(f['leases_per_worker'])}); steady "
-            f"{s.get('seconds')} s: record delay p99 {fmt_s(s.get('delay_p99'))}, "
-            f"{s.get('shards_processing')} shards processing"
-            + (f"; NOT sustained: {f['not_sustained']}" if f.get("not_sustained") else "")
-        )
-    if name == "idle":
-        ops = ", ".join(f"{op} {n:g}" for op, n in f["lease_requests_per_minute"].items())
-        return (
-            f"{f['lease_requests_per_minute_total']:g} lease-table requests/min in all "
-            f"({ops or 'none'}); per worker up to {f['cpu_per_worker_max']:.3f} cores of CPU, "
-            f"RSS up to {f['rss_mb_per_worker_max']:.0f} MB"
-        )
+    if name in ("startup", "idle"):
+        return other_figures(phase)
     parts = [
         f"worst gap {fmt_s(f.get('gap_max'))}",
         f"gap p99 {fmt_s(f.get('gap_p99'))} (median shard {fmt_s(f.get('gap_p99_median'))})",
