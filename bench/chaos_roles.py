@@ -208,7 +208,7 @@ async def work(args: argparse.Namespace) -> None:
         Polling,
     )
     from shardflow.aws import ClientFactory
-    from shardflow.consumer.signals import install_stop_signals
+    from shardflow.consumer.lifecycle.signals import install_stop_signals
     from shardflow.leases import DynamoDBLeaseStore
 
     out = LineLog(args.out)

@@ -94,7 +94,7 @@ def ideal_seconds(contender: Contender, records: int, chain: int, latency: float
 
 async def drain(contender: Contender, args: argparse.Namespace, index: int) -> Outcome:
     from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-    from shardflow.consumer.dispatch import DispatchSettings
+    from shardflow.consumer.delivery import DispatchSettings
 
     dispatch = (
         None

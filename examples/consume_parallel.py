@@ -23,8 +23,8 @@ import json
 
 from shardflow.backoff import Backoff
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.consumer.dispatch import DispatchSettings, Idempotency
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
+from shardflow.consumer.delivery import DispatchSettings, Idempotency
 from shardflow.deadletter import JsonLinesDestination
 from shardflow.idempotency import MemoryIdempotencyGuard
 from shardflow.records import Record, as_json

@@ -32,13 +32,13 @@ if TYPE_CHECKING:
         ShardStatus,
         run_consumer,
     )
-    from shardflow.consumer.dispatch import (
+    from shardflow.consumer.delivery import (
         DispatchSettings,
         FailurePolicy,
         Idempotency,
         OrderingMode,
     )
-    from shardflow.consumer.handlers import BatchHandler, Handler, RecordHandler
+    from shardflow.consumer.delivery.handlers import BatchHandler, Handler, RecordHandler
     from shardflow.deadletter import DeadLetter, JsonLinesDestination, KinesisDestination, replay
     from shardflow.errors import (
         AccessDeniedError,
@@ -90,13 +90,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ShardStatus",
         "run_consumer",
     ),
-    "shardflow.consumer.dispatch": (
+    "shardflow.consumer.delivery": (
         "DispatchSettings",
         "FailurePolicy",
         "Idempotency",
         "OrderingMode",
     ),
-    "shardflow.consumer.handlers": (
+    "shardflow.consumer.delivery.handlers": (
         "BatchHandler",
         "Handler",
         "RecordHandler",

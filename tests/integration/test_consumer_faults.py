@@ -17,7 +17,7 @@ import pytest
 
 from shardflow.aws import AwsSettings
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.errors import ResourceNotFoundError
 from shardflow.events import DiagnosticEvent, ShardFailed, ShardStarted
 from shardflow.fetch import Polling

@@ -18,7 +18,7 @@ import pytest
 from shardflow.aggregation import aggregate
 from shardflow.aws import AwsSettings
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
 from shardflow.positions import StartPosition

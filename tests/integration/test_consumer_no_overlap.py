@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from shardflow.consumer import ConsumedRecord, ConsumerSettings
-from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased
 from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings

@@ -17,7 +17,7 @@ from typing import Any
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import list_shards, wait_for_active
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.events import CheckpointWritten, DiagnosticEvent, ShardStarted
 from shardflow.fetch import Polling
 from shardflow.leases import DynamoDBLeaseStore

@@ -33,9 +33,9 @@ from shardflow.aggregation import aggregate
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.backoff import Backoff
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
-from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.consumer.completed import decode_completed
-from shardflow.consumer.dispatch import (
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
+from shardflow.consumer.checkpointing.completed import decode_completed
+from shardflow.consumer.delivery import (
     DispatchSettings,
     FailurePolicy,
     Idempotency,

@@ -10,8 +10,8 @@ from typing import Any
 
 from shardflow.backoff import NO_BACKOFF
 from shardflow.consumer import ConsumedRecord, Consumer
-from shardflow.consumer.acks import AckTracker
-from shardflow.consumer.dispatch import DispatchSettings
+from shardflow.consumer.checkpointing.acks import AckTracker
+from shardflow.consumer.delivery import DispatchSettings
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import ExtendedSequenceNumber, Record
 from shardflow.testing import MemoryKinesis, fast_settings

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardflow.consumer import acks
-from shardflow.consumer.acks import AckHandle, AckTracker
+from shardflow.consumer.checkpointing import acks
+from shardflow.consumer.checkpointing.acks import AckHandle, AckTracker
 from shardflow.errors import DeliveryOrderError, RecordNotDeliveredError
 from shardflow.records import LATEST, ExtendedSequenceNumber, Record
 

@@ -7,8 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardflow.consumer.acks import AckTracker
-from shardflow.consumer.completed import CompletedState, decode_completed, encode_completed
+from shardflow.consumer.checkpointing.acks import AckTracker
+from shardflow.consumer.checkpointing.completed import (
+    CompletedState,
+    decode_completed,
+    encode_completed,
+)
 from shardflow.errors import CompletedStateError
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record
 

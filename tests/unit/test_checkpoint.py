@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardflow.clock import ManualClock
-from shardflow.consumer.acks import AckHandle
-from shardflow.consumer.checkpoint import (
+from shardflow.consumer.checkpointing.acks import AckHandle
+from shardflow.consumer.checkpointing.checkpoint import (
     SHARD_END_POSITION,
     Checkpointer,
     CheckpointSettings,
 )
-from shardflow.consumer.completed import decode_completed
+from shardflow.consumer.checkpointing.completed import decode_completed
 from shardflow.errors import ShardLeaseLost, TransientError
 from shardflow.events import CheckpointWritten, DiagnosticEvent, EventEmitter
 from shardflow.records import ExtendedSequenceNumber, Record

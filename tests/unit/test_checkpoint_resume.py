@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardflow.consumer.completed import CompletedState, encode_completed
-from shardflow.consumer.resume import resume_filter
+from shardflow.consumer.checkpointing.completed import CompletedState, encode_completed
+from shardflow.consumer.reading.resume import resume_filter
 from shardflow.positions import StartPosition
 from shardflow.records import (
     AT_TIMESTAMP,

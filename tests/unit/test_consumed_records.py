@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from shardflow.consumer.acks import AckTracker
-from shardflow.consumer.records import ConsumedRecord, ack_run, bind_delivered, build_undelivered
+from shardflow.consumer.checkpointing.acks import (
+    AckTracker,
+    ConsumedRecord,
+    ack_run,
+    bind_delivered,
+    build_undelivered,
+)
 from shardflow.fetch.convert import record_from_kinesis
 from shardflow.records import Record
 

@@ -331,7 +331,7 @@ def test_a_consumed_record_is_the_record_plus_value_and_ack() -> None:
     import dataclasses
     from datetime import UTC, datetime
 
-    from shardflow.consumer.acks import AckTracker
+    from shardflow.consumer.checkpointing.acks import AckTracker
     from shardflow.records import Record
 
     record = Record(

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from shardflow.clock import SYSTEM_CLOCK
-from shardflow.consumer.checkpoint import Checkpointer
+from shardflow.consumer.checkpointing.checkpoint import Checkpointer
 from shardflow.errors import ShardLeaseLost, TransientError
 from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased, LeaseRenewed
 from shardflow.leases import InMemoryLeaseStore, Lease

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from shardflow.backoff import NO_BACKOFF, Backoff
-from shardflow.consumer.dispatch import (
+from shardflow.consumer.delivery import (
     DispatchSettings,
     ShardDispatcher,
 )

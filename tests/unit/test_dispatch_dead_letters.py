@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shardflow.consumer import Consumer
-from shardflow.consumer.dispatch import DestinationSink
+from shardflow.consumer.delivery import DestinationSink
 from shardflow.deadletter import DeadLetter, JsonLinesDestination, read_json_lines
 from shardflow.errors import DeadLetteringFailedError, DeadLetterWriteError, KeyBlockedError
 from shardflow.leases import InMemoryLeaseStore

@@ -15,12 +15,12 @@ import pytest
 from shardflow.backoff import NO_BACKOFF, Backoff
 from shardflow.clock import SYSTEM_CLOCK
 from shardflow.consumer import ConsumedRecord, Consumer
-from shardflow.consumer.dispatch import (
+from shardflow.consumer.delivery import (
     DispatchSettings,
     Idempotency,
     ShardDispatcher,
 )
-from shardflow.consumer.dispatch.invoke import RetryingCall
+from shardflow.consumer.delivery.calls import RetryingCall
 from shardflow.errors import TransientError
 from shardflow.idempotency import ClaimOutcome, MemoryIdempotencyGuard, by_position, by_user_key
 from shardflow.leases import InMemoryLeaseStore

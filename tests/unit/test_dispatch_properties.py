@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardflow.backoff import NO_BACKOFF
-from shardflow.consumer.dispatch import (
+from shardflow.consumer.delivery import (
     DispatchSettings,
     FailurePolicy,
     OrderingMode,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardflow.consumer.dispatch import DispatchSettings
+from shardflow.consumer.delivery import DispatchSettings
 from shardflow.records import Record
 
 

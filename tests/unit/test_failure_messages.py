@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from shardflow.consumer import ConsumedRecord, Consumer
-from shardflow.consumer.dead_letter_log import ObservedSink
+from shardflow.consumer.delivery.dead_letters import ObservedSink
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import Record
 from shardflow.testing import fast_settings

@@ -8,12 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from shardflow.aggregation import aggregate
-from shardflow.consumer import intake as intake_module
-from shardflow.consumer.intake import RecordIntake
-from shardflow.consumer.prefetch import PrefetchBuffer
-from shardflow.consumer.resume import resume_filter
-from shardflow.consumer.shard_reader import ShardReader
-from shardflow.consumer.worker_contract import FetcherFactory
+from shardflow.consumer.reading import intake as intake_module
+from shardflow.consumer.reading.intake import RecordIntake
+from shardflow.consumer.reading.reader import FetcherFactory, PrefetchBuffer, ShardReader
+from shardflow.consumer.reading.resume import resume_filter
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.positions import StartPosition
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from shardflow.aggregation import AggregateBuilder
-from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.consumer.completed import CompletedState, encode_completed
-from shardflow.consumer.handlers import HandlerAdapter
+from shardflow.consumer.checkpointing.acks import ConsumedRecord
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
+from shardflow.consumer.checkpointing.completed import CompletedState, encode_completed
+from shardflow.consumer.delivery.handlers import HandlerAdapter
+from shardflow.consumer.lifecycle.shard import ShardWorker, StopReason
 from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.consumer.records import ConsumedRecord
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.consumer.shard_worker import ShardWorker, StopReason
 from shardflow.errors import DeserializationError, HandlerError
 from shardflow.positions import StartPosition
 from shardflow.records import ExtendedSequenceNumber, Record, as_json

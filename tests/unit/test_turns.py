@@ -7,10 +7,10 @@ import time
 from collections import Counter
 
 from shardflow.aggregation import AggregateBuilder
-from shardflow.consumer.intake import RecordIntake
-from shardflow.consumer.resume import resume_filter
-from shardflow.consumer.turns import SLICE_SECONDS, Turns
+from shardflow.consumer.reading.intake import RecordIntake
+from shardflow.consumer.reading.resume import resume_filter
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record
+from shardflow.turns import SLICE_SECONDS, Turns
 
 
 class LoopTurns:

@@ -30,12 +30,12 @@ from shardflow.cli.dispatch_options import (
     open_dead_letters,
 )
 from shardflow.cli.positions import parse_start_position
-from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
-from shardflow.consumer.handlers import Handler
+from shardflow.consumer.delivery.handlers import Handler
+from shardflow.consumer.lifecycle.signals import install_stop_signals
 from shardflow.consumer.metrics import ConsumerCollector
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.consumer.signals import install_stop_signals
 from shardflow.fetch import FanOut, Polling
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from shardflow.aws.settings import AwsSettings
-from shardflow.consumer.dispatch import DispatchSettings
+from shardflow.consumer.delivery import DispatchSettings
 from shardflow.deadletter import (
     DeadLetterDestination,
     DeadLetterSource,

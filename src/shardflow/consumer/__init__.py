@@ -1,25 +1,29 @@
 """The consumer: reading shards and handing their records to user code, KCL-compatible.
 
-Built in layers along the path of a record: ``fetch`` (batches of one shard, by polling or
-enhanced fan-out), ``intake`` (de-aggregation, resume filter, hash-range rule), ``prefetch``
-(bounded), ``shard_worker`` (delivery, acks, checkpoints of one shard), ``consumer`` (leases
-from :mod:`shardflow.leases.coordinator`, a worker per owned shard).
+Grouped by the stages of a record (fetching itself is :mod:`shardflow.fetch`):
 
-Public API: :class:`Consumer` (``consume(handler)``, ``shards()``, ``stop()``, ``run()``),
+- ``reading/``: a shard's batches through intake (de-aggregation, resume filter, hash-range
+  rule) into a bounded prefetch buffer;
+- ``delivery/``: the records to the handler per the ordering mode, retries, dead letters;
+- ``checkpointing/``: acknowledgements, the safe position, the checkpoint write;
+- ``lifecycle/``: a worker per owned shard (start, stop, handoff, shard end), supervision,
+  connections, status and signals.
+
+Public API: :class:`Consumer` (``consume(handler)``, ``shards()``, ``close()``, ``run()``),
 :func:`run_consumer`, :class:`ConsumerSettings`, :class:`ConsumedRecord`,
 :class:`ShardSession`, :class:`Checkpointer` and :class:`CheckpointSettings`,
 :class:`ConsumerStatus`, :class:`ConsumerMetrics` and :class:`ConsumerCollector`
 (prometheus-client), the diagnostic events in :mod:`shardflow.events`.
 """
 
-from shardflow.consumer.checkpoint import Checkpointer, CheckpointSettings
+from shardflow.consumer.checkpointing.acks import ConsumedRecord
+from shardflow.consumer.checkpointing.checkpoint import Checkpointer, CheckpointSettings
 from shardflow.consumer.consumer import Consumer
+from shardflow.consumer.lifecycle.session import ShardSession
+from shardflow.consumer.lifecycle.status import ConsumerStatus, ShardStatus
+from shardflow.consumer.lifecycle.sync import run_consumer
 from shardflow.consumer.metrics import ConsumerCollector, ConsumerMetrics
-from shardflow.consumer.records import ConsumedRecord
-from shardflow.consumer.session import ShardSession
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.consumer.status import ConsumerStatus, ShardStatus
-from shardflow.consumer.sync import run_consumer
 
 __all__ = [
     "CheckpointSettings",

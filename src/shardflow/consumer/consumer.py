@@ -39,22 +39,25 @@ from typing import Any, Self, TypeVar
 from shardflow.aws.clients import ClientFactory, OpenClients
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.connections import Connections
-from shardflow.consumer.dead_letter_log import ObservedSink
-from shardflow.consumer.dispatch.contracts import DeadLetterSink
-from shardflow.consumer.dispatch.dead_letters import DeadLetters, as_sink
-from shardflow.consumer.dispatch.drive import DispatchedShards, dispatched_driver
-from shardflow.consumer.handlers import Handler, HandlerAdapter
-from shardflow.consumer.metrics import ConsumerMetrics, MetricsSnapshot
-from shardflow.consumer.session import ShardSession
-from shardflow.consumer.settings import ConsumerSettings, default_worker_id
-from shardflow.consumer.shard_worker import (
+from shardflow.consumer.delivery.dead_letters import (
+    DeadLetters,
+    DeadLetterSink,
+    ObservedSink,
+    as_sink,
+)
+from shardflow.consumer.delivery.engine import DispatchedShards, dispatched_driver
+from shardflow.consumer.delivery.handlers import Handler, HandlerAdapter
+from shardflow.consumer.lifecycle.connections import Connections
+from shardflow.consumer.lifecycle.session import ShardSession
+from shardflow.consumer.lifecycle.shard import (
     ShardResult,
     ShardWorker,
 )
-from shardflow.consumer.signals import install_stop_signals
-from shardflow.consumer.status import ConsumerStatus, ShardStatus
-from shardflow.consumer.supervisor import ErrorCallback, ShardDriver, ShardSupervisor
+from shardflow.consumer.lifecycle.signals import install_stop_signals
+from shardflow.consumer.lifecycle.status import ConsumerStatus, ShardStatus
+from shardflow.consumer.lifecycle.supervisor import ErrorCallback, ShardDriver, ShardSupervisor
+from shardflow.consumer.metrics import ConsumerMetrics, MetricsSnapshot
+from shardflow.consumer.settings import ConsumerSettings, default_worker_id
 from shardflow.events import EventCallback, EventEmitter
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import StreamSpec
@@ -145,21 +148,21 @@ class Consumer:
     ) -> None:
         """Hand every record of every owned shard to ``handler`` until :meth:`stop`.
 
-        ``handler`` takes one :class:`~shardflow.consumer.records.ConsumedRecord` (or, with
+        ``handler`` takes one :class:`~shardflow.consumer.checkpointing.acks.ConsumedRecord` (or, with
         ``batch``, a list of them); ``async def`` handlers are awaited, plain ones run in a
         thread pool. Records of one shard arrive in order, one call at a time; shards run
         concurrently. A record is acknowledged when the call that got it returns, unless
         ``auto_ack`` is False (then call ``record.ack()``). Raises the error that stopped the
         consumer under ``on_error="stop_consumer"``.
 
-        With ``settings.dispatch`` (see :class:`~shardflow.consumer.dispatch.DispatchSettings`)
+        With ``settings.dispatch`` (see :class:`~shardflow.consumer.delivery.DispatchSettings`)
         records are dispatched per its ordering mode, retried, and finally failed ones go to
         ``dead_letters`` or stop the shard; the handler then takes single records and the
         consumer acknowledges them (``batch`` and ``auto_ack=False`` are refused).
         ``dead_letters`` is a :class:`~shardflow.deadletter.DeadLetterDestination` (e.g.
         :class:`~shardflow.deadletter.JsonLinesDestination`,
         :class:`~shardflow.deadletter.KinesisDestination`; the caller closes it) or a
-        :class:`~shardflow.consumer.dispatch.DeadLetterSink` of one's own. A record is
+        :class:`~shardflow.consumer.delivery.DeadLetterSink` of one's own. A record is
         acknowledged only after its letter was written; a failed write stops the shard.
         """
         dispatch = self.settings.dispatch

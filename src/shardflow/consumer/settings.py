@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from shardflow.aggregation import MalformedPolicy
-from shardflow.consumer.checkpoint import CheckpointSettings
-from shardflow.consumer.dispatch.settings import DispatchSettings
-from shardflow.consumer.intake import OutOfRangePolicy
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
+from shardflow.consumer.delivery.settings import DispatchSettings
+from shardflow.consumer.reading.intake import OutOfRangePolicy
 from shardflow.fetch.fanout import FanOut
 from shardflow.fetch.polling import GET_RECORDS_LIMIT, Polling
 from shardflow.leases.settings import LeaseSettings, check_initial_position
@@ -93,7 +93,7 @@ class ConsumerSettings:
     """Threads for synchronous handlers (default: min(32, CPUs + 4))."""
     dispatch: DispatchSettings | None = None
     """Ordering mode (shard, key, unordered), in-flight bounds, retries and the failure policy
-    for ``consume`` (see :class:`~shardflow.consumer.dispatch.DispatchSettings`); default None:
+    for ``consume`` (see :class:`~shardflow.consumer.delivery.DispatchSettings`); default None:
     one call at a time per shard, no retries, a failure stops the shard."""
 
     def __post_init__(self) -> None:

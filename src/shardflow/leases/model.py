@@ -36,7 +36,7 @@ class Lease:
 
     ``completed_state`` (attribute ``shardflowCompleted``, shardflow's own) lists records
     handled beyond the checkpoint, for a restart or the next owner to skip; it counts only while
-    its encoded base equals :attr:`checkpoint` (see :mod:`shardflow.consumer.completed`).
+    its encoded base equals :attr:`checkpoint` (see :mod:`shardflow.consumer.checkpointing.completed`).
 
     ``extra`` holds the item's other attributes, as DynamoDB values, untouched: stores write
     only the attributes an operation owns, so what newer KCL versions add survives.

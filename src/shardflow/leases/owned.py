@@ -82,7 +82,7 @@ class OwnedLease:
         self.left_to_expire = False
         """Ended by :meth:`let_expire`: this worker must not claim it again nor release it."""
         self.writer = LeaseCheckpointWriter(self)
-        """The shard's :class:`~shardflow.consumer.checkpoint.CheckpointWriter`."""
+        """The shard's :class:`~shardflow.consumer.checkpointing.checkpoint.CheckpointWriter`."""
 
     # --- what it is ---------------------------------------------------------------------------
 
@@ -457,7 +457,7 @@ class OwnedLease:
 
 
 class LeaseCheckpointWriter:
-    """The :class:`~shardflow.consumer.checkpoint.CheckpointWriter` of one held lease.
+    """The :class:`~shardflow.consumer.checkpointing.checkpoint.CheckpointWriter` of one held lease.
 
     Refuses (:class:`ShardLeaseLost`) once the lease is lost or past its deadline; otherwise
     writes through the store, conditional on the lease's current counter, serialized with

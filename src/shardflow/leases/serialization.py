@@ -26,7 +26,7 @@ streamName, shardId            S    multi-stream only: stream identifier and sha
 shardflowCompleted             B    shardflow only: records handled beyond the checkpoint
 ============================== ==== ==========================================================
 
-``shardflowCompleted`` holds :func:`~shardflow.consumer.completed.encode_completed` bytes whose
+``shardflowCompleted`` holds :func:`~shardflow.consumer.checkpointing.completed.encode_completed` bytes whose
 base is the checkpoint they were written with. KCL workers ignore it and keep it (their updates
 name the attributes they change); a checkpoint by any worker that does not write it leaves a
 state whose base no longer matches, which readers ignore. Earlier shardflow versions stored the

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from shardflow.aws.clients import OpenClients
-from shardflow.consumer.checkpoint import CheckpointSettings
+from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
-from shardflow.consumer.handlers import Handler
+from shardflow.consumer.delivery.handlers import Handler
+from shardflow.consumer.lifecycle.status import ConsumerStatus
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.consumer.status import ConsumerStatus
 from shardflow.fetch.polling import Polling
 from shardflow.leases.memory import InMemoryLeaseStore
 from shardflow.leases.model import Lease

@@ -1,7 +1,7 @@
 """Resuming a shard after a restart: where to read again, and which re-read records to drop.
 
 The plan (:func:`resume_filter`) follows the stored checkpoint exactly as KCL does, and skips
-records that the stored completed-record state (:mod:`shardflow.consumer.completed`) lists as
+records that the stored completed-record state (:mod:`shardflow.consumer.checkpointing.completed`) lists as
 already handled.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
-from shardflow.consumer.completed import decode_completed
+from shardflow.consumer.checkpointing.completed import decode_completed
 from shardflow.errors import CompletedStateError
 from shardflow.positions import PositionKind, StartPosition
 from shardflow.records import (
@@ -26,7 +26,7 @@ from shardflow.records import (
 
 # The logger these messages had while this code lived in the checkpoint module: logging set-ups
 # keep working unchanged.
-log = logging.getLogger("shardflow.consumer.checkpoint")
+log = logging.getLogger("shardflow.consumer.checkpointing.checkpoint")
 
 ResumeKind = Literal["AT_SEQUENCE_NUMBER", "TRIM_HORIZON", "LATEST", "AT_TIMESTAMP", "SHARD_END"]
 

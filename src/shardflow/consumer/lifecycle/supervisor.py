@@ -3,9 +3,9 @@
 The :class:`~shardflow.consumer.Consumer` wires things up (clients, lease coordinator,
 executor) and owns the lifecycle; for one run it hands every lease the coordinator takes to a
 :class:`ShardSupervisor`, which waits for the shard's parents, builds its
-:class:`~shardflow.consumer.shard_worker.ShardWorker`, runs it through the delivery path
+:class:`~shardflow.consumer.lifecycle.shard.ShardWorker`, runs it through the delivery path
 (``drive``), and concludes: SHARD_END (children's leases), released (stop, handoff), or
-failed per :mod:`~shardflow.consumer.failures` (parked, released to be taken again, or the
+failed per :mod:`~shardflow.consumer.lifecycle.failures` (parked, released to be taken again, or the
 consumer stopped). It remembers parked and failed shards and the error that stops the
 consumer.
 """
@@ -21,13 +21,13 @@ from typing import Final
 
 from shardflow.aws.persistence import Persistence
 from shardflow.clock import Clock
-from shardflow.consumer.checkpoint import FINAL_WRITE_PATIENCE
-from shardflow.consumer.connections import Connections
-from shardflow.consumer.failures import failure_kind
+from shardflow.consumer.checkpointing.checkpoint import FINAL_WRITE_PATIENCE
+from shardflow.consumer.delivery.calls import RunningCalls
+from shardflow.consumer.lifecycle.connections import Connections
+from shardflow.consumer.lifecycle.failures import failure_kind
+from shardflow.consumer.lifecycle.shard import ShardResult, ShardWorker, StopReason
 from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.consumer.running import RunningCalls
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.consumer.shard_worker import ShardResult, ShardWorker, StopReason
 from shardflow.errors import AwsError
 from shardflow.events import EventEmitter, HandlerOverrun, ShardFailed, ShardStarted
 from shardflow.leases.coordinator import LeaseCoordinator
@@ -347,7 +347,7 @@ class ShardSupervisor:
     async def _shard_failed(
         self, coordinator: LeaseCoordinator, owned: OwnedLease, error: BaseException | None
     ) -> None:
-        """Per :mod:`~shardflow.consumer.failures`: a handler failure parks the shard
+        """Per :mod:`~shardflow.consumer.lifecycle.failures`: a handler failure parks the shard
         (``stop_shard``) or stops the consumer; a failure that may pass releases the lease (the
         shard is taken again); anything else releases it and stops the consumer."""
         error = error or RuntimeError("shard failed")

@@ -1,38 +1,218 @@
-"""One record through the user's handler, retried: each attempt is one call of the
-:mod:`~shardflow.consumer.invocation` layer (sync in a thread pool or async on the loop; every
-failure a :class:`~shardflow.errors.HandlerError` naming the record), as in shard-ordered
-delivery.
+"""Calls of a user's handler: how one is made, counted until it really ended, and retried.
 
-A handler call holds a slot of the worker-wide limit while it runs; the pause before a retry
-does not.
-
-With an idempotency guard each call is claim -> handler -> complete, and a failed handler
-releases its claim (see :class:`~shardflow.consumer.dispatch.settings.Idempotency`). A claim
-that cannot be settled on the spot (a sync handler's thread outliving a cancelled wait, a
-completion refused by a brownout) is settled in the background
-(:mod:`~shardflow.consumer.dispatch.claims`).
+- :class:`Invoker`: an ``async def`` handler is awaited on the loop, a plain one runs in the
+  executor (a plain one that returns an awaitable is refused with TypeError: it would never
+  run); every failure reaches the consumer as a :class:`~shardflow.errors.HandlerError` naming
+  the record (:func:`handler_error`).
+- :class:`RunningCalls`: the shard's calls that have not really ended. Cancelling a wait for a
+  plain handler's thread does not stop the thread, so every call is counted from the moment it
+  is submitted until it has returned (:func:`in_thread`, :class:`ThreadCall`: a call still
+  queued when its wait is cancelled never starts), and whoever starts the shard again waits
+  for them: one shard, one running handler.
+- :class:`RetryingCall`: one record through the handler until it succeeds or the retry policy
+  is spent. A call holds a slot of the worker-wide limit while it runs; the pause before a
+  retry does not. With an idempotency guard each call is claim -> handler -> complete, and a
+  failed handler releases its claim; a claim that cannot be settled on the spot is settled in
+  the background (:mod:`~shardflow.consumer.delivery.claims`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 import random
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from shardflow.backoff import Backoff
 from shardflow.clock import Clock
-from shardflow.consumer.dispatch.claims import ClaimSettler
-from shardflow.consumer.dispatch.contracts import WorkerLimit
-from shardflow.consumer.dispatch.settings import Idempotency
-from shardflow.consumer.invocation import Invoker, handler_error
-from shardflow.consumer.running import RunningCalls
+from shardflow.consumer.delivery.claims import ClaimSettler
+from shardflow.consumer.delivery.dead_letters import WorkerLimit
+from shardflow.consumer.delivery.settings import Idempotency
 from shardflow.errors import AwsError, ClaimInProgressError, HandlerError
 from shardflow.idempotency.guard import Claim, ClaimOutcome, IdempotencyGuard
 from shardflow.records import Record
+
+A = TypeVar("A")
+
+
+def is_async_handler(handler: Callable[..., Any]) -> bool:
+    """Whether calling ``handler`` gives a coroutine (an ``async def`` function or ``__call__``)."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects, not callability
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def handler_error(error: BaseException, record: Record) -> HandlerError:
+    """``error`` as a :class:`HandlerError` naming ``record`` (the original is its cause)."""
+    wrapped = HandlerError(
+        error,
+        stream=record.stream_name,
+        shard_id=record.shard_id,
+        sequence_number=record.sequence_number,
+        sub_sequence_number=record.sub_sequence_number,
+    )
+    wrapped.__cause__ = error
+    return wrapped
+
+
+class Invoker(Generic[A]):
+    """Calls one handler with one argument (a record, or a list of them) the right way."""
+
+    def __init__(
+        self, handler: Callable[[A], Awaitable[None] | None], executor: Executor | None = None
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r}")
+        self.handler = handler
+        self.is_async = is_async_handler(handler)
+        self._executor = executor
+
+    async def __call__(self, argument: A, calls: RunningCalls | None = None) -> None:
+        """One call: awaited on the loop, or run in the executor; raises what the handler
+        raised. Counted in ``calls`` until it has really ended (a thread outlives a cancelled
+        wait)."""
+        if self.is_async:
+            ended = calls.enter() if calls is not None else None
+            try:
+                result = self.handler(argument)
+                if inspect.isawaitable(result):
+                    await result
+            finally:
+                if ended is not None:
+                    ended()
+        else:
+            await in_thread(self._executor, calls, self.call_sync, argument)
+
+    def call_sync(self, argument: A) -> None:
+        """One call of a plain handler on this thread (a worker thread of the executor)."""
+        result = self.handler(argument)
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError(
+                f"handler {self.handler!r} returned an awaitable but is not declared "
+                "'async def'; declare it async so the consumer awaits it on the event loop"
+            )
+
+
+T = TypeVar("T")
+
+
+class RunningCalls:
+    """How many handler calls of one shard are running; use on the consumer's event loop."""
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._when_idle: list[Callable[[], None]] = []
+
+    @property
+    def running(self) -> int:
+        """Calls started and not ended."""
+        return self._running
+
+    @property
+    def idle(self) -> bool:
+        return self._running == 0
+
+    def enter(self) -> Callable[[], None]:
+        """A call starts; call what this returns once it has ended (more calls do nothing)."""
+        self._running += 1
+        self._idle.clear()
+        done = False
+
+        def ended() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+                callbacks, self._when_idle = self._when_idle, []
+                for callback in callbacks:
+                    callback()
+
+        return ended
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Wait until no call runs (at most ``timeout`` seconds); whether none runs."""
+        if self._idle.is_set():
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+        return self._idle.is_set()
+
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once no call runs (now, if none does)."""
+        if self.idle:
+            callback()
+        else:
+            self._when_idle.append(callback)
+
+
+class ThreadCall:
+    """One function call handed to an executor, told apart from the wait for it.
+
+    :meth:`run` is what the executor runs; :meth:`abandon` is called when the wait is
+    cancelled: if the call had not started it never will (True), otherwise it runs to its
+    end. ``ended`` is called on ``loop`` once the call is over either way.
+    """
+
+    def __init__(self, ended: Callable[[], None], loop: asyncio.AbstractEventLoop) -> None:
+        self._ended = ended
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._state = "queued"  # -> "running" -> "over", or "queued" -> "abandoned"
+
+    def run(self, function: Callable[..., T], *args: Any) -> T | None:
+        with self._lock:
+            if self._state == "abandoned":
+                return None  # nobody waits for it and it must not start any more
+            self._state = "running"
+        try:
+            return function(*args)
+        finally:
+            with self._lock:
+                self._state = "over"
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+                self._loop.call_soon_threadsafe(self._ended)
+
+    def abandon(self) -> bool:
+        """The wait for the call was cancelled; True (and ended) if the call never started."""
+        with self._lock:
+            if self._state != "queued":
+                return False
+            self._state = "abandoned"
+        self._ended()
+        return True
+
+
+async def in_thread(
+    executor: Any, calls: RunningCalls | None, function: Callable[..., T], *args: Any
+) -> T:
+    """``function(*args)`` in ``executor`` (None: the loop's), counted in ``calls`` until the
+    thread has left it, whatever happens to this wait."""
+    loop = asyncio.get_running_loop()
+    if calls is None:
+        return await loop.run_in_executor(executor, function, *args)
+    call = ThreadCall(calls.enter(), loop)
+    try:
+        result = await loop.run_in_executor(executor, call.run, function, *args)
+    except asyncio.CancelledError:
+        call.abandon()
+        raise
+    return result  # type: ignore[return-value]  # None only for an abandoned call
+
 
 R = TypeVar("R", bound=Record)
 
@@ -43,7 +223,7 @@ GoOn = Callable[[], bool]
 """Asked before each retry and right before each handler call: False once the dispatcher stops
 or the shard's lease is gone (the record is then abandoned, unhandled)."""
 
-log = logging.getLogger("shardflow.consumer.dispatch")
+log = logging.getLogger("shardflow.consumer.delivery")
 
 
 @dataclass(frozen=True, slots=True)

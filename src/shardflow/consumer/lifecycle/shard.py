@@ -1,9 +1,9 @@
 """One owned shard, from fetch to checkpoint.
 
-fetch (polling or fan-out) -> :mod:`~shardflow.consumer.intake` (de-aggregate, resume filter,
-hash-range rule) -> :mod:`~shardflow.consumer.prefetch` (bounded in records and bytes) ->
+fetch (polling or fan-out) -> :mod:`~shardflow.consumer.reading.intake` (de-aggregate, resume filter,
+hash-range rule) -> :mod:`~shardflow.consumer.reading.reader` (bounded in records and bytes) ->
 deliver (register with the ack tracker, deserialize) -> the user's code -> acks -> the
-:class:`~shardflow.consumer.checkpoint.Checkpointer` -> the lease's checkpoint writer.
+:class:`~shardflow.consumer.checkpointing.checkpoint.Checkpointer` -> the lease's checkpoint writer.
 
 Rules the worker keeps:
 
@@ -27,31 +27,27 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final, Protocol
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpoint import Checkpointer
-from shardflow.consumer.handlers import ChunkOutcome, HandlerAdapter
-from shardflow.consumer.intake import RecordIntake, Settled
+from shardflow.consumer.checkpointing.acks import ConsumedRecord, bind_delivered, build_undelivered
+from shardflow.consumer.checkpointing.checkpoint import Checkpointer, CheckpointWriter
+from shardflow.consumer.delivery.calls import RunningCalls
+from shardflow.consumer.delivery.handlers import ChunkOutcome, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
-from shardflow.consumer.prefetch import Chunk, PrefetchBuffer
-from shardflow.consumer.records import ConsumedRecord, bind_delivered, build_undelivered
-from shardflow.consumer.resume import ResumePlan, resume_filter
-from shardflow.consumer.running import RunningCalls
+from shardflow.consumer.reading.intake import RecordIntake, Settled
+from shardflow.consumer.reading.reader import Chunk, FetcherFactory, PrefetchBuffer, ShardReader
+from shardflow.consumer.reading.resume import ResumePlan, resume_filter
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.consumer.shard_reader import ShardReader
-from shardflow.consumer.turns import Turns
-from shardflow.consumer.worker_contract import (
-    FetcherFactory,
-    ShardLease,
-    ShardResult,
-    StopReason,
-)
 from shardflow.errors import DeserializationError, ShardLeaseLost
 from shardflow.events import SILENT, ShardEmitter
+from shardflow.leases.model import Lease
 from shardflow.positions import StartPosition
-from shardflow.records import Record
-from shardflow.shards import HashKeyRange
+from shardflow.records import ExtendedSequenceNumber, Record
+from shardflow.shards import ChildShard, HashKeyRange
+from shardflow.turns import Turns
 from shardflow.waits import first_of
 
 __all__ = [
@@ -63,6 +59,79 @@ __all__ = [
 ]
 
 log = logging.getLogger("shardflow.consumer")
+
+
+MIB: Final = 1024 * 1024
+
+
+class ShardLease(Protocol):
+    """What a worker needs of the lease it processes (the coordinator's ``OwnedLease``)."""
+
+    @property
+    def lease_key(self) -> str: ...
+
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def shard_id(self) -> str: ...
+
+    @property
+    def lease(self) -> Lease: ...
+
+    @property
+    def lost(self) -> asyncio.Event: ...
+
+    @property
+    def giving_up(self) -> asyncio.Event: ...
+
+    def valid(self) -> bool: ...
+
+    @property
+    def checkpoint(self) -> ExtendedSequenceNumber: ...
+
+    @property
+    def completed_state(self) -> bytes | None:
+        """Records handled beyond the checkpoint, as stored (None: none)."""
+        ...
+
+    @property
+    def hash_range(self) -> HashKeyRange | None: ...
+
+    @property
+    def writer(self) -> CheckpointWriter: ...
+
+
+class StopReason(StrEnum):
+    """Why a shard worker ended."""
+
+    SHARD_END = "shard_end"
+    """Every record handled; SHARD_END written."""
+    ALREADY_ENDED = "already_ended"
+    """The stored checkpoint was SHARD_END already: nothing to read."""
+    STOPPED = "stopped"
+    """The consumer is stopping."""
+    GIVEN_UP = "given_up"
+    """The coordinator asked for the lease back."""
+    LOST = "lost"
+    """The lease was lost: no checkpoint was written after that."""
+    FAILED = "failed"
+    """Reading, decoding or handling failed; ``error`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardResult:
+    """How a shard worker ended and the checkpoint it left."""
+
+    reason: StopReason
+    checkpoint: ExtendedSequenceNumber | None
+    children: tuple[ChildShard, ...] = ()
+    """Child shards GetRecords reported at the shard's end (may be empty: list the stream)."""
+    error: BaseException | None = None
+    handler_running: bool = False
+    """A handler call of the shard still ran when the consumer stopped, ``drain_timeout`` after
+    the stop: the lease must not be let go (released or handed over), nobody else may start
+    the shard while that call runs; it is left to expire instead."""
 
 
 class ShardWorker:

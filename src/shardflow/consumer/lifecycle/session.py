@@ -7,10 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from shardflow.consumer.acks import PendingCounts
-from shardflow.consumer.checkpoint import Checkpointer
-from shardflow.consumer.records import ConsumedRecord
-from shardflow.consumer.shard_worker import ShardWorker
+from shardflow.consumer.checkpointing.acks import ConsumedRecord, PendingCounts
+from shardflow.consumer.checkpointing.checkpoint import Checkpointer
+from shardflow.consumer.lifecycle.shard import ShardWorker
 from shardflow.waits import first_of
 
 
@@ -18,7 +17,7 @@ class ShardSession:
     """A shard this worker owns now: read :attr:`batches`, acknowledge, checkpoint.
 
     Unpacks as ``shard_id, batches, checkpointer``. ``batches`` yields lists of
-    :class:`~shardflow.consumer.records.ConsumedRecord` in shard order and ends when the shard
+    :class:`~shardflow.consumer.checkpointing.acks.ConsumedRecord` in shard order and ends when the shard
     ends, the lease is lost or given up, or the consumer stops; ask for the next batch only
     once the previous one is handled (that is what bounds the prefetch). Mark records handled
     with ``record.ack()`` (any task, any order), ``checkpointer.stage(record)`` (everything up to

@@ -7,11 +7,15 @@ finally failed records stop the shard or go to a :class:`DeadLetterSink`. A reco
 acknowledged in the shard's ack tracker only after it succeeded or was dead-lettered.
 """
 
-from shardflow.consumer.dispatch.contracts import DeadLetterSink, WorkerLimit
-from shardflow.consumer.dispatch.dead_letters import DeadLetters, DestinationSink
-from shardflow.consumer.dispatch.invoke import RecordHandler
-from shardflow.consumer.dispatch.scheduler import DispatchCounts, ShardDispatcher
-from shardflow.consumer.dispatch.settings import (
+from shardflow.consumer.delivery.calls import RecordHandler
+from shardflow.consumer.delivery.dead_letters import (
+    DeadLetters,
+    DeadLetterSink,
+    DestinationSink,
+    WorkerLimit,
+)
+from shardflow.consumer.delivery.engine import DispatchCounts, ShardDispatcher
+from shardflow.consumer.delivery.settings import (
     DispatchSettings,
     FailurePolicy,
     Idempotency,

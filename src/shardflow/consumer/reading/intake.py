@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from shardflow.aggregation import MAGIC, MalformedPolicy, Unpacking, log_malformed
-from shardflow.consumer.resume import ResumePlan
-from shardflow.consumer.turns import SLICE_SECONDS, Turns
+from shardflow.consumer.reading.resume import ResumePlan
 from shardflow.errors import AggregationError
 from shardflow.records import Record, RecordBuilder, build_record
 from shardflow.shards import HashKeyRange
+from shardflow.turns import SLICE_SECONDS, Turns
 
 log = logging.getLogger("shardflow.consumer")
 

@@ -1,6 +1,6 @@
 """User handlers, whatever their shape, as one kind of call the consumer makes per chunk.
 
-A handler takes one :class:`~shardflow.consumer.records.ConsumedRecord` (``batch=False``) or a
+A handler takes one :class:`~shardflow.consumer.checkpointing.acks.ConsumedRecord` (``batch=False``) or a
 list of them (``batch=True``), and is a plain function (run in a thread pool so it never blocks
 the event loop) or an ``async def`` (awaited on the loop). Records of one shard reach the
 handler in shard order, one call at a time. With ``auto_ack`` a record is acknowledged when the
@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from types import CoroutineType
 from typing import Any
 
-from shardflow.consumer.invocation import Invoker, handler_error
-from shardflow.consumer.records import ConsumedRecord, ack_run
-from shardflow.consumer.running import RunningCalls, in_thread
-from shardflow.consumer.turns import Turns
+from shardflow.consumer.checkpointing.acks import ConsumedRecord, ack_run
+from shardflow.consumer.delivery.calls import Invoker, RunningCalls, handler_error, in_thread
 from shardflow.errors import HandlerError
+from shardflow.turns import Turns
 
 RecordHandler = Callable[[ConsumedRecord[Any]], Awaitable[None] | None]
 """Called with one record."""

@@ -27,7 +27,7 @@ from shardflow.backoff import Backoff
 from shardflow.clock import Clock
 from shardflow.idempotency.guard import Claim, IdempotencyGuard
 
-log = logging.getLogger("shardflow.consumer.dispatch")
+log = logging.getLogger("shardflow.consumer.delivery")
 
 SETTLE_BACKOFF: Final = Backoff(base=0.2, cap=2.0, max_attempts=60, jitter="half")
 """About 90 s of retries in all: far above a brownout, far below a claim's usual TTL."""

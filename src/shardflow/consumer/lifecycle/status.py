@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from shardflow.consumer.acks import PendingCounts
+from shardflow.consumer.checkpointing.acks import PendingCounts
 from shardflow.records import ExtendedSequenceNumber
 
 

@@ -16,9 +16,9 @@ from typing import Any
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import list_shards, require_stream
 from shardflow.clock import Clock
-from shardflow.consumer.records import build_undelivered
+from shardflow.consumer.checkpointing.acks import build_undelivered
+from shardflow.consumer.reading.reader import FetcherFactory
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.consumer.worker_contract import FetcherFactory
 from shardflow.events import SILENT, ShardEmitter
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.fanout import FanOut, FanOutFetcher, fanout_client

@@ -1,0 +1,1 @@
+"""The consumer's reading stage."""
