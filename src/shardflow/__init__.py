@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         Idempotency,
         OrderingMode,
     )
-    from shardflow.consumer.delivery.handlers import BatchHandler, Handler, RecordHandler
+    from shardflow.consumer.delivery.calls import BatchHandler, Handler, RecordHandler
     from shardflow.deadletter import DeadLetter, JsonLinesDestination, KinesisDestination, replay
     from shardflow.errors import (
         AccessDeniedError,
@@ -96,7 +96,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "Idempotency",
         "OrderingMode",
     ),
-    "shardflow.consumer.delivery.handlers": (
+    "shardflow.consumer.delivery.calls": (
         "BatchHandler",
         "Handler",
         "RecordHandler",

@@ -279,6 +279,30 @@ def test_key_ordered_dispatch_with_dead_letters_to_a_file(
     assert item["checkpoint"]["S"].isdigit()
 
 
+def test_a_record_the_deserializer_rejects_goes_to_the_dead_letters_and_the_shard_goes_on(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    # Issue 22 item 0, as a new user tried it: the flags the parking message recommends work.
+    (tmp_path / "handler.py").write_text(HANDLER)
+    app_name = f"app-{stream_name}"
+    kinesis = make_stream(moto_url, stream_name, 1)
+    put_records(kinesis, stream_name, [("k", b'{"a": 1}'), ("k", b"not json"), ("k", b'{"a": 2}')])
+    letters = tmp_path / "dl.jsonl"
+    args = (
+        *("--deserializer", "json", "--ordering", "shard"),
+        *("--on-failure", "skip", "--dead-letters", f"file:{letters}"),
+    )
+    with worker(tmp_path, "w1", moto_url, stream_name, app_name, *args) as (process, out):
+        wait_for(lambda: len(lines(out)) >= 2 and len(lines(letters)) >= 1, what="all records")
+        stop(process, tmp_path / "w1.log")
+    assert [line.split(" ", 2)[2] for line in lines(out)] == ["{'a': 1}", "{'a': 2}"]
+    (letter,) = [json.loads(line) for line in lines(letters)]
+    assert base64.b64decode(letter["data"]) == b"not json"
+    assert letter["error"]["type"] == "DeserializationError"
+    (item,) = lease_items(moto_url, app_name).values()
+    assert item["checkpoint"]["S"].isdigit()
+
+
 def test_dispatch_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
     (tmp_path / "h.py").write_text("def handle(record):\n    pass\n")
     sys.path.insert(0, str(tmp_path))

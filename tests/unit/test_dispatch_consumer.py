@@ -123,16 +123,14 @@ async def test_stop_abandons_a_hanging_handler_after_the_drain_timeout() -> None
     assert lease.checkpoint == ExtendedSequenceNumber(kinesis.records("s", lease.shard_id)[0][0])
 
 
-async def test_dispatch_refuses_batches_manual_acks_and_a_missing_sink() -> None:
+async def test_dispatch_refuses_batches_by_key_and_a_missing_sink() -> None:
     kinesis = stream_of([])
-    with_dispatch = fast_settings(dispatch=dispatching())
+    by_key = fast_settings(dispatch=dispatching(ordering="key"))
     consumer = Consumer(
-        "s", "app", settings=with_dispatch, kinesis=kinesis, lease_store=InMemoryLeaseStore("app")
+        "s", "app", settings=by_key, kinesis=kinesis, lease_store=InMemoryLeaseStore("app")
     )
-    with pytest.raises(ValueError, match="automatic acks"):
+    with pytest.raises(ValueError, match="batch handler takes shard ordering"):
         await consumer.consume(lambda records: None, batch=True)
-    with pytest.raises(ValueError, match="automatic acks"):
-        await consumer.consume(lambda record: None, auto_ack=False)
     skipping = fast_settings(dispatch=dispatching(on_failure="skip"))
     consumer = Consumer(
         "s", "app", settings=skipping, kinesis=kinesis, lease_store=InMemoryLeaseStore("app")

@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 
 from shardflow.aggregation import AggregateBuilder
+from shardflow.clock import SYSTEM_CLOCK
 from shardflow.consumer.checkpointing.acks import ConsumedRecord
 from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.consumer.checkpointing.completed import CompletedState, encode_completed
-from shardflow.consumer.delivery.handlers import HandlerAdapter
-from shardflow.consumer.lifecycle.shard import ShardWorker, StopReason
+from shardflow.consumer.delivery.calls import Handler
+from shardflow.consumer.delivery.engine import DispatchedShards
+from shardflow.consumer.delivery.settings import DEFAULT_DELIVERY
+from shardflow.consumer.lifecycle.shard import ShardResult, ShardWorker, StopReason
 from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.errors import DeserializationError, HandlerError
@@ -40,6 +43,23 @@ def worker_for(
     **settings: Any,
 ) -> ShardWorker:
     return ShardWorker(lease, fetcher.open, settings=ConsumerSettings(**settings), metrics=metrics)
+
+
+async def deliver(
+    worker: ShardWorker, handler: Handler, *, batch: bool = False, auto_ack: bool = True
+) -> ShardResult:
+    """The worker's records through the consumer's delivery engine, as ``consume`` runs it."""
+    shards = DispatchedShards(
+        handler,
+        DEFAULT_DELIVERY,
+        sink=None,
+        executor=None,
+        clock=SYSTEM_CLOCK,
+        batch=batch,
+        auto_ack=auto_ack,
+        metrics=worker._metrics,
+    )
+    return await shards(worker)
 
 
 def batches_of(count: int, size: int, first: int = 1) -> list[list[Record]]:
@@ -81,7 +101,7 @@ async def test_delivers_every_record_in_order_then_writes_shard_end() -> None:
         seen.append(record.sequence_number)
 
     worker = worker_for(lease, fetcher)
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker, handler), 5)
 
     assert seen == [str(s) for s in range(1, 36)]
     assert result.reason is StopReason.SHARD_END
@@ -100,9 +120,7 @@ async def test_sync_batch_handler_runs_off_the_event_loop() -> None:
         threads.add(threading.get_ident())
         sizes.append(len(records))
 
-    result = await asyncio.wait_for(
-        worker_for(lease, fetcher).run(HandlerAdapter(handler, batch=True)), 5
-    )
+    result = await asyncio.wait_for(deliver(worker_for(lease, fetcher), handler, batch=True), 5)
     assert result.reason is StopReason.SHARD_END
     assert sum(sizes) == 12
     assert loop_thread not in threads
@@ -117,7 +135,7 @@ async def test_shard_end_waits_for_manual_acks_before_writing_shard_end() -> Non
         held.append(record)  # acknowledged later, out of order
 
     worker = worker_for(lease, fetcher)
-    run = asyncio.create_task(worker.run(HandlerAdapter(handler, auto_ack=False)))
+    run = asyncio.create_task(deliver(worker, handler, auto_ack=False))
     await eventually(lambda: len(held) == 6)
     for record in reversed(held[1:]):
         record.ack()
@@ -139,7 +157,7 @@ async def test_stop_at_shard_end_with_unhandled_records_writes_no_shard_end() ->
         held.append(record)
 
     worker = worker_for(lease, fetcher, drain_timeout=0.05)
-    run = asyncio.create_task(worker.run(HandlerAdapter(handler, auto_ack=False)))
+    run = asyncio.create_task(deliver(worker, handler, auto_ack=False))
     await eventually(lambda: len(held) == 4)
     held[0].ack()
     held[1].ack()
@@ -167,7 +185,7 @@ async def test_a_slow_handler_bounds_prefetch_in_records(batch: bool) -> None:
         worst_gap = max(worst_gap, fetcher.records_fetched - handled)
 
     worker = worker_for(lease, fetcher, prefetch_records=200)
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(slow, batch=batch)), 20)
+    result = await asyncio.wait_for(deliver(worker, slow, batch=batch), 20)
 
     assert result.reason is StopReason.SHARD_END
     assert handled == 2000
@@ -189,7 +207,7 @@ async def test_prefetch_is_bounded_in_bytes() -> None:
         await asyncio.sleep(0.0005)
 
     worker = worker_for(lease, fetcher, prefetch_bytes=4_100)
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(slow)), 20)
+    result = await asyncio.wait_for(deliver(worker, slow), 20)
     assert result.reason is StopReason.SHARD_END
     assert worker.buffer.peak_bytes <= 4_100
     assert worst >= 2_000
@@ -204,7 +222,7 @@ async def test_a_stalled_handler_stops_the_fetcher() -> None:
         await release.wait()
 
     worker = worker_for(lease, fetcher, prefetch_records=40)
-    run = asyncio.create_task(worker.run(HandlerAdapter(stalled)))
+    run = asyncio.create_task(deliver(worker, stalled))
     await asyncio.sleep(0.1)
     pulls_while_stalled = fetcher.pulls
     await asyncio.sleep(0.1)
@@ -233,7 +251,7 @@ async def test_resume_skips_records_at_or_before_a_sub_record_checkpoint() -> No
         seen.append(str(record.position))
 
     worker = worker_for(lease, fetcher)
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker, handler), 5)
 
     assert seen == ["20.2", "21"]
     assert fetcher.start is not None
@@ -255,7 +273,7 @@ async def test_resume_skips_records_the_stored_state_lists_as_handled() -> None:
         seen.append(record.sequence_number)
 
     worker = worker_for(lease, fetcher)
-    run = asyncio.create_task(worker.run(HandlerAdapter(handler)))
+    run = asyncio.create_task(deliver(worker, handler))
     await eventually(lambda: worker.caught_up)
     worker.request_stop()
     result = await asyncio.wait_for(run, 5)
@@ -275,7 +293,7 @@ async def test_a_shard_end_checkpoint_reads_nothing() -> None:
         nonlocal called
         called = True
 
-    result = await asyncio.wait_for(worker_for(lease, fetcher).run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker_for(lease, fetcher), handler), 5)
     assert result.reason is StopReason.ALREADY_ENDED
     assert fetcher.pulls == 0
     assert not called
@@ -301,7 +319,7 @@ async def test_out_of_range_sub_records_follow_the_policy(policy: str, expected:
         seen.append(record.partition_key)
 
     worker = worker_for(lease, fetcher, metrics, out_of_range_sub_records=policy)
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker, handler), 5)
 
     assert len(seen) == expected
     assert ("b" in seen) is (policy == "deliver")
@@ -329,7 +347,7 @@ async def test_out_of_range_copies_a_producer_sends_again_are_never_delivered(
         seen.append(record.partition_key)
 
     worker = worker_for(lease, fetcher, metrics, out_of_range_sub_records=policy)
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker, handler), 5)
 
     assert seen == ["a"]
     assert metrics.snapshot().streams[STREAM].out_of_range_dropped == 1
@@ -345,7 +363,7 @@ async def test_plain_records_are_never_judged_by_hash_range() -> None:
         seen.append(record.sequence_number)
 
     worker = worker_for(lease, fetcher, out_of_range_sub_records="drop")
-    await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    await asyncio.wait_for(deliver(worker, handler), 5)
     assert seen == ["1", "2"]
 
 
@@ -375,7 +393,7 @@ async def test_a_lost_lease_stops_delivery_at_once_and_no_checkpoint_follows(kin
     loop_thread = threading.get_ident()
     handler = async_handler if kind == "async" else note
     worker = worker_for(lease, fetcher, checkpoint=CheckpointSettings(every_n=3, interval=0.01))
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker, handler), 5)
 
     assert seen == list(range(1, 11))  # nothing after the record during which it was lost
     assert result.reason is StopReason.LOST
@@ -396,7 +414,7 @@ async def test_an_expired_lease_deadline_stops_delivery_like_a_loss() -> None:
         if len(seen) == 3:
             lease.expired = True  # renewals failed until the deadline passed
 
-    result = await asyncio.wait_for(worker_for(lease, fetcher).run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker_for(lease, fetcher), handler), 5)
     assert seen == ["1", "2", "3"]
     assert result.reason is StopReason.LOST
     assert lease.writer.written == []
@@ -410,7 +428,7 @@ async def test_a_lease_lost_while_idle_wakes_the_worker() -> None:
         return None
 
     worker = worker_for(lease, fetcher)
-    run = asyncio.create_task(worker.run(HandlerAdapter(handler)))
+    run = asyncio.create_task(deliver(worker, handler))
     await eventually(lambda: worker.caught_up)
     lease.lose()
     result = await asyncio.wait_for(run, 2)
@@ -426,7 +444,7 @@ async def test_giving_up_checkpoints_what_was_handled() -> None:
         return None
 
     worker = worker_for(lease, fetcher)
-    run = asyncio.create_task(worker.run(HandlerAdapter(handler)))
+    run = asyncio.create_task(deliver(worker, handler))
     await eventually(lambda: worker.caught_up)
     lease.giving_up.set()
     result = await asyncio.wait_for(run, 2)
@@ -447,7 +465,7 @@ async def test_a_handler_error_stops_the_shard_after_checkpointing_what_came_bef
         if record.sequence_number == "7":
             raise RuntimeError("boom")
 
-    result = await asyncio.wait_for(worker_for(lease, fetcher).run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker_for(lease, fetcher), handler), 5)
     assert result.reason is StopReason.FAILED
     assert isinstance(result.error, HandlerError)
     assert result.error.sequence_number == "7"
@@ -466,7 +484,7 @@ async def test_a_record_that_cannot_be_deserialized_stops_the_shard() -> None:
         seen.append(record.value)
 
     worker = worker_for(lease, fetcher, deserializer=as_json)
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker, handler), 5)
     assert seen == [{"a": 1}]
     assert result.reason is StopReason.FAILED
     assert isinstance(result.error, DeserializationError)
@@ -485,7 +503,7 @@ async def test_a_failing_fetcher_fails_the_shard_with_its_error() -> None:
         return None
 
     worker = ShardWorker(lease, broken)
-    result = await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker, handler), 5)
     assert result.reason is StopReason.FAILED
     assert isinstance(result.error, OSError)
 
@@ -501,7 +519,7 @@ async def test_count_checkpoints_land_while_consuming() -> None:
         await asyncio.sleep(0)
 
     worker = worker_for(lease, fetcher, checkpoint=CheckpointSettings(every_n=25))
-    run = asyncio.create_task(worker.run(HandlerAdapter(handler)))
+    run = asyncio.create_task(deliver(worker, handler))
     await eventually(lambda: worker.caught_up)
     # Count flushes coalesce, but leave fewer than every_n records unwritten.
     await eventually(
@@ -527,7 +545,7 @@ async def test_an_at_timestamp_lease_without_a_configured_moment_reads_from_the_
     async def handler(record: ConsumedRecord[bytes]) -> None:
         seen.append(record.sequence_number)
 
-    result = await asyncio.wait_for(worker_for(lease, fetcher).run(HandlerAdapter(handler)), 5)
+    result = await asyncio.wait_for(deliver(worker_for(lease, fetcher), handler), 5)
     assert fetcher.start is not None
     assert fetcher.start.kind.value == "TRIM_HORIZON"
     assert seen == ["1", "2", "3"]
@@ -545,6 +563,6 @@ async def test_an_at_timestamp_lease_reads_from_the_configured_moment() -> None:
         return None
 
     worker = worker_for(lease, fetcher, initial_position=StartPosition.at_timestamp(moment))
-    await asyncio.wait_for(worker.run(HandlerAdapter(handler)), 5)
+    await asyncio.wait_for(deliver(worker, handler), 5)
     assert fetcher.start is not None
     assert fetcher.start.timestamp == moment

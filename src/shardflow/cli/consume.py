@@ -32,7 +32,7 @@ from shardflow.cli.dispatch_options import (
 from shardflow.cli.positions import parse_start_position
 from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
-from shardflow.consumer.delivery.handlers import Handler
+from shardflow.consumer.delivery.calls import Handler
 from shardflow.consumer.lifecycle.signals import install_stop_signals
 from shardflow.consumer.metrics import ConsumerCollector
 from shardflow.consumer.settings import ConsumerSettings

@@ -39,14 +39,15 @@ from typing import Any, Self, TypeVar
 from shardflow.aws.clients import ClientFactory, OpenClients
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.consumer.delivery.calls import Handler
 from shardflow.consumer.delivery.dead_letters import (
     DeadLetters,
     DeadLetterSink,
     ObservedSink,
     as_sink,
 )
-from shardflow.consumer.delivery.engine import DispatchedShards, dispatched_driver
-from shardflow.consumer.delivery.handlers import Handler, HandlerAdapter
+from shardflow.consumer.delivery.engine import DispatchedShards
+from shardflow.consumer.delivery.settings import DEFAULT_DELIVERY
 from shardflow.consumer.lifecycle.connections import Connections
 from shardflow.consumer.lifecycle.session import ShardSession
 from shardflow.consumer.lifecycle.shard import (
@@ -166,28 +167,25 @@ class Consumer:
         acknowledged only after its letter was written; a failed write stops the shard.
         """
         dispatch = self.settings.dispatch
-        if dispatch is not None:
-            if batch or not auto_ack:
-                raise ValueError("dispatch settings need a per-record handler with automatic acks")
-            if dispatch.needs_dead_letters and dead_letters is None:
-                raise ValueError(f"on_failure={dispatch.on_failure!r} needs dead_letters")
+        if dispatch is not None and dispatch.needs_dead_letters and dead_letters is None:
+            raise ValueError(f"on_failure={dispatch.on_failure!r} needs dead_letters")
+        settings = dispatch or DEFAULT_DELIVERY
+        if batch:
+            settings.check_batch_handler()
         async with self._running() as coordinator:
-            drive: ShardDriver
-            if dispatch is None:
-                adapter = HandlerAdapter(
-                    handler, batch=batch, auto_ack=auto_ack, executor=self._executor
-                )
-                drive = lambda worker: worker.run(adapter)  # noqa: E731
-            else:
-                drive = self._dispatched = dispatched_driver(
-                    handler,  # type: ignore[arg-type]  # a record handler, as refused above
-                    dispatch,
-                    sink=self._observed(as_sink(dead_letters, dispatch)),
-                    executor=self._executor,
-                    clock=self._clock,
-                )
+            shards = DispatchedShards(
+                handler,
+                settings,
+                sink=self._observed(as_sink(dead_letters, settings)),
+                executor=self._executor,
+                clock=self._clock,
+                batch=batch,
+                auto_ack=auto_ack,
+                metrics=self._metrics,
+            )
+            self._dispatched = shards
             try:
-                await self._supervise(coordinator, drive)
+                await self._supervise(coordinator, shards)
             finally:
                 self._dispatched = None
         self._raise_fatal()
@@ -210,7 +208,7 @@ class Consumer:
         async def drive(worker: ShardWorker) -> ShardResult:
             session = ShardSession(worker)
             await sessions.put(session)
-            await session.wait_closed(self._stop_requested, self.settings.drain_timeout)
+            await session.wait_closed(self._stop_requested)
             return await worker.finish()
 
         async with self._running() as coordinator:

@@ -29,7 +29,7 @@ from typing import Any, Final
 from shardflow.aws.clients import OpenClients
 from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
-from shardflow.consumer.delivery.handlers import Handler
+from shardflow.consumer.delivery.calls import Handler
 from shardflow.consumer.lifecycle.status import ConsumerStatus
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.fetch.polling import Polling

@@ -30,7 +30,7 @@ from operator import attrgetter
 from typing import Any, Final, Generic, TypeVar
 
 from shardflow.consumer.checkpointing.completed import CompletedState
-from shardflow.errors import DeliveryOrderError, RecordNotDeliveredError
+from shardflow.errors import DeliveryOrderError, DeserializationError, RecordNotDeliveredError
 from shardflow.records import (
     RECORD_FIELDS,
     ExtendedSequenceNumber,
@@ -409,6 +409,15 @@ class ConsumedRecord(Record, Generic[T]):
         if tracker is None:
             raise RuntimeError("this record was not delivered by a consumer: nothing to ack")
         tracker._ack_from_any_thread(self._index)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record the deserializer rejected, delivered to the shard's tracker unacknowledged (its
+    ``value`` is None); what happens to it is the failure policy's call."""
+
+    record: ConsumedRecord[Any]
+    error: DeserializationError
 
 
 _record_values = attrgetter(*RECORD_FIELDS)

@@ -24,9 +24,11 @@ import inspect
 import logging
 import random
 import threading
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import CoroutineType
 from typing import Any, Generic, TypeVar
 
 from shardflow.backoff import Backoff
@@ -37,6 +39,7 @@ from shardflow.consumer.delivery.settings import Idempotency
 from shardflow.errors import AwsError, ClaimInProgressError, HandlerError
 from shardflow.idempotency.guard import Claim, ClaimOutcome, IdempotencyGuard
 from shardflow.records import Record
+from shardflow.turns import Turns
 
 A = TypeVar("A")
 
@@ -218,6 +221,14 @@ R = TypeVar("R", bound=Record)
 
 RecordHandler = Callable[[R], Awaitable[None] | None]
 """Handles one record; a plain function runs in a thread pool, an ``async def`` on the loop."""
+BatchHandler = Callable[[list[R]], Awaitable[None] | None]
+"""Handles the records of one chunk of one shard, in shard order."""
+Handler = RecordHandler[Any] | BatchHandler[Any]
+"""What ``Consumer.consume`` takes: a record handler, or a batch handler with ``batch=True``."""
+AckRun = Callable[[Sequence[Any], int, int], None]
+"""Acknowledges ``records[start:end]``, handled in shard order."""
+Latencies = Callable[[list[float]], None]
+"""Told the seconds each handler call took (for the metrics)."""
 
 GoOn = Callable[[], bool]
 """Asked before each retry and right before each handler call: False once the dispatcher stops
@@ -232,8 +243,9 @@ class Attempts:
 
     calls: int
     """Handler calls made."""
-    error: HandlerError | None = None
-    """The last failure; None when the last call succeeded."""
+    error: BaseException | None = None
+    """The last failure (a :class:`~shardflow.errors.HandlerError`, or why the record could
+    not be handed to the handler at all); None when the last call succeeded."""
     abandoned: bool = False
     """Retries were given up because the dispatcher stopped: the record is not finished."""
     skipped: bool = False
@@ -244,6 +256,19 @@ class Attempts:
         return self.error is None and not self.abandoned
 
 
+@dataclass(slots=True)
+class RunOutcome:
+    """How one pass of :meth:`RetryingCall.each` over a run of records ended."""
+
+    handled: int = 0
+    """Records whose call returned, from the run's start on."""
+    latencies: list[float] = field(default_factory=list)
+    """Seconds each of those calls took."""
+    error: HandlerError | None = None
+    """The failure of the record right after the handled ones (its first call); None when
+    the pass ended because the run did or ``go_on()`` said no."""
+
+
 class _GuardUnavailable(Exception):
     """The idempotency guard could not be asked for a claim for a reason that passes."""
 
@@ -252,12 +277,13 @@ class _NoLongerOurs(Exception):
     """Right before the handler call, ``go_on()`` said no: the record is not run."""
 
 
-class RetryingCall(Generic[R]):
-    """Calls the handler for one record until it succeeds or the retry policy is spent."""
+class RetryingCall(Generic[A]):
+    """Calls the handler for one record (or one batch) until it succeeds or the retry policy is
+    spent; or over a run of records, one call each, in one go (:meth:`each`)."""
 
     def __init__(
         self,
-        handler: RecordHandler[R],
+        handler: Callable[[A], Awaitable[None] | None],
         *,
         retry: Backoff,
         clock: Clock,
@@ -266,8 +292,12 @@ class RetryingCall(Generic[R]):
         rng: random.Random | None = None,
         idempotency: Idempotency | None = None,
         calls: RunningCalls | None = None,
+        on_latencies: Latencies | None = None,
     ) -> None:
-        self._invoke: Invoker[R] = Invoker(handler, executor)
+        self._invoke: Invoker[A] = Invoker(handler, executor)
+        self.is_async = self._invoke.is_async
+        self._executor = executor
+        self._on_latencies = on_latencies
         self._calls = calls
         self._retry = retry
         self._clock = clock
@@ -278,12 +308,16 @@ class RetryingCall(Generic[R]):
             None if idempotency is None else ClaimSettler(idempotency.guard, clock=clock)
         )
 
-    async def run(self, record: R, go_on: GoOn) -> Attempts:
-        """Handle ``record``; between attempts, pause per the policy and ask ``go_on()``."""
+    async def run(
+        self, record: A, go_on: GoOn, *, spent: int = 0, last: HandlerError | None = None
+    ) -> Attempts:
+        """Handle ``record``; between attempts, pause per the policy and ask ``go_on()``.
+
+        ``spent`` calls were made already (by :meth:`each`), the last failing with ``last``.
+        """
         retry = self._retry
-        calls = 0
+        calls = spent
         waits = 0
-        last: HandlerError | None = None
         while retry.allows(calls):
             if calls and not waits:
                 await self._clock.sleep(retry.delay(calls - 1, self._rng))
@@ -308,13 +342,13 @@ class RetryingCall(Generic[R]):
                 continue
             except Exception as exc:
                 waits = 0
-                last = handler_error(exc, record)
+                last = handler_error(exc, _first(record))
                 log.debug("%s (attempt %d of %s)", last, calls, retry.max_attempts or "unbounded")
                 continue
             return Attempts(calls, skipped=not ran)
         return Attempts(calls, last)
 
-    async def _guarded_call(self, record: R, go_on: GoOn) -> bool:
+    async def _guarded_call(self, record: A, go_on: GoOn) -> bool:
         """One attempt; False when the guard knew the record as handled (no call made)."""
         idempotency = self._idempotency
         if idempotency is None:
@@ -322,7 +356,7 @@ class RetryingCall(Generic[R]):
             return True
         guard = idempotency.guard
         try:
-            claim = await guard.claim(idempotency.key(record))
+            claim = await guard.claim(idempotency.key(_first(record)))
         except AwsError as exc:
             if not exc.retryable:
                 raise
@@ -383,7 +417,7 @@ class RetryingCall(Generic[R]):
             log.warning("releasing idempotency claim %r failed, retried: %s", claim.key, exc)
             settler.release(claim)
 
-    async def _call_once(self, record: R, go_on: GoOn) -> None:
+    async def _call_once(self, record: A, go_on: GoOn) -> None:
         limit = self._limit
         if limit is not None:
             await limit.acquire()
@@ -392,7 +426,107 @@ class RetryingCall(Generic[R]):
             # meanwhile, e.g. while the process was frozen; a record may not start then.
             if not go_on():
                 raise _NoLongerOurs
+            started = time.perf_counter()
             await self._invoke(record, self._calls)
+            if self._on_latencies is not None:
+                self._on_latencies([time.perf_counter() - started])
         finally:
             if limit is not None:
                 limit.release()
+
+    # --- a run of records, one call each ----------------------------------------------------
+
+    async def each(
+        self, records: Sequence[Any], start: int, go_on: GoOn, *, ack: AckRun | None
+    ) -> RunOutcome:
+        """One call per record of ``records[start:]``, in order, until one raises or ``go_on()``
+        says no; no retries, no idempotency guard (the caller retries a failed record with
+        :meth:`run`). ``ack(records, start, end)`` (None: manual acks) acknowledges handled
+        records as it goes.
+
+        The consumer's per-record path: a plain handler's records take one thread hop for the
+        lot, an ``async def`` one's are awaited in a plain loop that gives the event loop its
+        turns. The run holds one slot of the worker-wide limit.
+        """
+        limit = self._limit
+        if limit is not None:
+            await limit.acquire()
+        try:
+            if self.is_async:
+                ended = self._calls.enter() if self._calls is not None else None
+                try:
+                    outcome = await self._each_async(records, start, go_on, ack)
+                finally:
+                    if ended is not None:
+                        ended()
+            else:
+                outcome = await in_thread(
+                    self._executor, self._calls, self._each_sync, records, start, go_on
+                )
+                if ack is not None:
+                    ack(records, start, start + outcome.handled)
+        finally:
+            if limit is not None:
+                limit.release()
+        if self._on_latencies is not None and outcome.latencies:
+            self._on_latencies(outcome.latencies)
+        return outcome
+
+    async def _each_async(
+        self, records: Sequence[Any], start: int, go_on: GoOn, ack: AckRun | None
+    ) -> RunOutcome:
+        outcome = RunOutcome()
+        handler: Callable[[Any], Any] = self._invoke.handler  # inline: one frame less a record
+        turns = Turns()  # a handler that never suspends must not hold the loop for a chunk
+        latencies, perf_counter = outcome.latencies, time.perf_counter
+        acked = start  # with automatic acks: records[start:acked] are acknowledged
+        done = start
+        try:
+            for index in range(start, len(records)):
+                if turns.due:
+                    if ack is not None:
+                        # Before the turn, not after the run: acks may trigger a checkpoint.
+                        ack(records, acked, done)
+                        acked = done
+                    await turns.take()
+                if not go_on():
+                    break
+                record = records[index]
+                started = perf_counter()
+                try:
+                    result = handler(record)
+                    if type(result) is CoroutineType or inspect.isawaitable(result):
+                        await result
+                except Exception as exc:
+                    outcome.error = handler_error(exc, record)
+                    break
+                latencies.append(perf_counter() - started)
+                done += 1
+        finally:
+            outcome.handled = done - start
+            if ack is not None:
+                ack(records, acked, done)
+        return outcome
+
+    def _each_sync(self, records: Sequence[Any], start: int, go_on: GoOn) -> RunOutcome:
+        # Runs in a worker thread: one thread hop per run, not per record.
+        outcome = RunOutcome()
+        call: Callable[[Any], None] = self._invoke.call_sync
+        for index in range(start, len(records)):
+            if not go_on():
+                break
+            record = records[index]
+            started = time.perf_counter()
+            try:
+                call(record)
+            except Exception as exc:
+                outcome.error = handler_error(exc, record)
+                break
+            outcome.latencies.append(time.perf_counter() - started)
+            outcome.handled += 1
+        return outcome
+
+
+def _first(unit: Any) -> Any:
+    """The record that names a unit of work: the record itself, or a batch's first."""
+    return unit[0] if isinstance(unit, list) else unit

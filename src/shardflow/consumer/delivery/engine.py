@@ -26,19 +26,27 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpointing.acks import AckTracker
-from shardflow.consumer.delivery.calls import RecordHandler, RetryingCall, RunningCalls
+from shardflow.consumer.checkpointing.acks import AckTracker, ConsumedRecord, Rejected, ack_run
+from shardflow.consumer.delivery.calls import (
+    Attempts,
+    Handler,
+    Latencies,
+    RetryingCall,
+    RunningCalls,
+)
 from shardflow.consumer.delivery.dead_letters import DeadLetterSink, WorkerLimit
 from shardflow.consumer.delivery.settings import DispatchSettings
 from shardflow.errors import (
     DeadLetteringFailedError,
+    DeserializationError,
     DispatchStoppedError,
+    HandlerError,
     KeyBlockedError,
     KeyFunctionError,
     RetriesExhaustedError,
@@ -47,8 +55,8 @@ from shardflow.records import Record
 from shardflow.waits import first_of
 
 if TYPE_CHECKING:
-    from shardflow.consumer.checkpointing.acks import ConsumedRecord
     from shardflow.consumer.lifecycle.shard import ShardResult, ShardWorker
+    from shardflow.consumer.metrics import ConsumerMetrics
 
 
 R = TypeVar("R", bound=Record)
@@ -88,11 +96,21 @@ class ShardDispatcher(Generic[R]):
     once it says no (the shard's lease lost or past its deadline) no record starts, not even
     one that passed every earlier check before a wait. Handler calls are counted in ``calls``
     until they have really ended (a thread outlives :meth:`abort`). Use from one event loop.
+
+    The shape of the handler: ``batch`` (it takes the records of a chunk as one list; shard
+    ordering only, retried as a whole, a batch that fails for good goes record by record to
+    the dead letters) and ``auto_ack`` (False: the handler acknowledges records itself; a
+    dead-lettered record is acknowledged by the dispatcher). In shard ordering without an
+    idempotency guard or ``block-key`` (:attr:`takes_runs`), a chunk is submitted whole
+    (:meth:`submit_run`) and runs in one go, one handler call per record (a plain handler's
+    records in one thread hop), with a failed record retried alone; ``may_deliver`` is asked
+    between its records (False once the shard is stopping: the rest of the run is left
+    unacknowledged). ``on_latencies`` is told how long handler calls took.
     """
 
     def __init__(
         self,
-        handler: RecordHandler[R],
+        handler: Handler,
         tracker: AckTracker,
         settings: DispatchSettings | None = None,
         *,
@@ -102,19 +120,33 @@ class ShardDispatcher(Generic[R]):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         shard_id: str | None = None,
-        on_stop: Callable[[DispatchStoppedError], None] | None = None,
+        on_stop: Callable[[BaseException], None] | None = None,
         lease_held: Callable[[], bool] | None = None,
         calls: RunningCalls | None = None,
+        batch: bool = False,
+        auto_ack: bool = True,
+        may_deliver: Callable[[], bool] | None = None,
+        on_latencies: Latencies | None = None,
     ) -> None:
         self.settings = settings = settings or DispatchSettings()
         if settings.needs_dead_letters and sink is None:
             raise ValueError(f"on_failure={settings.on_failure!r} needs a dead-letter sink")
+        if batch:
+            settings.check_batch_handler()
+        self.batch = batch
+        self.auto_ack = auto_ack
+        self.takes_runs = batch or (
+            settings.ordering == "shard"
+            and settings.idempotency is None
+            and settings.on_failure != "block-key"
+        )
+        self._may_deliver = may_deliver
         self.shard_id = tracker.shard_id if shard_id is None else shard_id
         self._tracker = tracker
         self._sink = sink
         self._on_stop = on_stop
         self._lease_held = lease_held
-        self._call = RetryingCall(
+        self._call: RetryingCall[Any] = RetryingCall(
             handler,
             retry=settings.retry,
             clock=clock,
@@ -123,12 +155,13 @@ class ShardDispatcher(Generic[R]):
             rng=rng,
             idempotency=settings.idempotency,
             calls=calls,
+            on_latencies=on_latencies,
         )
         self._key_function = settings.key_function
         self._needs_key = settings.ordering == "key" or settings.on_failure == "block-key"
         self._max = settings.max_in_flight_per_shard
         # Lane -> records waiting for their turn; present exactly while the lane's task runs.
-        self._lanes: dict[str, deque[tuple[R, str | None]]] = {}
+        self._lanes: dict[str, deque[tuple[R, str | None, BaseException | None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Blocked key -> the record that blocked it ("seq/sub").
         self._blocked: dict[str, str] = {}
@@ -172,7 +205,7 @@ class ShardDispatcher(Generic[R]):
 
     # --- input ---------------------------------------------------------------------------------
 
-    async def submit(self, record: R) -> None:
+    async def submit(self, record: R, *, rejected: BaseException | None = None) -> None:
         """Accept the shard's next record (already delivered to the tracker).
 
         Waits while ``max_in_flight_per_shard`` records are unfinished. Raises the
@@ -193,14 +226,54 @@ class ShardDispatcher(Generic[R]):
         self._idle.clear()
         lane = self._lane_of(key)
         if lane is None:
-            self._spawn(self._process(record, key))
+            self._spawn(self._process(record, key, rejected))
             return
         waiting = self._lanes.get(lane)
         if waiting is not None:
-            waiting.append((record, key))
+            waiting.append((record, key, rejected))
         else:
-            self._lanes[lane] = deque([(record, key)])
+            self._lanes[lane] = deque([(record, key, rejected)])
             self._spawn(self._run_lane(lane))
+
+    async def submit_run(self, records: Sequence[R]) -> None:
+        """Accept a chunk of the shard's records (already delivered to the tracker) as one
+        run, when :attr:`takes_runs` (else record by record, as :meth:`submit`).
+
+        One run at a time: waits until the previous one finished. Raises as :meth:`submit`.
+        """
+        if not self.takes_runs:
+            for record in records:
+                await self.submit(record)
+            return
+        if self._closed:
+            raise RuntimeError(f"dispatcher of shard {self.shard_id} is closed")
+        self._raise_if_stopped()
+        while self._in_flight and self._failure is None and not self._closed:
+            await self._idle.wait()
+        self._raise_if_stopped()
+        if self._closed:
+            raise RuntimeError(f"dispatcher of shard {self.shard_id} is closed")
+        if not records:
+            return
+        self._in_flight += len(records)
+        self._idle.clear()
+        self._spawn(self._process_run(list(records)))
+
+    async def submit_rejected(self, record: R, error: BaseException) -> None:
+        """Accept the shard's next record (delivered to the tracker) as failed already, without
+        a handler call (the deserializer rejected it): the failure policy settles it, in its
+        key's turn. Raises as :meth:`submit`."""
+        if self.takes_runs:
+            await self.submit_run([])  # waits for the run before it
+            self._in_flight += 1
+            self._idle.clear()
+            self._spawn(self._process(record, None, error))
+            return
+        await self.submit(record, rejected=error)
+
+    async def settled(self) -> None:
+        """Return once every accepted record is finished, or dispatching stopped."""
+        await first_of(self._idle, self._stopped)
 
     def release(self, key: str) -> bool:
         """Unblock ``key``: its records after this are handled again. False if it was not blocked."""
@@ -281,8 +354,8 @@ class ShardDispatcher(Generic[R]):
         waiting = self._lanes[lane]
         try:
             while waiting and self._may_go_on():
-                record, key = waiting.popleft()
-                await self._process(record, key)
+                record, key, rejected = waiting.popleft()
+                await self._process(record, key, rejected)
         finally:
             # No await between the emptiness check and this removal: submit() never appends
             # to a lane whose task has ended.
@@ -299,7 +372,9 @@ class ShardDispatcher(Generic[R]):
 
     # --- one record ----------------------------------------------------------------------------
 
-    async def _process(self, record: R, key: str | None) -> None:
+    async def _process(
+        self, record: R, key: str | None, rejected: BaseException | None = None
+    ) -> None:
         try:
             if not self._may_go_on():
                 self._abandoned += 1
@@ -310,37 +385,122 @@ class ShardDispatcher(Generic[R]):
                     record, KeyBlockedError(key or "", blocked_by=blocked_by), 0
                 )
                 return
-            attempts = await self._call.run(record, self._may_go_on)
-            if attempts.succeeded:
-                self._tracker.ack(record)
-                if attempts.skipped:
-                    self._duplicates += 1
-                else:
-                    self._handled += 1
-                return
-            if attempts.abandoned or attempts.error is None:
-                self._abandoned += 1
-                return
-            policy = self.settings.on_failure
-            if policy == "stop-shard":
-                self._abandoned += 1
-                stopped = RetriesExhaustedError(
-                    shard_id=self.shard_id, position=_name(record), attempts=attempts.calls
-                )
-                stopped.__cause__ = attempts.error
-                self._stop(stopped)
-                return
-            if policy == "block-key" and key is not None:
-                self._blocked.setdefault(key, _name(record))
-                log.warning(
-                    "shard %s: key %r blocked by record %s", self.shard_id, key, _name(record)
-                )
-            await self._dead_letter(record, attempts.error, attempts.calls)
+            if rejected is not None:
+                attempts = Attempts(0, rejected)  # nothing a handler call could change
+            else:
+                attempts = await self._call.run(record, self._may_go_on)
+            await self._conclude(record, key, attempts)
         except asyncio.CancelledError:
             self._abandoned += 1
             raise
         finally:
             self._finish()
+
+    async def _conclude(self, record: R, key: str | None, attempts: Attempts) -> None:
+        """After a record's calls: acknowledge it, or apply the failure policy."""
+        if attempts.succeeded:
+            if self.auto_ack:
+                self._tracker.ack(record)
+            if attempts.skipped:
+                self._duplicates += 1
+            else:
+                self._handled += 1
+            return
+        if attempts.abandoned or attempts.error is None:
+            self._abandoned += 1
+            return
+        policy = self.settings.on_failure
+        if policy == "stop-shard":
+            self._abandoned += 1
+            self._stop_for(record, attempts)
+            return
+        if policy == "block-key" and key is not None:
+            self._blocked.setdefault(key, _name(record))
+            log.warning("shard %s: key %r blocked by record %s", self.shard_id, key, _name(record))
+        await self._dead_letter(record, attempts.error, attempts.calls)
+
+    def _stop_for(self, record: R, attempts: Attempts) -> None:
+        """Policy ``stop-shard``: stop with a :class:`~shardflow.errors.RetriesExhaustedError`
+        caused by the record's last failure."""
+        stopped = RetriesExhaustedError(
+            shard_id=self.shard_id, position=_name(record), attempts=attempts.calls
+        )
+        stopped.__cause__ = attempts.error
+        self._stop(stopped)
+
+    def _run_may_go_on(self) -> bool:
+        """Between the records of a run: also False once the shard is stopping."""
+        return self._may_go_on() and (self._may_deliver is None or self._may_deliver())
+
+    async def _process_run(self, records: list[R]) -> None:
+        """A chunk in shard order: one pass of calls, a failed record retried alone (then the
+        failure policy), and on with the next one."""
+        if self.batch:
+            await self._process_batch(records)
+            return
+        run: list[Any] = records
+        done = 0
+        try:
+            while done < len(run) and self._run_may_go_on():
+                outcome = await self._call.each(
+                    run, done, self._run_may_go_on, ack=self._ack_run if self.auto_ack else None
+                )
+                self._handled += outcome.handled
+                done += outcome.handled
+                if outcome.error is None:
+                    break
+                record = records[done]
+                attempts = await self._call.run(
+                    record, self._may_go_on, spent=1, last=outcome.error
+                )
+                await self._conclude(record, None, attempts)
+                done += 1
+                if self._failure is not None:
+                    break
+        finally:
+            left = len(run) - done
+            self._abandoned += left
+            self._finish(len(run))
+
+    def _ack_run(self, records: Sequence[R], start: int, end: int) -> None:
+        """Acknowledge ``records[start:end]``: in one step for a consumer's chunk (slots of one
+        tracker), else one by one."""
+        if start >= end:
+            return
+        first = records[start]
+        if isinstance(first, ConsumedRecord) and first._tracker is self._tracker:
+            ack_run(records, start, end)  # type: ignore[arg-type]
+            return
+        for record in records[start:end]:
+            self._tracker.ack(record)
+
+    async def _process_batch(self, records: list[R]) -> None:
+        """A chunk as one call of a batch handler, retried as a whole."""
+        try:
+            if not self._may_go_on():
+                self._abandoned += len(records)
+                return
+            attempts = await self._call.run(records, self._may_go_on)
+            if attempts.succeeded:
+                if self.auto_ack:
+                    self._ack_run(records, 0, len(records))
+                self._handled += len(records)
+            elif attempts.abandoned or attempts.error is None:
+                self._abandoned += len(records)
+            elif self.settings.on_failure == "stop-shard":
+                self._abandoned += len(records)
+                self._stop_for(records[0], attempts)
+            else:
+                for record in records:
+                    if self._failure is not None:
+                        self._abandoned += 1
+                        continue
+                    await self._dead_letter(record, attempts.error, attempts.calls)
+        except asyncio.CancelledError:
+            self._abandoned += len(records)
+            raise
+        finally:
+            self._finish(len(records))
 
     async def _dead_letter(self, record: R, error: BaseException, attempts: int) -> None:
         sink = self._sink
@@ -360,8 +520,8 @@ class ShardDispatcher(Generic[R]):
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
-    def _finish(self) -> None:
-        self._in_flight -= 1
+    def _finish(self, records: int = 1) -> None:
+        self._in_flight -= records
         self._room.set()
         if self._in_flight == 0:
             self._idle.set()
@@ -393,33 +553,21 @@ async def run_dispatched(
 ) -> ShardResult:
     """Feed ``worker``'s records to ``dispatcher`` until the shard ends, stops, fails or is lost.
 
-    Build the dispatcher with ``on_stop=worker.fail`` so that its stop fails the shard.
+    Build the dispatcher with ``on_stop=worker.fail`` so that its stop fails the shard. Records
+    in flight at a stop, a handoff or a failure get ``drain_timeout`` seconds, none once the
+    lease is lost (:meth:`ShardWorker.settle`); then they are abandoned, unacknowledged.
     """
     failed = asyncio.Event()
     work = asyncio.ensure_future(_feed_and_drain(worker, dispatcher, failed))
-    lease = worker.lease
     try:
-        await first_of(
-            work,
-            lease.lost,
-            worker.wait_stop_requested(),
-            lease.giving_up,
-            dispatcher.wait_stopped(),
-            failed,
-        )
-        if not work.done() and not lease.lost.is_set():
-            # Stopping, handing off or failed: records in flight may still finish, for a while.
-            await first_of(work, lease.lost, timeout=worker.settings.drain_timeout)
-        if not work.done():
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
-            await dispatcher.abort()
-        else:
+        if await worker.settle(work, dispatcher.wait_stopped(), failed):
             work.result()
+        else:
+            await dispatcher.abort()
     finally:
         work.cancel()
-    return await worker.finish(drain_timeout=0.0)
+    # Acknowledged by the handler itself: records handed out may still be, until the drain.
+    return await worker.finish(drain_timeout=0.0 if dispatcher.auto_ack else None)
 
 
 async def _feed_and_drain(
@@ -428,7 +576,16 @@ async def _feed_and_drain(
     failed: asyncio.Event,
 ) -> None:
     try:
-        async for records in worker.batches():
+        async for records in worker.pieces():
+            if isinstance(records, Rejected):
+                await dispatcher.submit_rejected(records.record, records.error)
+                continue
+            if dispatcher.takes_runs:
+                # The chunk's room in the prefetch buffer is given back when the next one is
+                # asked for: only once it is handled, so the buffer bounds what is unhandled.
+                await dispatcher.submit_run(records)
+                await dispatcher.settled()
+                continue
             for record in records:
                 if not worker.may_deliver():
                     break
@@ -445,19 +602,26 @@ async def _feed_and_drain(
 class DispatchedShards:
     """What the consumer runs per owned shard (call it with the shard's worker): a dispatcher
     of its own per shard, one worker-wide limit; and the running dispatchers, for releasing
-    keys blocked by the ``block-key`` policy."""
+    keys blocked by the ``block-key`` policy. ``batch`` and ``auto_ack``: the handler's shape
+    (see :class:`ShardDispatcher`); ``metrics`` hears handler latencies per stream."""
 
     def __init__(
         self,
-        handler: RecordHandler[ConsumedRecord[Any]],
+        handler: Handler,
         settings: DispatchSettings,
         *,
         sink: DeadLetterSink[ConsumedRecord[Any]] | None,
         executor: Executor | None,
         clock: Clock,
+        batch: bool = False,
+        auto_ack: bool = True,
+        metrics: ConsumerMetrics | None = None,
     ) -> None:
         if settings.needs_dead_letters and sink is None:
             raise ValueError(f"on_failure={settings.on_failure!r} needs a dead-letter destination")
+        self._batch = batch
+        self._auto_ack = auto_ack
+        self._metrics = metrics
         self._handler = handler
         self._settings = settings
         self._sink = sink
@@ -477,9 +641,13 @@ class DispatchedShards:
             worker_limit=self._limit,
             executor=self._executor,
             clock=self._clock,
-            on_stop=worker.fail,
+            on_stop=lambda error: worker.fail(_reason(error)),
             lease_held=lambda: not worker.lost,
             calls=worker.calls,
+            batch=self._batch,
+            auto_ack=self._auto_ack,
+            may_deliver=worker.may_deliver,
+            on_latencies=self._latencies(worker.stream),
         )
         where = (worker.stream, worker.shard_id)
         self._running[where] = dispatcher
@@ -488,6 +656,12 @@ class DispatchedShards:
         finally:
             if self._running.get(where) is dispatcher:
                 del self._running[where]
+
+    def _latencies(self, stream: str) -> Latencies | None:
+        metrics = self._metrics
+        if metrics is None:
+            return None
+        return lambda latencies: metrics.handler_latencies(stream, latencies)
 
     def blocked_keys(self) -> dict[tuple[str, str], frozenset[str]]:
         """Keys blocked now, per (stream, shard id) of the shards processed here."""
@@ -509,13 +683,12 @@ class DispatchedShards:
         return released
 
 
-def dispatched_driver(
-    handler: RecordHandler[ConsumedRecord[Any]],
-    settings: DispatchSettings,
-    *,
-    sink: DeadLetterSink[ConsumedRecord[Any]] | None,
-    executor: Executor | None,
-    clock: Clock,
-) -> DispatchedShards:
-    """What the consumer runs per owned shard (see :class:`DispatchedShards`)."""
-    return DispatchedShards(handler, settings, sink=sink, executor=executor, clock=clock)
+def _reason(error: BaseException) -> BaseException:
+    """Why a shard stops, as the consumer reports it: after a record's only call (no retries
+    allowed) the handler's own :class:`~shardflow.errors.HandlerError`, and for a record the
+    deserializer rejected its :class:`~shardflow.errors.DeserializationError`, not the wrapper."""
+    if isinstance(error, RetriesExhaustedError) and error.attempts <= 1:
+        cause = error.__cause__
+        if isinstance(cause, HandlerError | DeserializationError):
+            return cause
+    return error

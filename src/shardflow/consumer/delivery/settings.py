@@ -132,7 +132,20 @@ class DispatchSettings:
         """The ordering key function in effect."""
         return self.key if self.key is not None else partition_key
 
+    def check_batch_handler(self) -> None:
+        """Raise ValueError unless a batch handler can run under these settings: batches are
+        chunks in shard order, retried and dead-lettered whole, never per key or per claim."""
+        if self.ordering != "shard" or self.on_failure == "block-key" or self.idempotency:
+            raise ValueError(
+                "a batch handler takes shard ordering, without block-key or an idempotency guard"
+            )
+
     @property
     def needs_dead_letters(self) -> bool:
         """Whether the failure policy writes records to a dead-letter destination."""
         return self.on_failure != "stop-shard"
+
+
+DEFAULT_DELIVERY: Final = DispatchSettings(retry=Backoff(max_attempts=1))
+"""How ``consume`` delivers without dispatch settings: in shard order, one call per record (a
+chunk's records in one go), no retries; a failure stops the shard with the handler's error."""

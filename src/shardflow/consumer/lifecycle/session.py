@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from shardflow.consumer.checkpointing.acks import ConsumedRecord, PendingCounts
 from shardflow.consumer.checkpointing.checkpoint import Checkpointer
 from shardflow.consumer.lifecycle.shard import ShardWorker
-from shardflow.waits import first_of
 
 
 class ShardSession:
@@ -61,15 +59,11 @@ class ShardSession:
         finally:
             self._closed.set()
 
-    async def wait_closed(self, stopping: asyncio.Event, grace: float) -> None:
+    async def wait_closed(self, stopping: asyncio.Event) -> None:
         """Wait until user code is done with :attr:`batches` (or stopped using the shard).
 
-        When the consumer stops (``stopping``) or the lease ends, user code gets ``grace``
-        seconds more to notice, as batches end then.
+        When the consumer stops (``stopping``) or the lease ends, user code gets the shard's
+        ``drain_timeout`` more seconds to notice, as batches end then
+        (:meth:`~shardflow.consumer.lifecycle.shard.ShardWorker.settle`).
         """
-        lease = self._worker.lease
-        await first_of(self._closed, stopping, lease.lost, lease.giving_up)
-        if not self._closed.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace):
-                    await self._closed.wait()
+        await self._worker.settle(asyncio.ensure_future(self._closed.wait()), stopping)

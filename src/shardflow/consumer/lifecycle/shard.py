@@ -17,8 +17,10 @@ Rules the worker keeps:
   it waits until no handler call of the shard runs any more, threads included
   (:meth:`ShardWorker.finish`): the next owner never starts while one still does.
 - At the shard's end: once every delivered record is handled, SHARD_END is written.
-- A record that cannot be deserialized stops the shard with a
-  :class:`~shardflow.errors.DeserializationError`; what was handled before it is checkpointed.
+- A record the deserializer rejects is delivered as a :class:`Rejected` in its place: a failure
+  of that record, which the delivery engine's failure policy settles (dead letter, or stop
+  the shard with its :class:`~shardflow.errors.DeserializationError`, what was handled before
+  it checkpointed).
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ from enum import StrEnum
 from typing import Any, Final, Protocol
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpointing.acks import ConsumedRecord, bind_delivered, build_undelivered
+from shardflow.consumer.checkpointing.acks import (
+    ConsumedRecord,
+    Rejected,
+    bind_delivered,
+    build_undelivered,
+)
 from shardflow.consumer.checkpointing.checkpoint import Checkpointer, CheckpointWriter
 from shardflow.consumer.delivery.calls import RunningCalls
-from shardflow.consumer.delivery.handlers import ChunkOutcome, HandlerAdapter
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
 from shardflow.consumer.reading.intake import RecordIntake, Settled
 from shardflow.consumer.reading.reader import Chunk, FetcherFactory, PrefetchBuffer, ShardReader
@@ -187,7 +193,6 @@ class ShardWorker:
         self._stopped_at: float | None = None  # monotonic, when request_stop was first called
         self._all_acked = asyncio.Event()
         self._failure: BaseException | None = None
-        self._undecodable: DeserializationError | None = None
         self._end_reached = False
         self.reader = ShardReader(
             fetchers, self.intake, self.buffer, stream=self.stream, metrics=metrics
@@ -306,8 +311,10 @@ class ShardWorker:
 
     # --- delivery ------------------------------------------------------------------------------
 
-    async def batches(self) -> AsyncIterator[list[ConsumedRecord[Any]]]:
-        """The shard's records in order, a chunk at a time; ends at shard end, stop or loss.
+    async def pieces(self) -> AsyncIterator[list[ConsumedRecord[Any]] | Rejected]:
+        """The shard's records in order, a chunk at a time, and each record the deserializer
+        rejected in its place (a :class:`Rejected`, delivered to the tracker: a failure of that
+        record, for the failure policy); ends at shard end, stop or loss.
 
         A chunk's room in the prefetch buffer is given back when the next one is asked for, so
         ask only once the previous chunk is handled.
@@ -333,28 +340,37 @@ class ShardWorker:
                 previous = chunk
                 if not self.may_deliver():
                     return
-                records = await self._deliver(chunk)
-                if records:
-                    if self._metrics is not None:
+                for piece in await self._deliver(chunk):
+                    if isinstance(piece, list) and self._metrics is not None:
                         self._metrics.records_handled(
-                            self.stream, len(records), sum(r.size for r in records)
+                            self.stream, len(piece), sum(r.size for r in piece)
                         )
-                    yield records
-                if self._undecodable is not None:
-                    log.error("shard %s: %s", self.shard_id, self._undecodable)
-                    self.fail(self._undecodable)
-                if self._failure is not None:
-                    return
+                    yield piece
+                    if self._failure is not None or not self.may_deliver():
+                        return
         finally:
             if previous is not None:
                 await self.buffer.release(previous)
 
-    async def _deliver(self, chunk: Chunk) -> list[ConsumedRecord[Any]]:
+    async def batches(self) -> AsyncIterator[list[ConsumedRecord[Any]]]:
+        """As :meth:`pieces`, but a record the deserializer rejects stops the shard (with its
+        :class:`~shardflow.errors.DeserializationError`) once the records before it were
+        handed out: for user code that reads batches itself (:class:`ShardSession`)."""
+        async for piece in self.pieces():
+            if isinstance(piece, Rejected):
+                log.error("shard %s: %s", self.shard_id, piece.error)
+                self.fail(piece.error)
+                return
+            yield piece
+
+    async def _deliver(self, chunk: Chunk) -> list[list[ConsumedRecord[Any]] | Rejected]:
         """Register the chunk's records with the tracker and deserialize the ones to hand out
-        (a chunk of thousands: the loop gets its turns meanwhile)."""
+        (a chunk of thousands: the loop gets its turns meanwhile); a record the deserializer
+        rejects splits the chunk."""
         tracker = self.checkpointer.tracker
         register = tracker.register
         deserializer = self.settings.deserializer
+        pieces: list[list[ConsumedRecord[Any]] | Rejected] = []
         out: list[ConsumedRecord[Any]] = []
         append = out.append
         turns = Turns()
@@ -367,61 +383,42 @@ class ShardWorker:
             try:
                 value = deserializer(item)
             except Exception as exc:
-                # Raised once the records before it are handled (see batches()).
-                self._undecodable = _deserialization_error(exc, item)
-                break
-            # Registered after deserializing: a record that cannot be deserialized is not
-            # delivered, and the checkpoint stops before it.
+                if out:
+                    pieces.append(out)
+                    out = []
+                    append = out.append
+                error = _deserialization_error(exc, item)
+                pieces.append(Rejected(bind_delivered(item, None, tracker, register(item)), error))
+                continue
             append(bind_delivered(item, value, tracker, register(item)))
-        return out
+        if out:
+            pieces.append(out)
+        return pieces
 
-    async def run(self, adapter: HandlerAdapter) -> ShardResult:
-        """Hand every record to ``adapter``'s handler until the shard ends, stops or fails."""
-        async for records in self.batches():
-            outcome = await self._handle(adapter, records)
-            if outcome is None:
-                break
-            if self._metrics is not None and outcome.latencies:
-                self._metrics.handler_latencies(self.stream, outcome.latencies)
-            if outcome.error is not None:
-                # Logged once, with its traceback, where the consumer decides what follows.
-                log.debug("shard %s: %s", self.shard_id, outcome.error)
-                self.fail(outcome.error)
-        # With automatic acks nothing is acknowledged after the handler returned: no drain.
-        return await self.finish(drain_timeout=0.0 if adapter.auto_ack else None)
-
-    async def _handle(
-        self, adapter: HandlerAdapter, records: list[ConsumedRecord[Any]]
-    ) -> ChunkOutcome | None:
-        """One handler run; on stop or when the lease is given up it gets ``drain_timeout``
-        more seconds, then is cancelled (None): a stop must end even when a handler hangs.
-        Once the lease is lost it is cancelled at once: the shard may be someone else's."""
+    async def settle(self, work: asyncio.Future[Any], *stops: Any) -> bool:
+        """The shard's drain policy, for user code working on its records (``work``): once the
+        shard stops, is handed over, or one of ``stops`` (events, awaitables) fires, ``work``
+        gets ``drain_timeout`` more seconds; once the lease is lost, none: the shard may be
+        someone else's. True if ``work`` ended; else it is cancelled (a stop must end even
+        when a handler hangs; a handler's thread runs on, counted in :attr:`calls`)."""
         lease = self.lease
-        call = asyncio.ensure_future(adapter.run(records, self.may_deliver, self.calls))
-        try:
-            await first_of(call, self._stop_called, lease.giving_up, lease.lost)
-            if not call.done() and not self.lost:
-                await first_of(call, lease.lost, timeout=self.settings.drain_timeout)
-        finally:
-            if not call.done():
-                call.cancel()
-                try:
-                    await call
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise  # this task itself is being cancelled: let it go
-        if call.cancelled():
-            if self.lost:
-                log.warning("shard %s: lease lost; the handler call was cancelled", self.shard_id)
-            else:
-                log.warning(
-                    "shard %s: handler still running %.1fs after the stop; abandoned it",
-                    self.shard_id,
-                    self.settings.drain_timeout,
-                )
-            return None
-        return call.result()
+        await first_of(work, lease.lost, self._stop_called, lease.giving_up, *stops)
+        if not work.done() and not self.lost:
+            await first_of(work, lease.lost, timeout=self.settings.drain_timeout)
+        if work.done():
+            return True
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        if self.lost:
+            log.warning("shard %s: lease lost; the handler call was cancelled", self.shard_id)
+        else:
+            log.warning(
+                "shard %s: handler still running %.1fs after the stop; abandoned it",
+                self.shard_id,
+                self.settings.drain_timeout,
+            )
+        return False
 
     # --- background ----------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from shardflow.consumer.consumer import Consumer
+from shardflow.consumer.delivery.calls import Handler
 from shardflow.consumer.delivery.dead_letters import DeadLetters
-from shardflow.consumer.delivery.handlers import Handler
 
 
 def run_consumer(
