@@ -34,7 +34,6 @@ from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.backoff import Backoff
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
-from shardflow.consumer.checkpointing.completed import decode_completed
 from shardflow.consumer.delivery import (
     DispatchSettings,
     FailurePolicy,
@@ -46,6 +45,7 @@ from shardflow.fetch import Polling
 from shardflow.leases import Lease
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
+from shardflow.read.completed import decode_completed
 from shardflow.records import ExtendedSequenceNumber, Record
 from support.boto import lease_items, make_stream, put_records, user_records
 from support.waiting import until

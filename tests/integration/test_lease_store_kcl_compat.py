@@ -1,7 +1,7 @@
 """KCL compatibility of the DynamoDB lease store, checked on raw items (moto's server).
 
 No KCL worker can run here (Maven Central is unreachable), so compatibility is judged against
-the item shapes KCL 2.x and 3.x document and write (see shardflow.leases.serialization):
+the item shapes KCL 2.x and 3.x document and write (see shardflow.leases.model):
 (a) what shardflow writes, read back raw with boto3: exactly the KCL attribute names and
 DynamoDB types, never an empty leaseOwner, always the attributes KCL 2.5.8 requires;
 (b) tables as KCL 2.x / 3.x fleets leave them, hand-built, read correctly, and whatever
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from shardflow.leases import Lease
-from shardflow.leases.serialization import ATTRIBUTE_TYPES
+from shardflow.leases.model import ATTRIBUTE_TYPES
 from shardflow.leases.store import LeaseStoreBase
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange

@@ -1,5 +1,5 @@
 """The work of one process of the intake fuzz test (tests/unit/test_intake_fuzz.py): ``count``
-mutated aggregates from ``seed`` through :class:`~shardflow.consumer.reading.intake.RecordIntake` as
+mutated aggregates from ``seed`` through :class:`~shardflow.read.intake.RecordIntake` as
 GetRecords batches, every input checked to come out whole.
 
 A module of its own (not the test's) so that a ``spawn``-ed process can import it by name.
@@ -12,8 +12,7 @@ import itertools
 import logging
 from dataclasses import dataclass
 
-from shardflow.consumer.reading.intake import Intake, RecordIntake, Settled
-from shardflow.consumer.reading.resume import resume_filter
+from shardflow.read.intake import Intake, RecordIntake, Settled, resume_filter
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record
 from shardflow.shards import HashKeyRange
 from support.aggregate_fuzz import AggregateFuzzer

@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardflow.consumer.checkpointing.acks import AckTracker
-from shardflow.consumer.checkpointing.completed import (
+from shardflow.errors import CompletedStateError
+from shardflow.read.completed import (
     CompletedState,
     decode_completed,
     encode_completed,
 )
-from shardflow.errors import CompletedStateError
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record
 
 DYNAMODB_ITEM_LIMIT = 400 * 1024

@@ -14,9 +14,9 @@ from shardflow.consumer.checkpointing.checkpoint import (
     Checkpointer,
     CheckpointSettings,
 )
-from shardflow.consumer.checkpointing.completed import decode_completed
 from shardflow.errors import ShardLeaseLost, TransientError
 from shardflow.events import CheckpointWritten, DiagnosticEvent, EventEmitter
+from shardflow.read.completed import decode_completed
 from shardflow.records import ExtendedSequenceNumber, Record
 
 SHARD = "shardId-000000000007"

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardflow.consumer.checkpointing.completed import CompletedState, encode_completed
-from shardflow.consumer.reading.resume import resume_filter
 from shardflow.positions import StartPosition
+from shardflow.read.completed import CompletedState, encode_completed
+from shardflow.read.intake import resume_filter
 from shardflow.records import (
     AT_TIMESTAMP,
     LATEST,

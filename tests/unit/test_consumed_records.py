@@ -1,5 +1,5 @@
-"""A consumer's records are made once by the fetcher and completed on delivery, never changed
-after a handler could have seen them."""
+"""Fetchers make plain records; delivery makes each a ConsumedRecord once, never changed after a
+handler could have seen it."""
 
 from __future__ import annotations
 
@@ -10,34 +10,30 @@ from shardflow.consumer.checkpointing.acks import (
     ConsumedRecord,
     ack_run,
     bind_delivered,
-    build_undelivered,
 )
-from shardflow.fetch.convert import record_from_kinesis
+from shardflow.fetch.batch import record_from_kinesis
 from shardflow.records import Record
 
 RECORD_FIELDS = dataclasses.fields(Record)
 RAW = {"Data": b"payload", "PartitionKey": "pk", "SequenceNumber": "49590000000000000001"}
 
 
-def test_a_fetched_record_is_completed_in_place_and_equals_a_plain_one() -> None:
-    fetched = record_from_kinesis(RAW, shard_id="s-1", stream_name="x", build=build_undelivered)
-    plain = record_from_kinesis(RAW, shard_id="s-1", stream_name="x")
-    assert type(fetched) is ConsumedRecord
-    assert type(plain) is Record
-    assert all(getattr(plain, f.name) == getattr(fetched, f.name) for f in RECORD_FIELDS)
-    assert fetched.handle is None
+def test_a_fetched_record_is_plain_and_delivery_makes_the_consumed_one() -> None:
+    fetched = record_from_kinesis(RAW, shard_id="s-1", stream_name="x")
+    assert type(fetched) is Record
     tracker = AckTracker("s-1")
     delivered = bind_delivered(fetched, "value", tracker, tracker.register(fetched))
-    assert delivered is fetched, "one object per record"
+    assert type(delivered) is ConsumedRecord
+    assert all(getattr(fetched, f.name) == getattr(delivered, f.name) for f in RECORD_FIELDS)
     assert delivered.value == "value"
     assert delivered.handle is not None
     delivered.ack()
     assert tracker.all_acked
 
 
-def test_a_record_delivered_once_is_copied_not_changed() -> None:
+def test_a_record_delivered_twice_is_two_objects() -> None:
     first_tracker, second_tracker = AckTracker("s-1"), AckTracker("s-1")
-    fetched = record_from_kinesis(RAW, shard_id="s-1", stream_name="x", build=build_undelivered)
+    fetched = record_from_kinesis(RAW, shard_id="s-1", stream_name="x")
     first = bind_delivered(fetched, 1, first_tracker, first_tracker.register(fetched))
     second = bind_delivered(first, 2, second_tracker, second_tracker.register(first))
     assert second is not first

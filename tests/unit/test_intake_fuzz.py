@@ -1,7 +1,7 @@
 """A million mutated KPL aggregates through the consumer's intake: not one unexpected exception.
 
 Each mutated aggregate carries a valid MD5, so it reaches the protobuf parser and the field
-checks. They go through :class:`~shardflow.consumer.reading.intake.RecordIntake` as GetRecords
+checks. They go through :class:`~shardflow.read.intake.RecordIntake` as GetRecords
 batches of 1,000, with a shard hash range (so every user record's hash key is computed), in
 two processes (the work splits by seed; :mod:`support.intake_fuzz` is what each one runs).
 Every input must come out: as its user records, or whole as a plain record; nothing raised,

@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from shardflow.aggregation import aggregate
-from shardflow.consumer.reading import intake as intake_module
-from shardflow.consumer.reading.intake import RecordIntake
 from shardflow.consumer.reading.reader import FetcherFactory, PrefetchBuffer, ShardReader
-from shardflow.consumer.reading.resume import resume_filter
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.positions import StartPosition
+from shardflow.read import intake as intake_module
+from shardflow.read.intake import RecordIntake, resume_filter
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record
 from support.waiting import until
 

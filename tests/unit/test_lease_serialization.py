@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from shardflow.errors import MalformedLeaseError
 from shardflow.leases import Lease
-from shardflow.leases.model import Item
-from shardflow.leases.serialization import (
+from shardflow.leases.model import (
     ATTRIBUTE_TYPES,
+    Item,
     is_lease_item,
     lease_from_item,
     lease_to_item,

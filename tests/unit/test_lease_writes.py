@@ -6,7 +6,7 @@ import pytest
 
 from shardflow.leases import Lease
 from shardflow.leases import writes as w
-from shardflow.leases.expressions import render
+from shardflow.leases.dynamodb import render
 from shardflow.leases.writes import Absent, Add, Equals, Exists, Put, Remove
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange

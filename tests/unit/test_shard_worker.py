@@ -13,7 +13,6 @@ from shardflow.aggregation import AggregateBuilder
 from shardflow.clock import SYSTEM_CLOCK
 from shardflow.consumer.checkpointing.acks import ConsumedRecord
 from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
-from shardflow.consumer.checkpointing.completed import CompletedState, encode_completed
 from shardflow.consumer.delivery.calls import Handler
 from shardflow.consumer.delivery.engine import DispatchedShards
 from shardflow.consumer.delivery.settings import DEFAULT_DELIVERY
@@ -22,6 +21,7 @@ from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.errors import DeserializationError, HandlerError
 from shardflow.positions import StartPosition
+from shardflow.read.completed import CompletedState, encode_completed
 from shardflow.records import ExtendedSequenceNumber, Record, as_json
 from shardflow.shards import ChildShard, HashKeyRange
 from unit.test_shard_worker_kit import (
@@ -57,7 +57,7 @@ async def deliver(
         clock=SYSTEM_CLOCK,
         batch=batch,
         auto_ack=auto_ack,
-        metrics=worker._metrics,
+        metrics=worker.metrics,
     )
     return await shards(worker)
 

@@ -7,8 +7,7 @@ import time
 from collections import Counter
 
 from shardflow.aggregation import AggregateBuilder
-from shardflow.consumer.reading.intake import RecordIntake
-from shardflow.consumer.reading.resume import resume_filter
+from shardflow.read.intake import RecordIntake, resume_filter
 from shardflow.records import TRIM_HORIZON, ExtendedSequenceNumber, Record
 from shardflow.turns import SLICE_SECONDS, Turns
 

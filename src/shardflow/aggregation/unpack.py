@@ -3,7 +3,7 @@
 A 1 MiB aggregate of small user records holds ~75,000 of them; making them all at once
 takes a third of a second, far too long for an event loop that must also renew leases. An
 :class:`Unpacking` does the work in steps of a bounded number of user records, so a caller
-on an event loop can yield between steps (see :mod:`shardflow.consumer.reading.intake`).
+on an event loop can yield between steps (see :mod:`shardflow.read.intake`).
 
 The all-or-nothing rule of :mod:`shardflow.aggregation.decode` holds: every user record is
 checked before the first one is made, so a malformed aggregate is delivered whole as a plain

@@ -17,11 +17,11 @@ from typing import Any, Final, Literal
 from shardflow.aggregation import MalformedPolicy
 from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.consumer.delivery.settings import DispatchSettings
-from shardflow.consumer.reading.intake import OutOfRangePolicy
 from shardflow.fetch.fanout import FanOut
 from shardflow.fetch.polling import GET_RECORDS_LIMIT, Polling
 from shardflow.leases.settings import LeaseSettings, check_initial_position
 from shardflow.positions import StartPosition
+from shardflow.read.intake import OutOfRangePolicy
 from shardflow.records import Deserializer, as_bytes
 
 MIB: Final = 1024 * 1024

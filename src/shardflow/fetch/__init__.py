@@ -1,8 +1,7 @@
 """Fetchers: getting batches of records from one shard, by polling or by enhanced fan-out."""
 
 from shardflow.events import RenewalReason
-from shardflow.fetch.batch import FetchedBatch
-from shardflow.fetch.convert import record_from_kinesis
+from shardflow.fetch.batch import FetchedBatch, record_from_kinesis
 from shardflow.fetch.fanout import FanOut, FanOutFetcher, fanout_client
 from shardflow.fetch.limiter import CallRateLimiter
 from shardflow.fetch.pacing import SubscriptionPacer

@@ -1,13 +1,17 @@
-"""What a fetcher hands over: one GetRecords result of one shard, with shard-end lineage."""
+"""What a fetcher hands over: one GetRecords result of one shard as plain records, with lineage.
+
+:func:`batch_from_kinesis` turns a GetRecords answer (or a SubscribeToShardEvent) into a
+:class:`FetchedBatch` of plain :class:`~shardflow.records.Record` objects, not deaggregated:
+what becomes of them (intake, delivery) is the reader's part.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardflow.fetch.convert import records_from_kinesis
-from shardflow.records import Record, RecordBuilder
+from shardflow.records import Record, build_record
 from shardflow.shards import ChildShard
 
 
@@ -52,7 +56,6 @@ def batch_from_kinesis(
     *,
     shard_id: str,
     stream_name: str,
-    build: RecordBuilder,
     shard_ended: bool,
 ) -> FetchedBatch:
     """A GetRecords answer or a SubscribeToShardEvent as one batch; ``shard_ended`` is the
@@ -60,9 +63,38 @@ def batch_from_kinesis(
     return FetchedBatch(
         shard_id=shard_id,
         records=records_from_kinesis(
-            body.get("Records", ()), shard_id=shard_id, stream_name=stream_name, build=build
+            body.get("Records", ()), shard_id=shard_id, stream_name=stream_name
         ),
         millis_behind_latest=body.get("MillisBehindLatest"),
         shard_ended=shard_ended,
         child_shards=tuple(ChildShard.from_api(c) for c in body.get("ChildShards", ())),
     )
+
+
+def record_from_kinesis(raw: Mapping[str, Any], *, shard_id: str, stream_name: str) -> Record:
+    """One element of GetRecords' ``Records`` as a plain (not deaggregated) :class:`Record`."""
+    return records_from_kinesis((raw,), shard_id=shard_id, stream_name=stream_name)[0]
+
+
+def records_from_kinesis(
+    raws: Iterable[Mapping[str, Any]], *, shard_id: str, stream_name: str
+) -> list[Record]:
+    """:func:`record_from_kinesis` of every element, in one loop (the per-record path: a
+    GetRecords answer holds up to 10,000 records)."""
+    build = build_record
+    return [
+        build(
+            raw["Data"] if type(raw["Data"]) is bytes else bytes(raw["Data"]),
+            raw["PartitionKey"],
+            raw["SequenceNumber"],
+            0,
+            None,
+            raw.get("ApproximateArrivalTimestamp"),
+            shard_id,
+            stream_name,
+            False,
+            0,
+            False,
+        )
+        for raw in raws
+    ]

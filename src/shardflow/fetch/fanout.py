@@ -38,7 +38,6 @@ from shardflow.fetch.pacing import SubscriptionPacer, shared_pacer
 from shardflow.fetch.shard_end import shard_end_at
 from shardflow.fetch.subscription import Lapse, Subscription, starting_position
 from shardflow.positions import StartPosition
-from shardflow.records import RecordBuilder, build_record
 
 log = logging.getLogger("shardflow.fetch")
 
@@ -176,7 +175,6 @@ class FanOutFetcher:
         rng: random.Random | None = None,
         events: ShardEmitter = SILENT,
         closed_shard_check: float | None = None,
-        build: RecordBuilder = build_record,
     ) -> None:
         if closed_shard_check is not None and closed_shard_check <= 0:
             raise ValueError("closed_shard_check must be positive")
@@ -194,7 +192,6 @@ class FanOutFetcher:
         self._clock = clock
         self._rng = rng
         self._events = events
-        self._build = build
         tolerate_missing_initial_response(kinesis)
         self._subscription: Subscription | None = None
         self._subscribed_at = self.start
@@ -423,7 +420,6 @@ class FanOutFetcher:
             body,
             shard_id=self.shard_id,
             stream_name=self._stream_name,
-            build=self._build,
             # Only the event after a closed shard's last record lacks a continuation.
             shard_ended=continuation is None,
         )

@@ -18,7 +18,6 @@ from shardflow.events import SILENT, FetchThrottled, ShardEmitter
 from shardflow.fetch.batch import FetchedBatch, batch_from_kinesis
 from shardflow.fetch.limiter import CallRateLimiter
 from shardflow.positions import StartPosition
-from shardflow.records import RecordBuilder, build_record
 
 log = logging.getLogger("shardflow.fetch")
 
@@ -113,7 +112,6 @@ class PollingFetcher:
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         events: ShardEmitter = SILENT,
-        build: RecordBuilder = build_record,
     ) -> None:
         self._kinesis = kinesis
         self.stream = stream
@@ -124,7 +122,6 @@ class PollingFetcher:
         self._clock = clock
         self._rng = rng
         self._events = events
-        self._build = build
         self._limiter = CallRateLimiter(self.settings.max_calls_per_second, clock=clock)
         self._persistence = Persistence(self.settings.patience, clock=clock, rng=rng)
         self._iterator: str | None = None
@@ -251,6 +248,5 @@ class PollingFetcher:
             response,
             shard_id=self.shard_id,
             stream_name=self._stream_name,
-            build=self._build,
             shard_ended=self._iterator is None,
         )

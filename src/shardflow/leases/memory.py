@@ -18,8 +18,14 @@ from typing import Final
 
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError, ResourceNotFoundError
 from shardflow.leases.errors import LeaseConditionFailed
-from shardflow.leases.model import AttributeValue, Item, Lease
-from shardflow.leases.serialization import LEASE_KEY, is_lease_item, lease_from_item
+from shardflow.leases.model import (
+    LEASE_KEY,
+    AttributeValue,
+    Item,
+    Lease,
+    is_lease_item,
+    lease_from_item,
+)
 from shardflow.leases.store import LeaseStoreBase, TableStatus
 from shardflow.leases.writes import (
     Absent,

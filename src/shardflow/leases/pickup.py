@@ -26,8 +26,7 @@ from shardflow.aws.backoff import retrying
 from shardflow.backoff import Backoff
 from shardflow.clock import Clock
 from shardflow.errors import AwsError, ExpiredIteratorError, MalformedLeaseError
-from shardflow.leases.model import Lease
-from shardflow.leases.serialization import is_lease_item, lease_from_item
+from shardflow.leases.model import Lease, is_lease_item, lease_from_item
 from shardflow.leases.store import LeaseStore
 
 log = logging.getLogger("shardflow.leases")

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from shardflow.leases.handoff_request import HANDOFF_REQUEST, LEAVING, HandoffRequest
-from shardflow.leases.model import AttributeValue, Item, Lease
-from shardflow.leases.serialization import (
+from shardflow.leases.model import (
     CHECKPOINT,
     CHECKPOINT_OWNER,
     CHECKPOINT_SUB,
@@ -32,6 +31,9 @@ from shardflow.leases.serialization import (
     SHARDFLOW_COMPLETED,
     STARTING_HASH_KEY,
     THROUGHPUT_KBPS,
+    AttributeValue,
+    Item,
+    Lease,
     b,
     hash_range_attributes,
     lease_to_item,

@@ -7,7 +7,7 @@ Records of one shard are delivered in shard order and may be acknowledged in any
 task or thread. The checkpoint may only advance over the *contiguous acknowledged prefix*: the
 highest position such that every delivered record at or before it is acknowledged. Records
 acknowledged beyond the first gap can be stored compactly next to the checkpoint
-(:func:`~shardflow.consumer.checkpointing.completed.encode_completed`) so that a restart can skip them.
+(:func:`~shardflow.read.completed.encode_completed`) so that a restart can skip them.
 
 Threads: an :class:`AckTracker` belongs to one event loop and takes no locks. :meth:`AckHandle.ack`
 may be called from any thread (a sync handler in a thread pool): off the loop's thread it hands
@@ -24,22 +24,21 @@ import contextlib
 import logging
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Final, Generic, TypeVar
 
-from shardflow.consumer.checkpointing.completed import CompletedState
 from shardflow.errors import DeliveryOrderError, DeserializationError, RecordNotDeliveredError
+from shardflow.read.completed import CompletedState
 from shardflow.records import (
     RECORD_FIELDS,
     ExtendedSequenceNumber,
     Record,
-    RecordBuilder,
     slot_builder,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("shardflow.consumer.acks")
 
 AckTarget = Record | ExtendedSequenceNumber
 """What an acknowledgement names: a delivered record or its position."""
@@ -423,36 +422,13 @@ class Rejected:
 _record_values = attrgetter(*RECORD_FIELDS)
 _build_consumed = slot_builder(ConsumedRecord, (*RECORD_FIELDS, "value", "_tracker", "_index"))
 
-build_undelivered: RecordBuilder = slot_builder(
-    ConsumedRecord, RECORD_FIELDS, {"value": None, "_tracker": None, "_index": -1}
-)
-"""A :data:`~shardflow.records.RecordBuilder` for the consumer's fetchers: each record is made
-once, as the :class:`ConsumedRecord` it will be handed out as, not yet delivered (no value, no
-tracker); :func:`bind_delivered` completes it on delivery."""
-
-# The slots' own setters (a frozen dataclass refuses ``setattr``): for completing a record
-# nothing else holds yet, in :func:`bind_delivered`.
-_slots: Mapping[str, Any] = vars(ConsumedRecord)
-_set_value = _slots["value"].__set__
-_set_tracker = _slots["_tracker"].__set__
-_set_index = _slots["_index"].__set__
-
 
 def bind_delivered(
     record: Record, value: Any, tracker: AckTracker, index: int
 ) -> ConsumedRecord[Any]:
-    """``record`` delivered as slot ``index`` of ``tracker`` with ``value``.
-
-    A record made by :data:`build_undelivered` and never delivered before is completed in
-    place (nothing else holds it yet: it came from this shard's fetcher and no handler has
-    seen it); any other record is copied, so a record object handed out once is never
-    changed afterwards.
-    """
-    if type(record) is ConsumedRecord and record._tracker is None:
-        _set_value(record, value)
-        _set_tracker(record, tracker)
-        _set_index(record, index)
-        return record
+    """``record`` (a plain record from the read stage) as delivered: slot ``index`` of
+    ``tracker``, with ``value``. The one place a record becomes a :class:`ConsumedRecord`: a
+    new object, so a record handed out once is never changed afterwards."""
     return _build_consumed(*_record_values(record), value, tracker, index)
 
 

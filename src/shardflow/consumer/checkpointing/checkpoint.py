@@ -5,7 +5,7 @@ numbers included), exactly as in the KCL lease table, so a table shared with KCL
 behaves the same. The :class:`Checkpointer` writes the contiguous handled prefix that its
 :class:`~shardflow.consumer.checkpointing.acks.AckTracker` allows, through a :class:`CheckpointWriter`
 (the lease store), one write at a time; it never moves backwards and never writes again after
-the lease was lost. Where a restart reads again is :mod:`shardflow.consumer.reading.resume`'s part.
+the lease was lost. Where a restart reads again is :mod:`shardflow.read.intake`'s part.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from shardflow.aws.persistence import Patience, Persistence
 from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.checkpointing.acks import AckTracker, PendingCounts
-from shardflow.consumer.checkpointing.completed import (
+from shardflow.errors import AwsError, ShardLeaseLost
+from shardflow.events import SILENT, CheckpointWritten, ShardEmitter, WriteReason
+from shardflow.read.completed import (
     DEFAULT_MAX_COMPLETED_BYTES,
     CompletedState,
     encode_completed,
 )
-from shardflow.errors import AwsError, ShardLeaseLost
-from shardflow.events import SILENT, CheckpointWritten, ShardEmitter, WriteReason
 from shardflow.records import SHARD_END, ExtendedSequenceNumber, Record
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("shardflow.consumer.checkpoint")
 
 SHARD_END_POSITION: Final = ExtendedSequenceNumber(SHARD_END)
 
@@ -52,7 +52,7 @@ class CheckpointWriter(Protocol):
     ) -> None:
         """Store ``position`` as the checkpoint, conditional on still holding the lease.
 
-        ``completed_state`` (from :func:`~shardflow.consumer.checkpointing.completed.encode_completed`) lists records
+        ``completed_state`` (from :func:`~shardflow.read.completed.encode_completed`) lists records
         handled beyond ``position``; None means there are none, and any earlier state must be
         cleared. ``final`` marks the last write before the lease is let go (a lease store may
         fold a pending handoff into it). Raises :class:`~shardflow.errors.ShardLeaseLost` if

@@ -26,13 +26,19 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpointing.acks import AckTracker, ConsumedRecord, Rejected, ack_run
+from shardflow.consumer.checkpointing.acks import (
+    AckTracker,
+    ConsumedRecord,
+    Rejected,
+    ack_run,
+    bind_delivered,
+)
 from shardflow.consumer.delivery.calls import (
     Attempts,
     Handler,
@@ -51,7 +57,9 @@ from shardflow.errors import (
     KeyFunctionError,
     RetriesExhaustedError,
 )
-from shardflow.records import Record
+from shardflow.read.intake import Intake, Settled
+from shardflow.records import Deserializer, Record
+from shardflow.turns import Turns
 from shardflow.waits import first_of
 
 if TYPE_CHECKING:
@@ -105,7 +113,8 @@ class ShardDispatcher(Generic[R]):
     (:meth:`submit_run`) and runs in one go, one handler call per record (a plain handler's
     records in one thread hop), with a failed record retried alone; ``may_deliver`` is asked
     between its records (False once the shard is stopping: the rest of the run is left
-    unacknowledged). ``on_latencies`` is told how long handler calls took.
+    unacknowledged; it implies ``lease_held``). ``on_latencies`` is told how long handler
+    calls took.
     """
 
     def __init__(
@@ -429,8 +438,12 @@ class ShardDispatcher(Generic[R]):
         self._stop(stopped)
 
     def _run_may_go_on(self) -> bool:
-        """Between the records of a run: also False once the shard is stopping."""
-        return self._may_go_on() and (self._may_deliver is None or self._may_deliver())
+        """Between the records of a run: also False once the shard is stopping. (Asked per
+        record: ``may_deliver`` covers the lease's validity, ``lease_held`` is not asked too.)"""
+        may_deliver = self._may_deliver
+        if may_deliver is None:
+            return self._may_go_on()
+        return self._failure is None and not self._closed and may_deliver()
 
     async def _process_run(self, records: list[R]) -> None:
         """A chunk in shard order: one pass of calls, a failed record retried alone (then the
@@ -548,6 +561,66 @@ def _name(record: Record) -> str:
     return f"{record.sequence_number}/{record.sub_sequence_number}"
 
 
+async def deliver(
+    items: Sequence[Intake], tracker: AckTracker, deserializer: Deserializer[Any]
+) -> list[list[ConsumedRecord[Any]] | Rejected]:
+    """A chunk's records as delivered: each registered with the shard's tracker (in shard
+    order), deserialized, and made a :class:`ConsumedRecord` (the one place a record is
+    wrapped). A record the deserializer rejects becomes a :class:`Rejected` in its place,
+    splitting the chunk; a settled one (already handled, or dropped by the intake) is
+    acknowledged at once. A chunk of thousands: the loop gets its turns meanwhile."""
+    register = tracker.register
+    pieces: list[list[ConsumedRecord[Any]] | Rejected] = []
+    out: list[ConsumedRecord[Any]] = []
+    append = out.append
+    turns = Turns()
+    for item in items:
+        if turns.due:
+            await turns.take()
+        if isinstance(item, Settled):
+            tracker.ack_index(register(item.record))
+            continue
+        try:
+            value = deserializer(item)
+        except Exception as exc:
+            if out:
+                pieces.append(out)
+                out = []
+                append = out.append
+            error = deserialization_error(exc, item)
+            pieces.append(Rejected(bind_delivered(item, None, tracker, register(item)), error))
+            continue
+        append(bind_delivered(item, value, tracker, register(item)))
+    if out:
+        pieces.append(out)
+    return pieces
+
+
+async def delivered(
+    worker: ShardWorker,
+) -> AsyncGenerator[list[ConsumedRecord[Any]] | Rejected, None]:
+    """``worker``'s records from its reader, delivered (:func:`deliver`), while it may deliver;
+    at the shard's end it hears so (``reading_ended``), and a failed read fails it."""
+    worker.start()
+    reader, tracker = worker.reader, worker.checkpointer.tracker
+    deserializer, metrics, stream = worker.settings.deserializer, worker.metrics, worker.stream
+    try:
+        async with contextlib.aclosing(reader.chunks(worker.may_deliver)) as chunks:
+            async for chunk in chunks:
+                for piece in await deliver(chunk.items, tracker, deserializer):
+                    if metrics is not None and isinstance(piece, list):
+                        metrics.records_handled(stream, len(piece), sum(r.size for r in piece))
+                    yield piece
+                    if not worker.may_deliver():
+                        return
+    except Exception as exc:
+        log.error("shard %s: reading failed: %s", worker.shard_id, exc)
+        worker.fail(exc)
+        return
+    if reader.ended:
+        worker.reading_ended()
+
+
 async def run_dispatched(
     worker: ShardWorker, dispatcher: ShardDispatcher[ConsumedRecord[Any]]
 ) -> ShardResult:
@@ -576,7 +649,7 @@ async def _feed_and_drain(
     failed: asyncio.Event,
 ) -> None:
     try:
-        async for records in worker.pieces():
+        async for records in delivered(worker):
             if isinstance(records, Rejected):
                 await dispatcher.submit_rejected(records.record, records.error)
                 continue
@@ -691,4 +764,18 @@ def _reason(error: BaseException) -> BaseException:
         cause = error.__cause__
         if isinstance(cause, HandlerError | DeserializationError):
             return cause
+    return error
+
+
+def deserialization_error(exc: Exception, record: Record) -> DeserializationError:
+    """``exc``, raised by a deserializer on ``record``, as the DeserializationError naming it."""
+    if isinstance(exc, DeserializationError):
+        return exc
+    error = DeserializationError(
+        f"{type(exc).__name__}: {exc}",
+        shard_id=record.shard_id,
+        sequence_number=record.sequence_number,
+        sub_sequence_number=record.sub_sequence_number,
+    )
+    error.__cause__ = exc
     return error

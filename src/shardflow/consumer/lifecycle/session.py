@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from shardflow.consumer.checkpointing.acks import ConsumedRecord, PendingCounts
+from shardflow.consumer.checkpointing.acks import ConsumedRecord, PendingCounts, Rejected
 from shardflow.consumer.checkpointing.checkpoint import Checkpointer
+from shardflow.consumer.delivery.engine import delivered
 from shardflow.consumer.lifecycle.shard import ShardWorker
+
+log = logging.getLogger("shardflow.consumer")
 
 
 class ShardSession:
@@ -53,9 +58,18 @@ class ShardSession:
         return f"ShardSession(stream={self.stream!r}, shard_id={self.shard_id!r})"
 
     async def _batches(self) -> AsyncIterator[list[ConsumedRecord[Any]]]:
+        """The shard's records, delivered; a record the deserializer rejects stops the shard
+        (with its :class:`~shardflow.errors.DeserializationError`) once the records before it
+        were handed out: user code that reads batches itself has no failure policy."""
+        worker = self._worker
         try:
-            async for records in self._worker.batches():
-                yield records
+            async with contextlib.aclosing(delivered(worker)) as pieces:
+                async for piece in pieces:
+                    if isinstance(piece, Rejected):
+                        log.error("shard %s: %s", worker.shard_id, piece.error)
+                        worker.fail(piece.error)
+                        return
+                    yield piece
         finally:
             self._closed.set()
 

@@ -1,6 +1,6 @@
 """One owned shard, from fetch to checkpoint.
 
-fetch (polling or fan-out) -> :mod:`~shardflow.consumer.reading.intake` (de-aggregate, resume filter,
+fetch (polling or fan-out) -> :mod:`~shardflow.read.intake` (de-aggregate, resume filter,
 hash-range rule) -> :mod:`~shardflow.consumer.reading.reader` (bounded in records and bytes) ->
 deliver (register with the ack tracker, deserialize) -> the user's code -> acks -> the
 :class:`~shardflow.consumer.checkpointing.checkpoint.Checkpointer` -> the lease's checkpoint writer.
@@ -28,32 +28,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.consumer.checkpointing.acks import (
-    ConsumedRecord,
-    Rejected,
-    bind_delivered,
-    build_undelivered,
-)
 from shardflow.consumer.checkpointing.checkpoint import Checkpointer, CheckpointWriter
 from shardflow.consumer.delivery.calls import RunningCalls
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
-from shardflow.consumer.reading.intake import RecordIntake, Settled
-from shardflow.consumer.reading.reader import Chunk, FetcherFactory, PrefetchBuffer, ShardReader
-from shardflow.consumer.reading.resume import ResumePlan, resume_filter
+from shardflow.consumer.reading.reader import FetcherFactory, PrefetchBuffer, ShardReader
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.errors import DeserializationError, ShardLeaseLost
+from shardflow.errors import ShardLeaseLost
 from shardflow.events import SILENT, ShardEmitter
 from shardflow.leases.model import Lease
 from shardflow.positions import StartPosition
-from shardflow.records import ExtendedSequenceNumber, Record
+from shardflow.read.intake import RecordIntake, ResumePlan, resume_filter
+from shardflow.records import ExtendedSequenceNumber
 from shardflow.shards import ChildShard, HashKeyRange
-from shardflow.turns import Turns
 from shardflow.waits import first_of
 
 __all__ = [
@@ -167,7 +158,8 @@ class ShardWorker:
         self.shard_id = lease.shard_id
         self.stream = stream_name or lease.stream
         self._clock = clock
-        self._metrics = metrics
+        self.metrics = metrics
+        """Where the shard's measurements go (None: nowhere)."""
         self.plan: ResumePlan = resume_filter(lease.checkpoint, lease.completed_state)
         self.intake = RecordIntake(
             plan=self.plan,
@@ -176,7 +168,6 @@ class ShardWorker:
             on_malformed=self.settings.on_malformed_aggregate,
             stream=self.stream,
             shard_id=self.shard_id,
-            build=build_undelivered,
         )
         self.buffer = PrefetchBuffer(self.settings.prefetch_records, self.settings.prefetch_bytes)
         self.checkpointer = Checkpointer(
@@ -274,8 +265,8 @@ class ShardWorker:
         else:
             log.info("shard %s (stream %s): starting at %s", self.shard_id, self.stream, start)
         self.reader.start(start)
-        if self._metrics is not None:
-            self._metrics.track_shard(self.stream, self.shard_id, self.gauges)
+        if self.metrics is not None:
+            self.metrics.track_shard(self.stream, self.shard_id, self.gauges)
 
     def _start_position(self) -> StartPosition | None:
         try:
@@ -311,89 +302,10 @@ class ShardWorker:
 
     # --- delivery ------------------------------------------------------------------------------
 
-    async def pieces(self) -> AsyncIterator[list[ConsumedRecord[Any]] | Rejected]:
-        """The shard's records in order, a chunk at a time, and each record the deserializer
-        rejected in its place (a :class:`Rejected`, delivered to the tracker: a failure of that
-        record, for the failure policy); ends at shard end, stop or loss.
-
-        A chunk's room in the prefetch buffer is given back when the next one is asked for, so
-        ask only once the previous chunk is handled.
-        """
-        self.start()
-        previous: Chunk | None = None
-        try:
-            while True:
-                if previous is not None:
-                    await self.buffer.release(previous)
-                    previous = None
-                if not self.may_deliver():
-                    return
-                try:
-                    chunk = await self.buffer.get()
-                except Exception as exc:
-                    log.error("shard %s: reading failed: %s", self.shard_id, exc)
-                    self.fail(exc)
-                    return
-                if chunk is None:
-                    self._end_reached = self.buffer.finished and self.may_deliver()
-                    return
-                previous = chunk
-                if not self.may_deliver():
-                    return
-                for piece in await self._deliver(chunk):
-                    if isinstance(piece, list) and self._metrics is not None:
-                        self._metrics.records_handled(
-                            self.stream, len(piece), sum(r.size for r in piece)
-                        )
-                    yield piece
-                    if self._failure is not None or not self.may_deliver():
-                        return
-        finally:
-            if previous is not None:
-                await self.buffer.release(previous)
-
-    async def batches(self) -> AsyncIterator[list[ConsumedRecord[Any]]]:
-        """As :meth:`pieces`, but a record the deserializer rejects stops the shard (with its
-        :class:`~shardflow.errors.DeserializationError`) once the records before it were
-        handed out: for user code that reads batches itself (:class:`ShardSession`)."""
-        async for piece in self.pieces():
-            if isinstance(piece, Rejected):
-                log.error("shard %s: %s", self.shard_id, piece.error)
-                self.fail(piece.error)
-                return
-            yield piece
-
-    async def _deliver(self, chunk: Chunk) -> list[list[ConsumedRecord[Any]] | Rejected]:
-        """Register the chunk's records with the tracker and deserialize the ones to hand out
-        (a chunk of thousands: the loop gets its turns meanwhile); a record the deserializer
-        rejects splits the chunk."""
-        tracker = self.checkpointer.tracker
-        register = tracker.register
-        deserializer = self.settings.deserializer
-        pieces: list[list[ConsumedRecord[Any]] | Rejected] = []
-        out: list[ConsumedRecord[Any]] = []
-        append = out.append
-        turns = Turns()
-        for item in chunk.items:
-            if turns.due:
-                await turns.take()
-            if isinstance(item, Settled):
-                tracker.ack_index(register(item.record))
-                continue
-            try:
-                value = deserializer(item)
-            except Exception as exc:
-                if out:
-                    pieces.append(out)
-                    out = []
-                    append = out.append
-                error = _deserialization_error(exc, item)
-                pieces.append(Rejected(bind_delivered(item, None, tracker, register(item)), error))
-                continue
-            append(bind_delivered(item, value, tracker, register(item)))
-        if out:
-            pieces.append(out)
-        return pieces
+    def reading_ended(self) -> None:
+        """The reader handed out the shard's last record (its end was read): SHARD_END
+        follows once every record is handled."""
+        self._end_reached = self.may_deliver()
 
     async def settle(self, work: asyncio.Future[Any], *stops: Any) -> bool:
         """The shard's drain policy, for user code working on its records (``work``): once the
@@ -449,8 +361,8 @@ class ShardWorker:
         drain = self.settings.drain_timeout if drain_timeout is None else drain_timeout
         self._stop_requested.set()
         await self._cancel_tasks()
-        if self._metrics is not None:
-            self._metrics.untrack_shard(self.stream, self.shard_id)
+        if self.metrics is not None:
+            self.metrics.untrack_shard(self.stream, self.shard_id)
         reason = self._final_reason()
         if reason is StopReason.LOST:
             await self.checkpointer.stop()
@@ -594,16 +506,3 @@ class ShardWorker:
 
 class _HandlerStillRuns(Exception):
     """A handler call outlived the stop: the last checkpoint must not let the lease go."""
-
-
-def _deserialization_error(exc: Exception, record: Record) -> DeserializationError:
-    if isinstance(exc, DeserializationError):
-        return exc
-    error = DeserializationError(
-        f"{type(exc).__name__}: {exc}",
-        shard_id=record.shard_id,
-        sequence_number=record.sequence_number,
-        sub_sequence_number=record.sub_sequence_number,
-    )
-    error.__cause__ = exc
-    return error

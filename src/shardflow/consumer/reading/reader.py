@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from shardflow.consumer.metrics import ConsumerMetrics
-from shardflow.consumer.reading.intake import Intake, RecordIntake
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.positions import StartPosition
+from shardflow.read.intake import Intake, RecordIntake
 from shardflow.records import Record
 from shardflow.shards import ChildShard
 
@@ -55,7 +55,35 @@ class ShardReader:
         """The last batch found nothing more to read (for now)."""
         self.children: tuple[ChildShard, ...] = ()
         """The child shards reported with the shard's last batch."""
+        self.ended = False
+        """Every record of the shard was handed out by :meth:`chunks` (its end was read)."""
         self._reported_out_of_range = (0, 0)
+
+    async def chunks(self, may_go_on: Callable[[], bool]) -> AsyncGenerator[Chunk, None]:
+        """The buffered chunks in shard order, while ``may_go_on()``; :attr:`ended` once the
+        shard's records are all out. A chunk's room in the buffer is given back when the next
+        one is asked for (or the iteration ends), so ask only once the previous chunk is
+        handled. Raises what reading failed with, once the chunks before it are out."""
+        buffer = self._buffer
+        previous: Chunk | None = None
+        try:
+            while True:
+                if previous is not None:
+                    await buffer.release(previous)
+                    previous = None
+                if not may_go_on():
+                    return
+                chunk = await buffer.get()
+                if chunk is None:
+                    self.ended = buffer.finished
+                    return
+                previous = chunk
+                if not may_go_on():
+                    return
+                yield chunk
+        finally:
+            if previous is not None:
+                await buffer.release(previous)
 
     def start(self, start: StartPosition) -> None:
         """Begin reading at ``start`` on the running loop."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from shardflow.fetch.batch import FetchedBatch
 from shardflow.fetch.fanout import FanOut, FanOutFetcher
 from shardflow.fetch.polling import GET_RECORDS_LIMIT, Polling, PollingFetcher
 from shardflow.positions import StartPosition
+from shardflow.read.intake import HashRangeRule
 from shardflow.records import Record
 from shardflow.shards import HashKeyRange
 from shardflow.spark.source.metadata import DataLoss, ShardBatchEnd, StopReason
@@ -37,8 +37,6 @@ _MISSING_END_PAUSE = 0.2
 # Loop turns given to a GetRecords call asked for ahead, for it to send its request before
 # the current chunk is handed out (the event loop stands still while Spark takes the chunk).
 _SEND_TURNS = 3
-# Partition keys whose place in the shard's hash-key range a read remembers at most.
-_KEYS_REMEMBERED = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +109,7 @@ class ShardRead:
         self.outcome: ShardBatchEnd | None = None
         self._rows = 0
         self._skipped = 0
-        self._key_in_range: dict[str, bool] = {}
+        self._range_rule = HashRangeRule(plan.hash_range)
         self._last: Record | None = None
         self._lost: DataLoss | None = None
 
@@ -261,37 +259,18 @@ class ShardRead:
 
     def _resent(self, rows: Rows, first: int, count: int) -> set[int]:
         """Indexes of the sub-records to skip: outside the shard's hash-key range, in
-        aggregates whose producer (shardflow's) put such sub-records again on the right shard."""
-        hash_range = self.plan.hash_range
-        if hash_range is None:
-            return set()
+        aggregates whose producer (shardflow's) put such sub-records again on the right shard
+        (the read core's :class:`~shardflow.read.intake.HashRangeRule`, asked per row)."""
         marked = rows.resent_if_out_of_range
-        if not any(marked[first:count]):
+        if self.plan.hash_range is None or not any(marked[first:count]):
             return set()
-        low, high = hash_range.start, hash_range.end
-        md5 = hashlib.md5
-        # Whether a partition key's hash lies in the range, per key (keys repeat).
-        known = self._key_in_range
-        if len(known) > _KEYS_REMEMBERED:
-            known.clear()
+        inside = self._range_rule.inside
         keys, explicit_keys = rows.partition_key, rows.explicit_hash_key
-        skipped: set[int] = set()
-        for index in range(first, count):
-            if not marked[index]:
-                continue
-            explicit = explicit_keys[index]
-            if explicit is not None:
-                inside = low <= int(explicit) <= high
-            else:
-                key = keys[index]
-                inside_or_none = known.get(key)
-                if inside_or_none is None:
-                    hashed = int.from_bytes(md5(key.encode()).digest(), "big")
-                    inside_or_none = known[key] = low <= hashed <= high
-                inside = inside_or_none
-            if not inside:
-                skipped.add(index)
-        return skipped
+        return {
+            index
+            for index in range(first, count)
+            if marked[index] and not inside(keys[index], explicit_keys[index])
+        }
 
     # --- endings ---------------------------------------------------------------------------
 

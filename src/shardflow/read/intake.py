@@ -35,14 +35,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Final, Literal
 
 from shardflow.aggregation import MAGIC, MalformedPolicy, Unpacking, log_malformed
-from shardflow.consumer.reading.resume import ResumePlan
-from shardflow.errors import AggregationError
-from shardflow.records import Record, RecordBuilder, build_record
-from shardflow.shards import HashKeyRange
+from shardflow.errors import AggregationError, CompletedStateError
+from shardflow.positions import PositionKind, ShardPosition, ShardPositionKind, StartPosition
+from shardflow.read.completed import decode_completed
+from shardflow.records import (
+    AT_TIMESTAMP,
+    LATEST,
+    SHARD_END,
+    TRIM_HORIZON,
+    ExtendedSequenceNumber,
+    Record,
+)
+from shardflow.shards import HashKeyRange, hash_key_of
 from shardflow.turns import SLICE_SECONDS, Turns
 
 log = logging.getLogger("shardflow.consumer")
@@ -51,6 +60,53 @@ OutOfRangePolicy = Literal["deliver", "drop"]
 
 PIECE_RECORDS: Final = 256
 """The most items one piece holds (and the user records one unpacking step makes)."""
+
+
+KEYS_REMEMBERED: Final = 100_000
+"""Partition keys whose place in the shard's hash-key range a rule remembers at most."""
+
+
+class HashRangeRule:
+    """Whether a sub-record lies in its shard's hash-key range: the one rule of the consumer
+    (asked per record) and the Spark source (asked per row of a column), each partition key
+    hashed once (keys repeat; at most :data:`KEYS_REMEMBERED` are kept).
+
+    After a reshard an aggregate written to a parent shard may hold user records whose hash key
+    now lies outside the shard's range. Those of an aggregate marked by shardflow's producer
+    (``resent_if_out_of_range``) were put again on the right shard: every reader skips them, so
+    a record put once is handled once. Others: the consumer's ``out_of_range_sub_records``
+    policy decides (deliver or drop); the Spark source delivers them.
+    """
+
+    __slots__ = ("_known", "hash_range")
+
+    def __init__(self, hash_range: HashKeyRange | None) -> None:
+        self.hash_range = hash_range
+        self._known: dict[str, bool] = {}
+
+    def inside(self, partition_key: str, explicit_hash_key: str | None) -> bool:
+        """Whether the record so keyed lies in the range (True when the range is unknown)."""
+        hash_range = self.hash_range
+        if hash_range is None:
+            return True
+        if explicit_hash_key is not None:
+            return int(explicit_hash_key) in hash_range
+        known = self._known
+        inside = known.get(partition_key)
+        if inside is None:
+            if len(known) >= KEYS_REMEMBERED:
+                known.clear()
+            inside = known[partition_key] = hash_key_of(partition_key) in hash_range
+        return inside
+
+    def resent_copy(self, record: Record) -> bool:
+        """True for a sub-record outside the range whose producer put it on the right shard
+        again: a copy no reader hands out."""
+        return (
+            record.aggregated
+            and record.resent_if_out_of_range
+            and not self.inside(record.partition_key, record.explicit_hash_key)
+        )
 
 
 class Settled:
@@ -96,11 +152,7 @@ class IntakeCounts:
 
 
 class RecordIntake:
-    """Turns fetched records of one shard into :data:`Intake` items (see the module doc).
-
-    ``build`` makes the user records of aggregates (the consumer's fetchers make the plain
-    ones with the same builder).
-    """
+    """Turns fetched records of one shard into :data:`Intake` items (see the module doc)."""
 
     def __init__(
         self,
@@ -111,18 +163,17 @@ class RecordIntake:
         on_malformed: MalformedPolicy = "plain",
         stream: str = "",
         shard_id: str = "",
-        build: RecordBuilder = build_record,
     ) -> None:
         if out_of_range not in ("deliver", "drop"):
             raise ValueError(f"out_of_range must be 'deliver' or 'drop', got {out_of_range!r}")
         self.plan = plan
         self.hash_range = hash_range
+        self._range_rule = HashRangeRule(hash_range)
         self.out_of_range = out_of_range
         self.on_malformed = on_malformed
         self.stream = stream
         self.shard_id = shard_id
         self.counts = IntakeCounts()
-        self._build = build
         # Whether records may still be at or before the checkpoint or listed as handled. Records
         # come in shard order, so once one is past the checkpoint every later one is too: from
         # then on (unless completed-record state lists some) the filter costs nothing.
@@ -144,7 +195,7 @@ class RecordIntake:
                     if turns.due:
                         await turns.take()
                 continue
-            unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed, build=self._build)
+            unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed)
             made_any = False
             while not unpacking.done:
                 records = self._step(unpacking, made_any)
@@ -202,8 +253,7 @@ class RecordIntake:
 
     def _in_range(self, record: Record) -> bool:
         """Whether to hand sub-record ``record`` to the handler under the hash-range rule."""
-        hash_range = self.hash_range
-        if hash_range is None or record.hash_key in hash_range:
+        if self._range_rule.inside(record.partition_key, record.explicit_hash_key):
             return True
         counts = self.counts
         counts.out_of_range += 1
@@ -230,3 +280,104 @@ class RecordIntake:
             counts.out_of_range,
         )
         return deliver
+
+
+# --- resuming after a restart -------------------------------------------------------------
+
+ResumeKind = Literal["AT_SEQUENCE_NUMBER", "TRIM_HORIZON", "LATEST", "AT_TIMESTAMP", "SHARD_END"]
+
+_SENTINEL_KINDS: Final[dict[str, ResumeKind]] = {
+    TRIM_HORIZON: "TRIM_HORIZON",
+    LATEST: "LATEST",
+    AT_TIMESTAMP: "AT_TIMESTAMP",
+    SHARD_END: "SHARD_END",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """Where to read a shard again after a restart, and which re-read records to drop.
+
+    ``kind`` is a GetShardIterator type, or ``"SHARD_END"`` when the shard is finished and
+    nothing is left to read. For ``AT_TIMESTAMP`` the timestamp is the application's configured
+    initial position (the lease table does not store it).
+    """
+
+    kind: ResumeKind
+    sequence_number: str | None
+    checkpoint: ExtendedSequenceNumber
+    completed: frozenset[ExtendedSequenceNumber] = field(default_factory=frozenset)
+
+    position: ShardPosition | None = None
+    """The checkpoint in the one position model (:class:`~shardflow.positions.ShardPosition`):
+    ``AFTER`` its record, or ``SHARD_END``; None for a sentinel that names no record (resolved
+    by :meth:`start_position`)."""
+
+    def after_checkpoint(self, record: Record) -> bool:
+        """False for a record the checkpoint already covers (the KCL's filter): reading starts
+        AT the checkpoint's record, so it and the sub-records up to it come again."""
+        position = self.position
+        if position is None:
+            return True
+        if position.kind is ShardPositionKind.SHARD_END:
+            return False
+        return not position.covers(record.sequence_number, record.sub_sequence_number)
+
+    def already_completed(self, record: Record) -> bool:
+        """True for a record after the checkpoint that the stored state lists as handled.
+
+        A dispatcher should still deliver such a record to the tracker and ack it at once, so
+        that the state written next keeps it.
+        """
+        return record.position in self.completed
+
+    def keep(self, record: Record) -> bool:
+        """The predicate: True for records to hand to the application again."""
+        return self.after_checkpoint(record) and not self.already_completed(record)
+
+    def start_position(self, initial_timestamp: datetime | None = None) -> StartPosition | None:
+        """The GetShardIterator position to read from (None: the shard is finished).
+
+        ``initial_timestamp`` is required for an ``AT_TIMESTAMP`` checkpoint.
+        """
+        if self.kind == "SHARD_END":
+            return None
+        position = self.position
+        if position is not None:
+            return position.iterator_start()
+        if self.kind == "AT_TIMESTAMP":
+            if initial_timestamp is None:
+                raise ValueError("an AT_TIMESTAMP checkpoint needs the initial timestamp")
+            return StartPosition.at_timestamp(initial_timestamp)
+        return StartPosition(PositionKind(self.kind))
+
+
+def resume_filter(
+    checkpoint: ExtendedSequenceNumber, completed_state: bytes | None = None
+) -> ResumePlan:
+    """The restart plan for a stored checkpoint (and optionally its completed-record state).
+
+    A record checkpoint resumes AT its sequence number, so the rest of a partly handled
+    aggregate is read again; the plan's predicate then drops every record at or before the
+    checkpoint. State whose base is not this checkpoint (written before another worker, e.g. a
+    KCL one, moved the checkpoint) or that cannot be decoded is ignored: skipping is only an
+    optimisation, re-processing is always safe.
+    """
+    sequence_number = checkpoint.sequence_number
+    sentinel_kind = _SENTINEL_KINDS.get(sequence_number)
+    if sentinel_kind is not None:
+        end = ShardPosition.shard_end() if sentinel_kind == "SHARD_END" else None
+        return ResumePlan(sentinel_kind, None, checkpoint, position=end)
+    if not sequence_number.isdigit():
+        raise ValueError(f"not a checkpoint: {checkpoint!r}")
+    completed: frozenset[ExtendedSequenceNumber] = frozenset()
+    if completed_state:
+        try:
+            state = decode_completed(completed_state)
+        except CompletedStateError as exc:
+            log.warning("ignoring stored completed-record state: %s", exc)
+        else:
+            if state.base == checkpoint:
+                completed = frozenset(state.completed)
+    position = ShardPosition.after_checkpoint(checkpoint)
+    return ResumePlan("AT_SEQUENCE_NUMBER", sequence_number, checkpoint, completed, position)

@@ -2,7 +2,7 @@
 
 A shard's checkpoint can only cover the contiguous handled prefix; records handled after the
 first gap are stored as a :class:`CompletedState` (:func:`encode_completed`) so that a restart
-can skip them (:func:`decode_completed`, read by :func:`~shardflow.consumer.reading.resume.resume_filter`).
+can skip them (:func:`decode_completed`, read by :func:`~shardflow.read.intake.resume_filter`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from shardflow.records import ExtendedSequenceNumber
 
 # The logger these messages had while this code lived in the acks module: logging set-ups keep
 # working unchanged.
-log = logging.getLogger("shardflow.consumer.checkpointing.acks")
+log = logging.getLogger("shardflow.consumer.acks")
 
 
 @dataclass(frozen=True, slots=True)
