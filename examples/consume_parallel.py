@@ -26,7 +26,7 @@ from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.consumer.delivery import DispatchSettings, Idempotency
 from shardflow.deadletter import JsonLinesDestination
-from shardflow.idempotency import MemoryIdempotencyGuard
+from shardflow.idempotency import InMemoryIdempotencyGuard
 from shardflow.records import Record, as_json
 
 
@@ -52,7 +52,7 @@ async def main() -> None:
             max_in_flight_per_shard=64,
             retry=Backoff(base=0.05, cap=1.0, max_attempts=3),
             on_failure=args.policy,
-            idempotency=Idempotency(MemoryIdempotencyGuard()),
+            idempotency=Idempotency(InMemoryIdempotencyGuard()),
         ),
     )
     consumer = Consumer(args.stream, args.application, settings=settings)

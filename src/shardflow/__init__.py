@@ -15,56 +15,68 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import warnings
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from shardflow.aws import AwsSettings, ClientFactory, OpenClients
-    from shardflow.backoff import Backoff
-    from shardflow.consumer import (
-        Checkpointer,
-        CheckpointSettings,
-        ConsumedRecord,
-        Consumer,
-        ConsumerMetrics,
-        ConsumerSettings,
-        ConsumerStatus,
-        ShardSession,
-        ShardStatus,
-        run_consumer,
-    )
-    from shardflow.consumer.delivery import (
-        DispatchSettings,
-        FailurePolicy,
-        Idempotency,
-        OrderingMode,
-    )
-    from shardflow.consumer.delivery.calls import BatchHandler, Handler, RecordHandler
-    from shardflow.deadletter import DeadLetter, JsonLinesDestination, KinesisDestination, replay
-    from shardflow.errors import (
-        AccessDeniedError,
-        AggregationError,
-        AwsError,
-        DeserializationError,
-        DispatchStoppedError,
-        HandlerError,
-        ProducerClosedError,
-        RecordDeliveryError,
-        RecordTooLargeError,
-        ResourceNotFoundError,
-        RetriesExhaustedError,
-        ShardflowError,
-        ShardLeaseLost,
-        ThrottledError,
-        TransientError,
-    )
-    from shardflow.events import DiagnosticEvent
-    from shardflow.fetch import FanOut, Polling
-    from shardflow.idempotency import DynamoDBIdempotencyGuard, MemoryIdempotencyGuard
-    from shardflow.leases.settings import LeaseSettings
-    from shardflow.positions import StartPosition
-    from shardflow.producer import Producer, ProducerSettings, PutResult, SyncProducer
-    from shardflow.reader import read_all, read_stream
-    from shardflow.records import ExtendedSequenceNumber, Record, as_bytes, as_json, from_function
+if TYPE_CHECKING:  # generated from _EXPORTS by tests/support/public_api.py
+    from shardflow.aws import AwsSettings as AwsSettings
+    from shardflow.aws import ClientFactory as ClientFactory
+    from shardflow.aws import OpenClients as OpenClients
+    from shardflow.backoff import Backoff as Backoff
+    from shardflow.consumer import Checkpointer as Checkpointer
+    from shardflow.consumer import CheckpointSettings as CheckpointSettings
+    from shardflow.consumer import ConsumedRecord as ConsumedRecord
+    from shardflow.consumer import Consumer as Consumer
+    from shardflow.consumer import ConsumerMetrics as ConsumerMetrics
+    from shardflow.consumer import ConsumerSettings as ConsumerSettings
+    from shardflow.consumer import ConsumerStatus as ConsumerStatus
+    from shardflow.consumer import ShardSession as ShardSession
+    from shardflow.consumer import ShardStatus as ShardStatus
+    from shardflow.consumer import run_consumer as run_consumer
+    from shardflow.consumer.delivery import DispatchSettings as DispatchSettings
+    from shardflow.consumer.delivery import FailurePolicy as FailurePolicy
+    from shardflow.consumer.delivery import Idempotency as Idempotency
+    from shardflow.consumer.delivery import OrderingMode as OrderingMode
+    from shardflow.consumer.delivery.calls import BatchHandler as BatchHandler
+    from shardflow.consumer.delivery.calls import Handler as Handler
+    from shardflow.consumer.delivery.calls import RecordHandler as RecordHandler
+    from shardflow.deadletter import DeadLetter as DeadLetter
+    from shardflow.deadletter import JsonLinesDestination as JsonLinesDestination
+    from shardflow.deadletter import KinesisDestination as KinesisDestination
+    from shardflow.deadletter import replay as replay
+    from shardflow.errors import AccessDeniedError as AccessDeniedError
+    from shardflow.errors import AggregationError as AggregationError
+    from shardflow.errors import AwsError as AwsError
+    from shardflow.errors import DeserializationError as DeserializationError
+    from shardflow.errors import DispatchStoppedError as DispatchStoppedError
+    from shardflow.errors import HandlerError as HandlerError
+    from shardflow.errors import ProducerClosedError as ProducerClosedError
+    from shardflow.errors import RecordDeliveryError as RecordDeliveryError
+    from shardflow.errors import RecordTooLargeError as RecordTooLargeError
+    from shardflow.errors import ResourceNotFoundError as ResourceNotFoundError
+    from shardflow.errors import RetriesExhaustedError as RetriesExhaustedError
+    from shardflow.errors import ShardflowError as ShardflowError
+    from shardflow.errors import ShardLeaseLostError as ShardLeaseLostError
+    from shardflow.errors import ThrottledError as ThrottledError
+    from shardflow.errors import TransientError as TransientError
+    from shardflow.events import DiagnosticEvent as DiagnosticEvent
+    from shardflow.fetch import FanOut as FanOut
+    from shardflow.fetch import Polling as Polling
+    from shardflow.idempotency import DynamoDBIdempotencyGuard as DynamoDBIdempotencyGuard
+    from shardflow.idempotency import InMemoryIdempotencyGuard as InMemoryIdempotencyGuard
+    from shardflow.leases.settings import LeaseSettings as LeaseSettings
+    from shardflow.positions import StartPosition as StartPosition
+    from shardflow.producer import Producer as Producer
+    from shardflow.producer import ProducerSettings as ProducerSettings
+    from shardflow.producer import PutResult as PutResult
+    from shardflow.producer import SyncProducer as SyncProducer
+    from shardflow.reader import read_all as read_all
+    from shardflow.reader import read_stream as read_stream
+    from shardflow.records import ExtendedSequenceNumber as ExtendedSequenceNumber
+    from shardflow.records import Record as Record
+    from shardflow.records import as_bytes as as_bytes
+    from shardflow.records import as_json as as_json
+    from shardflow.records import from_function as from_function
 
 __version__ = "0.1.0"
 
@@ -120,7 +132,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ResourceNotFoundError",
         "RetriesExhaustedError",
         "ShardflowError",
-        "ShardLeaseLost",
+        "ShardLeaseLostError",
         "ThrottledError",
         "TransientError",
     ),
@@ -131,7 +143,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "shardflow.idempotency": (
         "DynamoDBIdempotencyGuard",
-        "MemoryIdempotencyGuard",
+        "InMemoryIdempotencyGuard",
     ),
     "shardflow.leases.settings": ("LeaseSettings",),
     "shardflow.positions": ("StartPosition",),
@@ -157,7 +169,23 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 
+# Names of the first release that were renamed: they work, with a DeprecationWarning, until
+# the next one (CHANGELOG.md lists them).
+_RENAMED: dict[str, str] = {
+    "ShardLeaseLost": "ShardLeaseLostError",
+    "MemoryIdempotencyGuard": "InMemoryIdempotencyGuard",
+}
+
+
 def __getattr__(name: str) -> Any:
+    new = _RENAMED.get(name)
+    if new is not None:
+        warnings.warn(
+            f"shardflow.{name} is shardflow.{new} now; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(new)
     module = _MODULE_OF.get(name)
     if module is not None:
         value = getattr(importlib.import_module(module), name)
@@ -173,64 +201,6 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-__all__ = [
-    "AccessDeniedError",
-    "AggregationError",
-    "AwsError",
-    "AwsSettings",
-    "Backoff",
-    "BatchHandler",
-    "CheckpointSettings",
-    "Checkpointer",
-    "ClientFactory",
-    "ConsumedRecord",
-    "Consumer",
-    "ConsumerMetrics",
-    "ConsumerSettings",
-    "ConsumerStatus",
-    "DeadLetter",
-    "DeserializationError",
-    "DiagnosticEvent",
-    "DispatchSettings",
-    "DispatchStoppedError",
-    "DynamoDBIdempotencyGuard",
-    "ExtendedSequenceNumber",
-    "FailurePolicy",
-    "FanOut",
-    "Handler",
-    "HandlerError",
-    "Idempotency",
-    "JsonLinesDestination",
-    "KinesisDestination",
-    "LeaseSettings",
-    "MemoryIdempotencyGuard",
-    "OpenClients",
-    "OrderingMode",
-    "Polling",
-    "Producer",
-    "ProducerClosedError",
-    "ProducerSettings",
-    "PutResult",
-    "Record",
-    "RecordDeliveryError",
-    "RecordHandler",
-    "RecordTooLargeError",
-    "ResourceNotFoundError",
-    "RetriesExhaustedError",
-    "ShardLeaseLost",
-    "ShardSession",
-    "ShardStatus",
-    "ShardflowError",
-    "StartPosition",
-    "SyncProducer",
-    "ThrottledError",
-    "TransientError",
-    "__version__",
-    "as_bytes",
-    "as_json",
-    "from_function",
-    "read_all",
-    "read_stream",
-    "replay",
-    "run_consumer",
-]
+__all__ = [*sorted(_MODULE_OF, key=str.lower), "__version__"]
+"""The public names: exactly ``_EXPORTS``, the one list (the type checkers' import block above
+is generated from it)."""

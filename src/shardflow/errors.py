@@ -6,6 +6,8 @@ and never credentials. Catch :class:`ShardflowError` for everything, or a narrow
 
 from __future__ import annotations
 
+from shardflow.deprecation import renamed
+
 
 class ShardflowError(Exception):
     """Base class of all shardflow errors."""
@@ -192,7 +194,7 @@ class RecordDeliveryError(ProducerError):
 # --- Consumer --------------------------------------------------------------------------------
 
 
-class ShardLeaseLost(ShardflowError):
+class ShardLeaseLostError(ShardflowError):
     """This worker no longer owns the shard's lease; stop processing and do not checkpoint."""
 
     def __init__(self, shard_id: str, *, owner: str | None = None) -> None:
@@ -493,3 +495,6 @@ class SparkSinkWriteError(ShardflowError):
         self.failed = failed
         self.written = written
         super().__init__(f"writing to stream {stream}: {problem}")
+
+
+__getattr__ = renamed(__name__, {"ShardLeaseLost": "ShardLeaseLostError"})

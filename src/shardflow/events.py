@@ -113,7 +113,7 @@ class ShardEnded(_ShardEvent):
 class ShardFailed(_ShardEvent):
     """A shard stopped because of an error.
 
-    ``parked``: a handler failure under ``on_error="stop_shard"``; the lease is kept and
+    ``parked``: a handler failure under ``on_error="stop-shard"``; the lease is kept and
     nothing more of the shard is delivered until a restart. Otherwise the error is one that
     retrying cannot fix (the stream deleted, access denied for too long): the lease was
     released and the consumer stops. ``error_type`` and ``message`` describe the error.

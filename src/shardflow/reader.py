@@ -92,9 +92,26 @@ def _default_polling(follow: bool) -> Polling:
     return Polling() if follow else Polling(idle_time=0.0)
 
 
-async def read_all(stream: str, *, limit: int | None = None, **options: Any) -> list[Record]:
-    """Every record of ``stream`` until caught up (at most ``limit``); options as :func:`read_stream`."""
-    options.setdefault("follow", False)
+async def read_all(
+    stream: str,
+    *,
+    limit: int | None = None,
+    aws: AwsSettings | None = None,
+    start: StartPosition | None = None,
+    deaggregate: bool = True,
+    polling: Polling | None = None,
+    kinesis: Any | None = None,
+) -> list[Record]:
+    """Every record of ``stream`` until caught up (at most ``limit``); the other arguments as
+    :func:`read_stream`'s."""
+    options: dict[str, Any] = {
+        "aws": aws,
+        "start": start,
+        "deaggregate": deaggregate,
+        "polling": polling,
+        "kinesis": kinesis,
+    }
+    options["follow"] = False
     records: list[Record] = []
     if limit is not None and limit <= 0:
         return records

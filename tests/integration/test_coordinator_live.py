@@ -18,7 +18,7 @@ import pytest
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
-from shardflow.errors import ShardLeaseLost
+from shardflow.errors import ShardLeaseLostError
 from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost
 from shardflow.leases import DynamoDBLeaseStore
 from shardflow.leases.coordinator import LeaseCoordinator
@@ -221,7 +221,7 @@ async def test_a_worker_that_cannot_renew_stops_before_its_leases_move_and_never
         failed_writes = len(proxy.injected(operation="UpdateItem"))
         assert failed_writes > 0, "the zombie's renewals really failed"
         for owned in held.values():
-            with pytest.raises(ShardLeaseLost):
+            with pytest.raises(ShardLeaseLostError):
                 await owned.writer.write(ExtendedSequenceNumber("2000"))
         await proxy.idle()
         assert len(proxy.injected(operation="UpdateItem")) == failed_writes, "nothing sent"

@@ -15,7 +15,7 @@ import pytest
 from shardflow.aws import AwsSettings, Backoff, ClientFactory
 from shardflow.errors import ThrottledError
 from shardflow.leases import DynamoDBLeaseStore, Lease
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.store import LeaseStoreBase
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.testing.faults import THROTTLED, ErrorResponse, FaultProxy
@@ -45,7 +45,7 @@ async def test_racing_takes_have_exactly_one_winner_per_lease(backend: DynamoBac
     for i, key in enumerate(keys):
         outcomes = results[i * len(stores) : (i + 1) * len(stores)]
         winners = [r for r in outcomes if isinstance(r, Lease)]
-        losers = [r for r in outcomes if isinstance(r, LeaseConditionFailed)]
+        losers = [r for r in outcomes if isinstance(r, LeaseConditionFailedError)]
         assert len(winners) == 1, outcomes
         assert len(losers) == len(stores) - 1, outcomes
         assert winners[0] == table[key]
@@ -136,7 +136,7 @@ async def test_a_failed_condition_is_never_retried(via_proxy: DynamoBackend) -> 
     lease = await store.take(await store.create_if_absent(Lease.new(KEY)), "a")
     await store.renew(lease, "a")
     before = counter.sent["UpdateItem"]
-    with pytest.raises(LeaseConditionFailed):
+    with pytest.raises(LeaseConditionFailedError):
         await store.renew(lease, "a")
     assert counter.sent["UpdateItem"] - before == 1
 
@@ -195,7 +195,7 @@ async def test_a_retry_refused_because_of_another_writer_is_reported(
         ErrorResponse("InternalServerError"), service="DynamoDB", operation="UpdateItem", times=1
     )
     before = counter.sent["UpdateItem"]
-    with pytest.raises(LeaseConditionFailed) as caught:
+    with pytest.raises(LeaseConditionFailedError) as caught:
         await store.renew(lease, "a")
     assert proxy.injected_count(rule) == 1
     assert counter.sent["UpdateItem"] - before == 2

@@ -17,10 +17,10 @@ from shardflow.errors import (
     InvalidArgumentError,
     MalformedLeaseError,
     ResourceNotFoundError,
-    ShardLeaseLost,
+    ShardLeaseLostError,
 )
 from shardflow.leases import Lease, LeaseStore
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.handoff_request import (
     FRESH_RENEWALS,
     HANDOFF_REQUEST,
@@ -75,8 +75,8 @@ async def held(store: LeaseStore, owner: str = "a", key: str = KEY) -> Lease:
     return await store.take(await store.create_if_absent(Lease.new(key)), owner)
 
 
-async def failure(call: Awaitable[Any]) -> LeaseConditionFailed:
-    with pytest.raises(LeaseConditionFailed) as caught:
+async def failure(call: Awaitable[Any]) -> LeaseConditionFailedError:
+    with pytest.raises(LeaseConditionFailedError) as caught:
         await call
     return caught.value
 
@@ -175,7 +175,7 @@ async def test_stealing_counts_an_owner_switch_and_the_loser_learns_the_owner(
     lost = await failure(a.renew(lease, "a"))
     assert lost.current == stolen
     news = lost.as_lease_lost()
-    assert isinstance(news, ShardLeaseLost)
+    assert isinstance(news, ShardLeaseLostError)
     assert (news.shard_id, news.owner) == (KEY, "b")
 
 
@@ -184,7 +184,7 @@ async def test_two_takes_from_one_view_have_one_winner(workers: Workers) -> None
     free = await a.create_if_absent(Lease.new(KEY))
     results = await asyncio.gather(a.take(free, "a"), b.take(free, "b"), return_exceptions=True)
     winners = [r for r in results if isinstance(r, Lease)]
-    losers = [r for r in results if isinstance(r, LeaseConditionFailed)]
+    losers = [r for r in results if isinstance(r, LeaseConditionFailedError)]
     assert len(winners) == 1
     assert len(losers) == 1
     assert losers[0].current == winners[0] == await a.get(KEY)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shardflow.leases import Lease, LeaseStore
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 
 WORKERS = ("w1", "w2", "w3")
@@ -76,7 +76,7 @@ async def run_step(store: LeaseStore, step: Step, view: Lease) -> Outcome:
             result = await store.create_if_absent(Lease.new(step.key))
         else:
             raise AssertionError(step.op)
-    except LeaseConditionFailed as failure:
+    except LeaseConditionFailedError as failure:
         return ("failed", failure.current)
     except ValueError:
         return ("invalid", None)

@@ -14,7 +14,7 @@ from shardflow.consumer.checkpointing.checkpoint import (
     Checkpointer,
     CheckpointSettings,
 )
-from shardflow.errors import ShardLeaseLost, TransientError
+from shardflow.errors import ShardLeaseLostError, TransientError
 from shardflow.events import CheckpointWritten, DiagnosticEvent, EventEmitter
 from shardflow.read.completed import decode_completed
 from shardflow.records import ExtendedSequenceNumber, Record
@@ -272,22 +272,22 @@ async def test_final_at_shutdown_writes_what_was_staged_and_stops_flushing() -> 
 async def test_no_writes_after_the_lease_was_lost() -> None:
     checkpointer, writer, clock, batch, handles = make(CheckpointSettings(every_n=1, interval=1))
     checkpointer.start()
-    writer.error = ShardLeaseLost(SHARD, owner="worker-b")
+    writer.error = ShardLeaseLostError(SHARD, owner="worker-b")
     handles[0].ack()
     await settle()
     assert checkpointer.lease_lost
     calls = writer.calls
     assert calls == 1
     writer.error = None  # even if the store would accept it now
-    with pytest.raises(ShardLeaseLost, match="worker-b"):
+    with pytest.raises(ShardLeaseLostError, match="worker-b"):
         await checkpointer.checkpoint(batch[1])
-    with pytest.raises(ShardLeaseLost):
+    with pytest.raises(ShardLeaseLostError):
         await checkpointer.flush()
-    with pytest.raises(ShardLeaseLost):
+    with pytest.raises(ShardLeaseLostError):
         checkpointer.stage(batch[2])
     handles[3].ack()
     await clock.advance(10)
-    with pytest.raises(ShardLeaseLost):
+    with pytest.raises(ShardLeaseLostError):
         await checkpointer.final(shard_end=False)
     assert writer.calls == calls
     assert writer.writes == []
@@ -295,11 +295,11 @@ async def test_no_writes_after_the_lease_was_lost() -> None:
 
 async def test_lease_lost_during_a_manual_checkpoint_is_raised_to_the_caller() -> None:
     checkpointer, writer, _, batch, _ = make()
-    writer.error = ShardLeaseLost(SHARD)
-    with pytest.raises(ShardLeaseLost):
+    writer.error = ShardLeaseLostError(SHARD)
+    with pytest.raises(ShardLeaseLostError):
         await checkpointer.checkpoint(batch[0])
     writer.error = None
-    with pytest.raises(ShardLeaseLost):
+    with pytest.raises(ShardLeaseLostError):
         await checkpointer.checkpoint(batch[1])
     assert writer.calls == 1
 
@@ -475,7 +475,7 @@ async def test_the_shard_end_checkpoint_outlasts_a_lease_table_brownout() -> Non
 
 
 async def test_the_final_checkpoint_retries_stop_when_the_lease_is_lost() -> None:
-    writer = BrownoutWriter(5, TransientError("throttled"), then=ShardLeaseLost(SHARD))
-    with pytest.raises(ShardLeaseLost):
+    writer = BrownoutWriter(5, TransientError("throttled"), then=ShardLeaseLostError(SHARD))
+    with pytest.raises(ShardLeaseLostError):
         await shard_end_after(writer)
     assert writer.positions == []

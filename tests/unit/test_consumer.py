@@ -157,7 +157,7 @@ async def test_stop_consumer_policy_raises_the_handler_error() -> None:
         if record.data == b"13":
             raise ValueError("bad record")
 
-    settings = fast_settings(on_error="stop_consumer")
+    settings = fast_settings(on_error="stop-consumer")
     with pytest.raises(HandlerError) as raised:
         await consume_until_caught_up("s", handle, kinesis=kinesis, settings=settings)
     assert isinstance(raised.value.__cause__, ValueError)

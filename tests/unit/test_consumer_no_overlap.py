@@ -22,7 +22,7 @@ import pytest
 from shardflow.aws.clients import OpenClients
 from shardflow.consumer import ConsumedRecord, Consumer
 from shardflow.events import DiagnosticEvent, HandlerOverrun, LeaseAcquired, LeaseLost
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.memory import InMemoryLeaseStore
 from shardflow.leases.model import Lease
 from shardflow.testing import MemoryKinesis
@@ -89,7 +89,7 @@ async def steal(store: InMemoryLeaseStore, by: str) -> Lease:
     while True:
         try:
             return await store.take(await only_lease(store), by)
-        except LeaseConditionFailed:
+        except LeaseConditionFailedError:
             continue
 
 

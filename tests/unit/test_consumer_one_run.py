@@ -8,7 +8,7 @@ import threading
 from shardflow.aws.clients import OpenClients
 from shardflow.consumer import ConsumedRecord, Consumer
 from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.memory import InMemoryLeaseStore
 from shardflow.testing import MemoryKinesis
 from shardflow.testing.harness import fast_settings
@@ -60,7 +60,7 @@ async def test_a_lease_taken_back_does_not_start_while_the_old_handler_thread_ru
             try:
                 taken = await store.take(lease, "thief")
                 break
-            except LeaseConditionFailed:
+            except LeaseConditionFailedError:
                 continue
         await until(lambda: any(isinstance(e, LeaseLost) for e in events), 10.0)
         await store.release(taken, "thief")

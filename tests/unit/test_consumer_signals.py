@@ -16,6 +16,7 @@ SCRIPT = """
 import asyncio
 import sys
 
+from shardflow.aws import OpenClients
 from shardflow.consumer import run_consumer
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.testing import MemoryKinesis, fast_settings
@@ -38,7 +39,8 @@ async def handle(record):
 
 
 try:
-    run_consumer("s", "app", handle, settings=fast_settings(drain_timeout=30.0), kinesis=kinesis,
+    run_consumer("s", "app", handle, settings=fast_settings(drain_timeout=30.0),
+                 clients=OpenClients(kinesis=kinesis),
                  lease_store=store)
 except asyncio.CancelledError:
     print("cancelled", flush=True)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from shardflow.clock import ManualClock
-from shardflow.errors import ShardLeaseLost
+from shardflow.errors import ShardLeaseLostError
 from shardflow.events import (
     LeaseAcquired,
     LeaseLost,
@@ -219,7 +219,7 @@ async def test_a_restart_with_the_same_worker_id_resumes_its_leases_at_once() ->
         await second.start()
         assert sorted(second.owned()) == sorted(old), "no failover wait for our own leases"
         assert {e.how for e in w.recorders["a"].of(LeaseAcquired)} == {"resumed"}
-        with pytest.raises(ShardLeaseLost):  # the old instance's view is fenced off
+        with pytest.raises(ShardLeaseLostError):  # the old instance's view is fenced off
             await old[sid(0)].writer.write(ExtendedSequenceNumber("5"))
         await second.owned()[sid(0)].writer.write(ExtendedSequenceNumber("6"))
 

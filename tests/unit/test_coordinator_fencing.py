@@ -9,7 +9,7 @@ import pytest
 
 from shardflow.clock import SYSTEM_CLOCK
 from shardflow.consumer.checkpointing.checkpoint import Checkpointer
-from shardflow.errors import ShardLeaseLost, TransientError
+from shardflow.errors import ShardLeaseLostError, TransientError
 from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased, LeaseRenewed
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.owned import OwnedLease
@@ -66,7 +66,7 @@ async def test_a_worker_that_cannot_renew_loses_its_leases_before_another_can_ta
         assert {e.why for e in w.recorders["a"].of(LeaseLost)} == {"expired"}
 
         calls = len(blocked.calls)
-        with pytest.raises(ShardLeaseLost):
+        with pytest.raises(ShardLeaseLostError):
             await held[sid(0)].writer.write(esn(100))
         assert len(blocked.calls) == calls, "the refusal does not even reach the store"
         assert (await w.leases())[sid(0)].checkpoint.sequence_number == "TRIM_HORIZON"
@@ -93,7 +93,7 @@ async def test_the_writer_refuses_once_another_worker_took_the_lease() -> None:
         await owned.writer.write(esn(10))
         stolen = await w.store().take((await w.leases())[sid(0)], "b")
 
-        with pytest.raises(ShardLeaseLost) as caught:
+        with pytest.raises(ShardLeaseLostError) as caught:
             await owned.writer.write(esn(20))
         assert caught.value.owner == "b"
         assert owned.lost.is_set()
@@ -102,7 +102,7 @@ async def test_the_writer_refuses_once_another_worker_took_the_lease() -> None:
         (lost,) = w.recorders["a"].of(LeaseLost)
         assert (lost.why, lost.new_owner) == ("taken", "b")
         calls = len(counted.calls)
-        with pytest.raises(ShardLeaseLost):
+        with pytest.raises(ShardLeaseLostError):
             await owned.writer.write(esn(30))
         assert len(counted.calls) == calls, "refused without asking the store"
         current = (await w.leases())[sid(0)]
@@ -120,9 +120,9 @@ async def test_a_checkpointer_stops_for_good_after_the_lease_is_lost() -> None:
             checkpointer.tracker.deliver(record)
         assert await checkpointer.checkpoint(records[0]) == esn(100)
         await w.store().take((await w.leases())[sid(0)], "b")
-        with pytest.raises(ShardLeaseLost):
+        with pytest.raises(ShardLeaseLostError):
             await checkpointer.checkpoint(records[1])
-        with pytest.raises(ShardLeaseLost):
+        with pytest.raises(ShardLeaseLostError):
             checkpointer.stage(records[2])
         assert (await w.leases())[sid(0)].checkpoint == esn(100)
 
@@ -191,7 +191,7 @@ async def test_the_same_picture_without_a_doubtful_write_is_a_lost_lease() -> No
         a = await w.start("a")
         owned = a.owned()[sid(0)]
         await w.store().renew(owned.lease, "a")
-        with pytest.raises(ShardLeaseLost):
+        with pytest.raises(ShardLeaseLostError):
             await owned.writer.write(esn(9))
         assert owned.ended_why == "taken"
 
@@ -221,7 +221,7 @@ async def test_a_graceful_handoff_asks_to_give_up_and_release_passes_the_lease_o
         assert stored.checkpoint == esn(11)
         assert [e.why for e in w.recorders["a"].of(LeaseReleased)] == ["handoff"]
         assert owned.lost.is_set()
-        with pytest.raises(ShardLeaseLost):
+        with pytest.raises(ShardLeaseLostError):
             await owned.writer.write(esn(12))
 
 
@@ -256,7 +256,7 @@ async def test_a_checkpoint_write_never_outlives_the_deadline() -> None:
         clock=SYSTEM_CLOCK,
         acquired_at=SYSTEM_CLOCK.monotonic(),
     )
-    with pytest.raises(ShardLeaseLost):
+    with pytest.raises(ShardLeaseLostError):
         await asyncio.wait_for(owned.writer.write(esn(1)), timeout=2.0)
     assert owned.ended_why == "expired"
     assert SYSTEM_CLOCK.monotonic() >= owned.deadline
@@ -271,7 +271,7 @@ async def test_stop_without_release_leaves_leases_usable_until_their_deadline_on
         await owned.writer.write(esn(3))  # a final checkpoint is still possible
         await run_for(SETTINGS.usable_time + 0.5, w.clock, step=0.5)
         assert not owned.valid()
-        with pytest.raises(ShardLeaseLost):
+        with pytest.raises(ShardLeaseLostError):
             await owned.writer.write(esn(4))
         await settle()
         stored = (await w.leases())[sid(0)]

@@ -22,7 +22,7 @@ from shardflow.consumer.delivery import (
 )
 from shardflow.consumer.delivery.calls import RetryingCall
 from shardflow.errors import TransientError
-from shardflow.idempotency import ClaimOutcome, MemoryIdempotencyGuard, by_position, by_user_key
+from shardflow.idempotency import ClaimOutcome, InMemoryIdempotencyGuard, by_position, by_user_key
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import Record
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
@@ -37,14 +37,14 @@ def stream_of(count: int) -> MemoryKinesis:
     return kinesis
 
 
-def guarded(guard: MemoryIdempotencyGuard, **options: Any) -> DispatchSettings:
+def guarded(guard: InMemoryIdempotencyGuard, **options: Any) -> DispatchSettings:
     options.setdefault("retry", replace(NO_BACKOFF, max_attempts=3))
     return DispatchSettings(idempotency=Idempotency(guard), **options)
 
 
 async def test_a_successor_skips_records_handled_before_and_handles_the_rest() -> None:
     kinesis = stream_of(20)
-    guard = MemoryIdempotencyGuard()
+    guard = InMemoryIdempotencyGuard()
     first: list[bytes] = []
     await consume_until_caught_up(
         "s",
@@ -71,7 +71,7 @@ async def test_a_successor_skips_records_handled_before_and_handles_the_rest() -
 
 async def test_a_failed_call_releases_its_claim_so_the_retry_handles_the_record() -> None:
     kinesis = stream_of(6)
-    guard = MemoryIdempotencyGuard()
+    guard = InMemoryIdempotencyGuard()
     calls: Counter[bytes] = Counter()
 
     async def flaky(record: ConsumedRecord[bytes]) -> None:
@@ -93,7 +93,7 @@ async def test_a_failed_call_releases_its_claim_so_the_retry_handles_the_record(
 
 async def test_a_record_claimed_elsewhere_waits_for_the_claim_and_spends_no_attempt() -> None:
     kinesis = stream_of(4)
-    guard = MemoryIdempotencyGuard()
+    guard = InMemoryIdempotencyGuard()
     (shard,) = kinesis.shard_ids("s")
     held_seq = kinesis.records("s", shard)[2][0]
     other = await guard.claim(f"s/{shard}/{held_seq}/0")  # a live claim of another worker
@@ -128,7 +128,7 @@ async def test_a_record_claimed_elsewhere_waits_for_the_claim_and_spends_no_atte
 
 async def test_user_keys_skip_a_redelivered_event_under_a_new_sequence_number() -> None:
     records = shard_records(["a", "b", "a"])
-    guard = MemoryIdempotencyGuard()
+    guard = InMemoryIdempotencyGuard()
     # The payload's id: the third record repeats the first one's event (a producer retry).
     event_id = by_user_key(lambda r: {b"payload-2": "payload-0"}.get(r.data, r.data.decode()))
     tracker = delivered(records)
@@ -149,10 +149,10 @@ async def test_user_keys_skip_a_redelivered_event_under_a_new_sequence_number() 
 def test_idempotency_settings_refuse_what_is_not_a_guard() -> None:
     with pytest.raises(TypeError, match="not an idempotency guard"):
         Idempotency(object())  # type: ignore[arg-type]
-    assert Idempotency(MemoryIdempotencyGuard()).key is by_position
+    assert Idempotency(InMemoryIdempotencyGuard()).key is by_position
 
 
-async def answers(guard: MemoryIdempotencyGuard, key: str, outcome: ClaimOutcome) -> None:
+async def answers(guard: InMemoryIdempotencyGuard, key: str, outcome: ClaimOutcome) -> None:
     """Wait (bounded) until claiming ``key`` answers ``outcome``; a claim made meanwhile is
     given back."""
     async with asyncio.timeout(5.0):
@@ -166,7 +166,7 @@ RECORD = Record(b"x", "pk", "1", shard_id="shard-1", stream_name="s")
 
 
 def single_call(
-    guard: MemoryIdempotencyGuard,
+    guard: InMemoryIdempotencyGuard,
     handle: Callable[[Record], None] = lambda record: None,
     executor: ThreadPoolExecutor | None = None,
 ) -> RetryingCall[Record]:
@@ -194,7 +194,7 @@ async def test_a_cancelled_wait_keeps_the_claim_until_the_handler_thread_ends(
         if fails:
             raise ConnectionError("database gone")
 
-    guard = MemoryIdempotencyGuard()
+    guard = InMemoryIdempotencyGuard()
     record = RECORD
     with ThreadPoolExecutor(1) as pool:
         running = asyncio.ensure_future(single_call(guard, handle, pool).run(record, lambda: True))
@@ -211,7 +211,7 @@ async def test_a_cancelled_wait_keeps_the_claim_until_the_handler_thread_ends(
         await answers(guard, by_position(record), then)
 
 
-class _UnmarkableGuard(MemoryIdempotencyGuard):
+class _UnmarkableGuard(InMemoryIdempotencyGuard):
     """A guard whose table answers 500 to the first ``failures`` completions."""
 
     def __init__(self, failures: int) -> None:
@@ -242,7 +242,7 @@ class _Letters:
         self.records.append(record.data)
 
 
-class _BrownedOutGuard(MemoryIdempotencyGuard):
+class _BrownedOutGuard(InMemoryIdempotencyGuard):
     """A guard whose table answers 500 to every claim until ``heal()``."""
 
     def __init__(self) -> None:
@@ -292,7 +292,7 @@ async def test_a_guard_brownout_spends_no_attempt_and_dead_letters_nothing() -> 
     assert letters.records == []
 
 
-class _SlowClaimGuard(MemoryIdempotencyGuard):
+class _SlowClaimGuard(InMemoryIdempotencyGuard):
     """A guard whose claims wait for ``answer`` (a table slow to answer, a frozen process)."""
 
     def __init__(self) -> None:
@@ -333,7 +333,7 @@ async def test_a_record_whose_lease_lapsed_during_its_claim_is_not_run() -> None
     assert (await guard.claim(by_position(records[0]))).claimed
 
 
-class _HangingCompletionGuard(MemoryIdempotencyGuard):
+class _HangingCompletionGuard(InMemoryIdempotencyGuard):
     """A guard whose first completion hangs (a table retrying 5xx answers) until cancelled."""
 
     def __init__(self) -> None:

@@ -11,7 +11,7 @@ from shardflow.errors import ClaimInProgressError
 from shardflow.idempotency import (
     ClaimOutcome,
     IdempotencyGuard,
-    MemoryIdempotencyGuard,
+    InMemoryIdempotencyGuard,
     by_position,
     by_user_key,
     handle_once,
@@ -21,9 +21,9 @@ from shardflow.records import Record
 CLAIMED, DONE, IN_PROGRESS = ClaimOutcome.CLAIMED, ClaimOutcome.DONE, ClaimOutcome.IN_PROGRESS
 
 
-def guard(**options: object) -> tuple[MemoryIdempotencyGuard, ManualClock]:
+def guard(**options: object) -> tuple[InMemoryIdempotencyGuard, ManualClock]:
     clock = ManualClock()
-    return MemoryIdempotencyGuard(clock=clock, **options), clock  # type: ignore[arg-type]
+    return InMemoryIdempotencyGuard(clock=clock, **options), clock  # type: ignore[arg-type]
 
 
 async def test_a_key_is_claimed_once_then_done_after_complete() -> None:
@@ -86,7 +86,7 @@ async def test_only_claimed_claims_complete_or_release() -> None:
     with pytest.raises(ValueError, match="only a CLAIMED claim"):
         await g.release(busy)
     with pytest.raises(ValueError, match="max_entries"):
-        MemoryIdempotencyGuard(0)
+        InMemoryIdempotencyGuard(0)
 
 
 async def test_handle_once_runs_skips_releases_and_refuses_in_progress() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from shardflow.errors import InvalidArgumentError, ResourceNotFoundError, ThrottledError
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.memory import apply, holds, item_size
 from shardflow.leases.model import Item
 from shardflow.leases.writes import Absent, Add, Equals, Exists, Put, Remove
@@ -104,6 +104,6 @@ async def test_raw_items_written_by_others_are_read() -> None:
     lease = await store.get("shardId-1")
     assert lease is not None
     assert lease.lease_counter == 4
-    with pytest.raises(LeaseConditionFailed) as failed:
+    with pytest.raises(LeaseConditionFailedError) as failed:
         await store.create_if_absent(Lease.new("shardId-1"))
     assert failed.value.current == lease

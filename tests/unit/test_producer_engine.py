@@ -398,7 +398,7 @@ async def test_close_with_a_timeout_fails_what_cannot_be_delivered() -> None:
     await producer.start()
     futures = await put_numbered(producer, 50, keys=5)
     started = time.monotonic()
-    await producer.close(grace=0.2)
+    await producer.close(timeout=0.2)
     assert time.monotonic() - started < 2
     for future in futures:
         with pytest.raises(RecordDeliveryError) as caught:

@@ -13,6 +13,8 @@ import pytest
 
 import shardflow
 
+ROOT = Path(__file__).resolve().parents[2]
+
 # The documented everyday surface. Adding or removing a name is an API change: update the docs'
 # API reference with it (it renders exactly ``shardflow.__all__``).
 EVERYDAY_API = {
@@ -30,11 +32,11 @@ EVERYDAY_API = {
     "ConsumerStatus", "ShardStatus", "ConsumerMetrics", "DiagnosticEvent",
     # dead letters and idempotency
     "DeadLetter", "JsonLinesDestination", "KinesisDestination",
-    "DynamoDBIdempotencyGuard", "MemoryIdempotencyGuard",
+    "DynamoDBIdempotencyGuard", "InMemoryIdempotencyGuard",
     # errors people catch
     "ShardflowError", "AwsError", "ThrottledError", "TransientError", "ResourceNotFoundError",
     "AccessDeniedError", "AggregationError", "DeserializationError", "RecordTooLargeError",
-    "ProducerClosedError", "RecordDeliveryError", "ShardLeaseLost", "HandlerError",
+    "ProducerClosedError", "RecordDeliveryError", "ShardLeaseLostError", "HandlerError",
     "DispatchStoppedError", "RetriesExhaustedError",
     "__version__",
 }  # fmt: skip
@@ -57,6 +59,98 @@ def test_errors_people_catch_share_the_root() -> None:
         value = getattr(shardflow, name)
         if inspect.isclass(value) and issubclass(value, Exception):
             assert issubclass(value, shardflow.ShardflowError), name
+
+
+def test_the_type_checkers_imports_are_generated_from_the_one_list() -> None:
+    from support.public_api import INIT, imported
+
+    wanted = {(module, name) for module, names in shardflow._EXPORTS.items() for name in names}
+    assert imported(INIT.read_text()) == wanted, "run: python tests/support/public_api.py"
+    assert shardflow.__all__ == [*sorted(shardflow._MODULE_OF, key=str.lower), "__version__"]
+
+
+def test_names_read_as_one_design() -> None:
+    """Errors end in ``Error``; ``*Settings`` are frozen dataclasses."""
+    import dataclasses
+
+    for name in shardflow.__all__:
+        value = getattr(shardflow, name)
+        if inspect.isclass(value) and issubclass(value, BaseException):
+            assert name.endswith("Error"), name
+        if name.endswith("Settings"):
+            assert dataclasses.is_dataclass(value), name
+            assert value.__dataclass_params__.frozen, name  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("ShardLeaseLost", "ShardLeaseLostError"),
+        ("MemoryIdempotencyGuard", "InMemoryIdempotencyGuard"),
+    ],
+)
+def test_renamed_names_work_for_a_release_with_a_warning(old: str, new: str) -> None:
+    with pytest.warns(DeprecationWarning, match=new):
+        value = getattr(shardflow, old)
+    assert value is getattr(shardflow, new)
+    assert old in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_renamed_names_in_their_own_modules_warn_too() -> None:
+    import shardflow.errors
+    import shardflow.idempotency
+    import shardflow.leases
+
+    for module, old, new in [
+        (shardflow.errors, "ShardLeaseLost", "ShardLeaseLostError"),
+        (shardflow.leases, "LeaseConditionFailed", "LeaseConditionFailedError"),
+        (shardflow.idempotency, "MemoryIdempotencyGuard", "InMemoryIdempotencyGuard"),
+    ]:
+        with pytest.warns(DeprecationWarning, match=new):
+            assert getattr(module, old) is getattr(module, new)
+
+
+def test_every_close_takes_a_timeout() -> None:
+    for client in (shardflow.Consumer, shardflow.Producer, shardflow.SyncProducer):
+        parameters = inspect.signature(client.close).parameters
+        assert "timeout" in parameters, client
+
+
+def test_one_spelling_per_policy() -> None:
+    settings = shardflow.ConsumerSettings(on_error="stop-consumer")
+    assert settings.on_error == "stop-consumer"
+    assert shardflow.DispatchSettings().on_failure == "stop-shard"
+    with pytest.warns(DeprecationWarning, match="stop-shard"):
+        old = shardflow.ConsumerSettings(on_error="stop_shard")  # type: ignore[arg-type]
+    assert old.on_error == "stop-shard"
+
+
+def test_entry_points_take_typed_parameters_not_options() -> None:
+    for function in (shardflow.run_consumer, shardflow.read_all, shardflow.read_stream):
+        kinds = {p.kind for p in inspect.signature(function).parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, function
+
+
+async def test_async_with_starts_a_consumer_as_it_starts_a_producer() -> None:
+    from shardflow.aws import OpenClients
+    from shardflow.errors import ResourceNotFoundError
+    from shardflow.leases import InMemoryLeaseStore
+    from shardflow.testing import MemoryKinesis
+
+    kinesis = MemoryKinesis()
+    consumer = shardflow.Consumer(
+        "missing",
+        "app",
+        clients=OpenClients(kinesis=kinesis),
+        lease_store=InMemoryLeaseStore("app"),
+    )
+    with pytest.raises(ResourceNotFoundError):
+        async with consumer:
+            pass
+    producer = shardflow.Producer("missing", clients=OpenClients(kinesis=kinesis))
+    with pytest.raises(ResourceNotFoundError):
+        async with producer:
+            pass
 
 
 def _import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
-from shardflow.errors import ShardLeaseLost
+from shardflow.errors import ShardLeaseLostError
 from shardflow.fetch.batch import FetchedBatch
 from shardflow.leases.model import Lease
 from shardflow.positions import StartPosition
@@ -45,7 +45,7 @@ class StubWriter:
         await asyncio.sleep(0)
         if not self.lease.valid():
             self.refused += 1
-            raise ShardLeaseLost(self.lease.shard_id, owner="someone-else")
+            raise ShardLeaseLostError(self.lease.shard_id, owner="someone-else")
         self.written.append(position)
 
 

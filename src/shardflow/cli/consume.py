@@ -257,7 +257,7 @@ def consume(
             ),
             deserializer=_DESERIALIZERS[deserializer],
             prefetch_records=prefetch_records,
-            on_error="stop_shard" if on_error is OnError.STOP_SHARD else "stop_consumer",
+            on_error="stop-shard" if on_error is OnError.STOP_SHARD else "stop-consumer",
             drain_timeout=drain_timeout,
             dispatch=dispatch,
         )

@@ -18,7 +18,7 @@ or, to drive each shard yourself::
 Lifecycle: start creates the lease table if needed, lists shards for a new application and
 takes leases at once. Each lease taken starts a shard (after its parents reached SHARD_END).
 At a shard's end: SHARD_END is checkpointed once every record is handled, children's leases
-are created, the lease is released. ``stop()``: fetching stops, records in the handlers
+are created, the lease is released. ``close()``: fetching stops, records in the handlers
 finish, every shard writes a final checkpoint, then every lease is released (others take them
 at once, no failover wait).
 """
@@ -136,6 +136,39 @@ class Consumer:
         self._supervisor: ShardSupervisor | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._dispatched: DispatchedShards | None = None
+        # Opened by start() (or by the first run): clients, lease table, fan-out registrations.
+        self._opened: tuple[AsyncExitStack, Connections, Any, LeaseStore] | None = None
+
+    # --- life cycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the clients and the lease table (created if needed) and check every stream;
+        raises if one cannot be used (a wrong name, missing permissions). Takes no lease yet:
+        :meth:`consume` or :meth:`shards` do. ``async with consumer`` calls it, as a
+        producer's does; :meth:`consume` calls it if nobody did."""
+        if self._opened is not None:
+            return
+        stack = AsyncExitStack()
+        connections = Connections(
+            self.settings,
+            self.application_name,
+            self.streams,
+            clients=self._clients,
+            lease_store=self._lease_store,
+            clock=self._clock,
+        )
+        try:
+            kinesis, store = await connections.open(stack)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._opened = (stack, connections, kinesis, store)
+
+    async def _release(self) -> None:
+        """Close what :meth:`start` opened."""
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            await opened[0].aclose()
 
     # --- public API --------------------------------------------------------------------------
 
@@ -147,24 +180,24 @@ class Consumer:
         auto_ack: bool = True,
         dead_letters: DeadLetters | None = None,
     ) -> None:
-        """Hand every record of every owned shard to ``handler`` until :meth:`stop`.
+        """Hand every record of every owned shard to ``handler`` until :meth:`close`.
 
-        ``handler`` takes one :class:`~shardflow.consumer.checkpointing.acks.ConsumedRecord` (or, with
-        ``batch``, a list of them); ``async def`` handlers are awaited, plain ones run in a
-        thread pool. Records of one shard arrive in order, one call at a time; shards run
+        ``handler`` takes one :class:`~shardflow.ConsumedRecord` (or, with ``batch``, the list
+        of a chunk's records); ``async def`` handlers are awaited, plain ones run in a thread
+        pool. Records of one shard arrive in order, one call at a time; shards run
         concurrently. A record is acknowledged when the call that got it returns, unless
         ``auto_ack`` is False (then call ``record.ack()``). Raises the error that stopped the
-        consumer under ``on_error="stop_consumer"``.
+        consumer under ``on_error="stop-consumer"``.
 
-        With ``settings.dispatch`` (see :class:`~shardflow.consumer.delivery.DispatchSettings`)
-        records are dispatched per its ordering mode, retried, and finally failed ones go to
-        ``dead_letters`` or stop the shard; the handler then takes single records and the
-        consumer acknowledges them (``batch`` and ``auto_ack=False`` are refused).
-        ``dead_letters`` is a :class:`~shardflow.deadletter.DeadLetterDestination` (e.g.
-        :class:`~shardflow.deadletter.JsonLinesDestination`,
-        :class:`~shardflow.deadletter.KinesisDestination`; the caller closes it) or a
-        :class:`~shardflow.consumer.delivery.DeadLetterSink` of one's own. A record is
-        acknowledged only after its letter was written; a failed write stops the shard.
+        ``settings.dispatch`` (:class:`~shardflow.DispatchSettings`) chooses the ordering mode
+        (shard, key, unordered; a batch handler takes shard order), retries, and where records
+        that failed for good go: ``dead_letters`` or a stopped shard. Without it: shard order,
+        no retries, a failure stops the shard. A record the deserializer rejects is such a
+        failure too, without a handler call. ``dead_letters`` is a
+        :class:`~shardflow.deadletter.DeadLetterDestination` (e.g.
+        :class:`~shardflow.JsonLinesDestination`, :class:`~shardflow.KinesisDestination`; the
+        caller closes it). A record is acknowledged only after its letter was written; a failed
+        write stops the shard.
         """
         dispatch = self.settings.dispatch
         if dispatch is not None and dispatch.needs_dead_letters and dead_letters is None:
@@ -197,7 +230,7 @@ class Consumer:
         return ObservedSink(sink, self._metrics.dead_lettered, clock=self._clock)
 
     async def shards(self) -> AsyncIterator[ShardSession]:
-        """Each shard this worker comes to own, as a :class:`ShardSession`, until :meth:`stop`.
+        """Each shard this worker comes to own, as a :class:`ShardSession`, until :meth:`close`.
 
         Iterate every session's ``batches`` (typically in a task per session). Leaving the
         loop stops the consumer; close the iterator (``contextlib.aclosing``) if you may leave
@@ -237,17 +270,21 @@ class Consumer:
         else:
             loop.call_soon_threadsafe(self._stop_requested.set)
 
-    async def close(self) -> None:
-        """Stop gracefully and wait until done: final checkpoints, leases released. Nothing
-        happens if it is not running.
+    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Stop gracefully and wait until done: final checkpoints, leases released, clients
+        closed. Nothing happens if it is not running.
 
-        From inside a handler use :meth:`request_stop` (the stop waits for handlers).
+        With ``timeout``, waits at most that many seconds and raises TimeoutError (the stop
+        goes on). From inside a handler use :meth:`request_stop` (the stop waits for handlers).
         """
         self.request_stop()
         supervisor = self._supervisor
         shard_task = supervisor is not None and supervisor.is_shard_task(asyncio.current_task())
         if self._active and not shard_task:
-            await self._stopped.wait()
+            async with asyncio.timeout(timeout):
+                await self._stopped.wait()
+        if not self._active:
+            await self._release()
 
     async def stop(self) -> None:
         """Deprecated: :meth:`close`."""
@@ -255,6 +292,8 @@ class Consumer:
         await self.close()
 
     async def __aenter__(self) -> Self:
+        """Start the consumer (:meth:`start`), as a producer's ``async with`` does."""
+        await self.start()
         return self
 
     async def __aexit__(
@@ -392,30 +431,26 @@ class Consumer:
         self._supervisor = None
         threads = self.settings.handler_threads or min(32, (os.cpu_count() or 1) + 4)
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="shardflow-handler")
+        started_here = self._opened is None
         try:
-            async with AsyncExitStack() as stack:
-                coordinator = await self._open(stack)
-                try:
-                    yield coordinator
-                finally:
-                    await coordinator.stop(release=True)
+            await self.start()
+            coordinator = await self._open()
+            try:
+                yield coordinator
+            finally:
+                await coordinator.stop(release=True)
         finally:
+            if started_here:
+                await self._release()
             self._executor.shutdown(wait=False)
             self._active = False
             self._stop_early = False
             self._stopped.set()
 
-    async def _open(self, stack: AsyncExitStack) -> LeaseCoordinator:
-        """Clients, lease store, fan-out registrations and the started coordinator."""
-        connections = Connections(
-            self.settings,
-            self.application_name,
-            self.streams,
-            clients=self._clients,
-            lease_store=self._lease_store,
-            clock=self._clock,
-        )
-        kinesis, store = await connections.open(stack)
+    async def _open(self) -> LeaseCoordinator:
+        """The supervisor and the started coordinator, over what :meth:`start` opened."""
+        assert self._opened is not None
+        _, connections, kinesis, store = self._opened
         self._supervisor = ShardSupervisor(
             connections,
             settings=self.settings,

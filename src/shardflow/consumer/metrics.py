@@ -141,7 +141,7 @@ class StreamCounters:
     checkpoints: int = 0
     shard_failures: int = 0
     parked_shards: int = 0
-    """Shards parked now (a handler failure under ``on_error="stop_shard"``)."""
+    """Shards parked now (a handler failure under ``on_error="stop-shard"``)."""
     handler_overruns: int = 0
     """Handler calls found still running ``drain_timeout`` after their shard stopped here."""
     overrunning_shards: int = 0
@@ -364,7 +364,7 @@ class ConsumerCollector(Collector):
         )
         parked = GaugeMetricFamily(
             f"{ns}_parked_shards",
-            "Shards parked now: stopped by a handler failure, lease kept (on_error=stop_shard).",
+            "Shards parked now: stopped by a handler failure, lease kept (on_error=stop-shard).",
             labels=["stream"],
         )
         overrunning = GaugeMetricFamily(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -30,7 +31,10 @@ FetchMode = Polling | FanOut
 """How records are fetched: by polling (:class:`~shardflow.fetch.Polling`) or by enhanced
 fan-out (:class:`~shardflow.fetch.FanOut`), each value carrying its own settings."""
 
-ErrorPolicy = Literal["stop_shard", "stop_consumer"]
+ErrorPolicy = Literal["stop-shard", "stop-consumer"]
+
+_OLD_ERROR_POLICIES: Final = {"stop_shard": "stop-shard", "stop_consumer": "stop-consumer"}
+"""The first spellings (with underscores), accepted for one release with a DeprecationWarning."""
 
 
 def default_worker_id() -> str:
@@ -76,10 +80,10 @@ class ConsumerSettings:
     on_malformed_aggregate: MalformedPolicy = "plain"
     """A KPL aggregate that fails to decode is delivered as one plain record (``"plain"``) or
     stops the shard (``"raise"``)."""
-    on_error: ErrorPolicy = "stop_shard"
-    """When a handler raises or a record cannot be deserialized: ``"stop_shard"`` checkpoints
+    on_error: ErrorPolicy = "stop-shard"
+    """When a handler raises or a record cannot be deserialized: ``"stop-shard"`` checkpoints
     what was handled before it and parks the shard (the lease stays held, nothing more is
-    delivered from it until the consumer restarts; other shards go on), ``"stop_consumer"``
+    delivered from it until the consumer restarts; other shards go on), ``"stop-consumer"``
     stops the whole consumer gracefully and ``consume`` raises the error."""
     drain_timeout: float = 30.0
     """On stop or when the lease is handed over: how long records handed to user code may
@@ -110,8 +114,17 @@ class ConsumerSettings:
             raise ValueError("out_of_range_sub_records must be 'deliver' or 'drop'")
         if self.on_malformed_aggregate not in ("plain", "raise"):
             raise ValueError("on_malformed_aggregate must be 'plain' or 'raise'")
-        if self.on_error not in ("stop_shard", "stop_consumer"):
-            raise ValueError("on_error must be 'stop_shard' or 'stop_consumer'")
+        if self.on_error in _OLD_ERROR_POLICIES:
+            new = _OLD_ERROR_POLICIES[self.on_error]
+            warnings.warn(
+                f"on_error={self.on_error!r} is spelled {new!r} now (as the CLI and "
+                "DispatchSettings.on_failure spell policies)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            object.__setattr__(self, "on_error", new)
+        if self.on_error not in ("stop-shard", "stop-consumer"):
+            raise ValueError("on_error must be 'stop-shard' or 'stop-consumer'")
         if self.drain_timeout < 0:
             raise ValueError("drain_timeout must not be negative")
         if self.handler_threads is not None and self.handler_threads < 1:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.deprecation import renamed
 from shardflow.idempotency.guard import Claim, ClaimOutcome, new_token, require_claimed
 
 DEFAULT_CLAIM_TTL: Final = 300.0
@@ -20,7 +21,7 @@ class _Entry:
     expires_at: float | None  # monotonic seconds; None: never
 
 
-class MemoryIdempotencyGuard:
+class InMemoryIdempotencyGuard:
     """Remembers up to ``max_entries`` keys in this process (least recently used go first).
 
     ``done_ttl`` (None: until evicted) is how long a handled key is remembered; ``claim_ttl``
@@ -92,3 +93,6 @@ class MemoryIdempotencyGuard:
 
     async def close(self) -> None:
         self._entries.clear()
+
+
+__getattr__ = renamed(__name__, {"MemoryIdempotencyGuard": "InMemoryIdempotencyGuard"})

@@ -3,12 +3,13 @@
 :class:`Lease` is one lease item; a :class:`LeaseStore` reads and conditionally writes them,
 on DynamoDB (:class:`DynamoDBLeaseStore`, shared with KCL workers of the same application) or
 in memory with the same semantics (:class:`InMemoryLeaseStore`). A write that finds the lease
-changed raises :class:`~shardflow.leases.errors.LeaseConditionFailed` with the lease as it is now.
+changed raises :class:`~shardflow.leases.errors.LeaseConditionFailedError` with the lease as it is now.
 """
 
+from shardflow.deprecation import renamed
 from shardflow.errors import MalformedLeaseError
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.keys import (
     StreamIdentifier,
     is_multi_stream_lease_key,
@@ -24,7 +25,7 @@ __all__ = [
     "InMemoryLeaseStore",
     "InMemoryLeaseTables",
     "Lease",
-    "LeaseConditionFailed",
+    "LeaseConditionFailedError",
     "LeaseStore",
     "LeaseStoreBase",
     "MalformedLeaseError",
@@ -34,3 +35,5 @@ __all__ = [
     "multi_stream_lease_key",
     "split_multi_stream_lease_key",
 ]
+
+__getattr__ = renamed(__name__, {"LeaseConditionFailed": "LeaseConditionFailedError"})

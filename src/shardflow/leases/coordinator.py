@@ -28,9 +28,9 @@ Interface (what the consumer builds on)
 ``OwnedLease`` (shardflow.leases.owned): ``lease_key``, ``stream`` (name given), ``shard_id``,
 ``lease`` (latest item), ``checkpoint``, ``completed_state``, ``parent_shard_ids``,
 ``hash_range``, ``lost`` and ``giving_up`` (asyncio.Event), ``valid()``, ``deadline``,
-``remaining()``, ``ensure_valid()`` (raises ShardLeaseLost), ``ended_why``/``released``/
+``remaining()``, ``ensure_valid()`` (raises ShardLeaseLostError), ``ended_why``/``released``/
 ``new_owner`` (after it ended), ``writer`` (the CheckpointWriter: ``await
-writer.write(position, completed_state=None)``, refuses with ShardLeaseLost once not valid,
+writer.write(position, completed_state=None)``, refuses with ShardLeaseLostError once not valid,
 conditional on the counter, serialized with renewals), ``record_children(ids)``.
 A shard may be processed only while ``owned.valid()``; when ``lost`` is set stop at once and
 never checkpoint again (the writer refuses anyway). When ``giving_up`` is set (shutdown, or a

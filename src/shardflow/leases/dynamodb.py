@@ -19,7 +19,7 @@ from shardflow.aws.clients import ClientFactory
 from shardflow.aws.dynamodb_tables import create_table, describe_table, wait_until_active
 from shardflow.backoff import Backoff
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.model import (
     LEASE_KEY,
     AttributeValue,
@@ -347,7 +347,7 @@ class DynamoDBLeaseStore(LeaseStoreBase):
                 # connection): the item shows our own write, as KCL's renew also checks.
                 log.info("%s of %s had succeeded before a retry", write.operation, write.lease_key)
                 return current
-            raise LeaseConditionFailed(write.operation, write.lease_key, current=current)
+            raise LeaseConditionFailedError(write.operation, write.lease_key, current=current)
         if write.kind == "update":
             return lease_from_item(answer["Attributes"])
         if write.kind == "put":

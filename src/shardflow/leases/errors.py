@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from shardflow.errors import ConditionFailedError, ShardLeaseLost
+from shardflow.deprecation import renamed
+from shardflow.errors import ConditionFailedError, ShardLeaseLostError
 from shardflow.leases.model import Lease
 
 
-class LeaseConditionFailed(ConditionFailedError):
+class LeaseConditionFailedError(ConditionFailedError):
     """A conditional lease write found the lease changed: it is not what the caller thought.
 
     ``current`` is the lease as it is now, taken from the failed write's response (no extra
@@ -35,7 +36,10 @@ class LeaseConditionFailed(ConditionFailedError):
         """The worker holding the lease now (the checkpoint owner during a handoff), if any."""
         return None if self.current is None else self.current.actual_owner
 
-    def as_lease_lost(self) -> ShardLeaseLost:
+    def as_lease_lost(self) -> ShardLeaseLostError:
         """The same news as the consumer tells it: the shard's lease is lost to its current owner."""
         shard_id = self.current.shard_id if self.current is not None else self.lease_key
-        return ShardLeaseLost(shard_id, owner=self.current_owner)
+        return ShardLeaseLostError(shard_id, owner=self.current_owner)
+
+
+__getattr__ = renamed(__name__, {"LeaseConditionFailed": "LeaseConditionFailedError"})

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Final
 
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError, ResourceNotFoundError
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.model import (
     LEASE_KEY,
     AttributeValue,
@@ -224,7 +224,9 @@ class InMemoryLeaseStore(LeaseStoreBase):
         # Between the yield above and here nothing else runs: the write is atomic, as in DynamoDB.
         old = items.get(write.lease_key)
         if not all(holds(condition, old) for condition in write.conditions):
-            raise LeaseConditionFailed(write.operation, write.lease_key, current=_as_lease(old))
+            raise LeaseConditionFailedError(
+                write.operation, write.lease_key, current=_as_lease(old)
+            )
         if write.kind == "delete":
             items.pop(write.lease_key, None)
             return None

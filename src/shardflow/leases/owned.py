@@ -22,9 +22,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Literal
 
 from shardflow.clock import Clock
-from shardflow.errors import AwsError, ShardLeaseLost
+from shardflow.errors import AwsError, ShardLeaseLostError
 from shardflow.events import LostWhy, ReleasedWhy
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.model import Lease
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore
@@ -143,12 +143,12 @@ class OwnedLease:
         return self._deadline - self._clock.monotonic()
 
     def ensure_valid(self) -> None:
-        """Raise :class:`ShardLeaseLost` unless :meth:`valid`."""
+        """Raise :class:`ShardLeaseLostError` unless :meth:`valid`."""
         if self.ended:
-            raise ShardLeaseLost(self.shard_id, owner=self.new_owner)
+            raise ShardLeaseLostError(self.shard_id, owner=self.new_owner)
         if not self.valid():
             self.mark_lost("expired")
-            raise ShardLeaseLost(self.shard_id)
+            raise ShardLeaseLostError(self.shard_id)
 
     def __repr__(self) -> str:
         state = self.ended_why or f"valid for {self.remaining():.1f}s"
@@ -178,7 +178,7 @@ class OwnedLease:
                         lambda lease: self._store.renew(lease, self._worker_id),
                         lands_as=known.checkpoint,
                     )
-                except LeaseConditionFailed as exc:
+                except LeaseConditionFailedError as exc:
                     return self._after_conflict(exc)
                 self._confirm(renewed, sent)
                 return "renewed"
@@ -206,7 +206,7 @@ class OwnedLease:
         ``final`` marks the shard's last checkpoint before it is let go. During a handoff from
         this worker that write also hands the lease over (see :meth:`_hand_over`).
 
-        Raises :class:`ShardLeaseLost` if the lease is lost or past its deadline, before or
+        Raises :class:`ShardLeaseLostError` if the lease is lost or past its deadline, before or
         during the write.
         """
         self.ensure_valid()
@@ -227,8 +227,8 @@ class OwnedLease:
                 self._confirm(await self._conditional(write, lands_as=position), sent)
         except TimeoutError:
             self.mark_lost("expired")
-            raise ShardLeaseLost(self.shard_id) from None
-        except LeaseConditionFailed as exc:
+            raise ShardLeaseLostError(self.shard_id) from None
+        except LeaseConditionFailedError as exc:
             self.mark_lost("taken", exc.current_owner)
             raise exc.as_lease_lost() from exc
 
@@ -253,8 +253,8 @@ class OwnedLease:
                 handed = await self._conditional(write, lands_as=position)
         except TimeoutError:
             self.mark_lost("expired")
-            raise ShardLeaseLost(self.shard_id) from None
-        except LeaseConditionFailed as exc:
+            raise ShardLeaseLostError(self.shard_id) from None
+        except LeaseConditionFailedError as exc:
             self.mark_lost("taken", exc.current_owner)
             raise exc.as_lease_lost() from exc
         self._lease = handed
@@ -281,7 +281,7 @@ class OwnedLease:
                     lambda lease: self._store.release(lease, self._worker_id),
                     lands_as=self._lease.checkpoint,
                 )
-            except LeaseConditionFailed as exc:
+            except LeaseConditionFailedError as exc:
                 self.mark_lost("taken", exc.current_owner)
                 return False
             except AwsError as exc:
@@ -314,7 +314,7 @@ class OwnedLease:
                     return False
                 try:
                     lease = await self._store.handoff(self._lease, self._worker_id, to_worker)
-                except LeaseConditionFailed as exc:
+                except LeaseConditionFailedError as exc:
                     self._after_conflict(exc)
                     return False
                 self._lease = lease
@@ -402,7 +402,7 @@ class OwnedLease:
         """``write(lease)``; once more when a refusal shows the lease is still ours."""
         try:
             return await self._attempt(write, lands_as=lands_as)
-        except LeaseConditionFailed as exc:
+        except LeaseConditionFailedError as exc:
             if self._after_conflict(exc) in ("lost", "gone"):
                 raise
         return await self._attempt(write, lands_as=lands_as)
@@ -415,7 +415,7 @@ class OwnedLease:
         that the next refusal can be recognised as our own write (see _after_conflict)."""
         try:
             result = await write(self._lease)
-        except LeaseConditionFailed:
+        except LeaseConditionFailedError:
             raise
         except BaseException:
             self._in_doubt = lands_as
@@ -423,7 +423,7 @@ class OwnedLease:
         self._in_doubt = None
         return result
 
-    def _after_conflict(self, exc: LeaseConditionFailed) -> RenewOutcome:
+    def _after_conflict(self, exc: LeaseConditionFailedError) -> RenewOutcome:
         """Make sense of a refused write: our own lost answer, a handoff, or a lost lease."""
         current = exc.current
         mine = self._worker_id
@@ -459,7 +459,7 @@ class OwnedLease:
 class LeaseCheckpointWriter:
     """The :class:`~shardflow.consumer.checkpointing.checkpoint.CheckpointWriter` of one held lease.
 
-    Refuses (:class:`ShardLeaseLost`) once the lease is lost or past its deadline; otherwise
+    Refuses (:class:`ShardLeaseLostError`) once the lease is lost or past its deadline; otherwise
     writes through the store, conditional on the lease's current counter, serialized with
     renewals. ``completed_state`` is stored in the lease's ``shardflowCompleted`` attribute;
     None clears it.

@@ -23,7 +23,7 @@ from typing import Any
 
 from shardflow.aws.kinesis import describe_stream_summary, list_shards
 from shardflow.leases.concurrency import run_bounded
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.keys import StreamIdentifier
 from shardflow.leases.model import Lease
 from shardflow.leases.store import LeaseStore
@@ -183,7 +183,7 @@ async def create_in_order(
     async def create(lease: Lease) -> None:
         try:
             result = await store.create_if_absent(lease)
-        except LeaseConditionFailed:
+        except LeaseConditionFailedError:
             return  # someone else created it first: same shard, same lineage rules
         created.append(result)
         if on_created is not None:

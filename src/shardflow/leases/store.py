@@ -2,7 +2,7 @@
 
 Every mutating call is one conditional write (see :mod:`shardflow.leases.writes` for the exact
 conditions, which follow KCL). It returns the lease as it is after the write, or raises
-:class:`~shardflow.leases.errors.LeaseConditionFailed` carrying the lease as it is now (``current``),
+:class:`~shardflow.leases.errors.LeaseConditionFailedError` carrying the lease as it is now (``current``),
 read from the failed write's own response. Transient AWS failures are retried with backoff; a
 failed condition never is. Worker ids must be non-empty strings: an empty ``leaseOwner`` is
 never written.
@@ -153,7 +153,7 @@ class LeaseStoreBase(abc.ABC):
     async def execute(self, write: writes.LeaseWrite) -> Lease | None:
         """Perform one conditional write; the lease after it (None after a delete).
 
-        Raises :class:`~shardflow.leases.errors.LeaseConditionFailed` when a condition does not hold.
+        Raises :class:`~shardflow.leases.errors.LeaseConditionFailedError` when a condition does not hold.
         """
 
     async def _lease(self, write: writes.LeaseWrite) -> Lease:

@@ -25,7 +25,7 @@ from shardflow.errors import ShardflowError
 from shardflow.events import AcquiredHow, EventEmitter, WorkerJoined, WorkerLeft
 from shardflow.leases.balance import PlannedTake, plan_takes
 from shardflow.leases.concurrency import run_bounded
-from shardflow.leases.errors import LeaseConditionFailed
+from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoffs import HandoffBook, asked_by_another
 from shardflow.leases.model import Lease
@@ -232,7 +232,7 @@ class LeaseTaker:
         sent = self._clock.monotonic()
         try:
             lease = await self._store.take(planned.lease, self._worker_id)
-        except LeaseConditionFailed:
+        except LeaseConditionFailedError:
             return None  # another worker was quicker, or the owner renewed meanwhile
         except ShardflowError as exc:
             log.warning("taking lease %s failed: %s", planned.lease.lease_key, exc)

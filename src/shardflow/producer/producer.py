@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
 from functools import partial
@@ -127,22 +128,27 @@ class Producer:
         if self._on_metrics is not None:
             self._metrics_task = loop.create_task(self._report_metrics())
 
-    async def close(self, grace: float | None = None) -> None:
+    async def close(self, timeout: float | None = None, *, grace: float | None = None) -> None:  # noqa: ASYNC109
         """Send everything accepted, wait for every result, then release the client.
 
         Accepted records are never dropped: each gets a result or a RecordDeliveryError.
         ``put`` calls still waiting for buffer room fail with ProducerClosedError. With
-        ``grace``, records still without a result after that many seconds fail with
+        ``timeout``, records still without a result after that many seconds fail with
         ``RecordDeliveryError`` (code ``ProducerAborted`` or ``Cancelled``) and requests in
-        flight are abandoned.
+        flight are abandoned. (``grace=`` is the first spelling of ``timeout=``: deprecated.)
         """
+        if grace is not None:
+            warnings.warn(
+                "Producer.close(grace=) is Producer.close(timeout=)", DeprecationWarning, 2
+            )
+            timeout = grace if timeout is None else timeout
         if self._loop is None or self._engine is None:
             return
         if self._close_task is None:
             self._close_task = asyncio.ensure_future(self._shutdown())
-        if grace is not None:
+        if timeout is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(self._close_task), grace)
+                await asyncio.wait_for(asyncio.shield(self._close_task), timeout)
             except TimeoutError:
                 log.warning("closing the producer of %s timed out; aborting", self.stream)
                 await self._engine.abort()

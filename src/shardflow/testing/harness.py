@@ -116,7 +116,7 @@ async def consume_until_caught_up(
             await asyncio.wait_for(run, consumer.settings.drain_timeout + 5.0)
         raise
     await consumer.close()
-    await run  # raises what the consumer raised (on_error="stop_consumer")
+    await run  # raises what the consumer raised (on_error="stop-consumer")
     return ConsumeReport(status, await store.list_leases())
 
 

@@ -20,7 +20,7 @@ from shardflow.aws.persistence import Patience, Persistence
 from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.consumer.checkpointing.acks import AckTracker, PendingCounts
-from shardflow.errors import AwsError, ShardLeaseLost
+from shardflow.errors import AwsError, ShardLeaseLostError
 from shardflow.events import SILENT, CheckpointWritten, ShardEmitter, WriteReason
 from shardflow.read.completed import (
     DEFAULT_MAX_COMPLETED_BYTES,
@@ -55,7 +55,7 @@ class CheckpointWriter(Protocol):
         ``completed_state`` (from :func:`~shardflow.read.completed.encode_completed`) lists records
         handled beyond ``position``; None means there are none, and any earlier state must be
         cleared. ``final`` marks the last write before the lease is let go (a lease store may
-        fold a pending handoff into it). Raises :class:`~shardflow.errors.ShardLeaseLost` if
+        fold a pending handoff into it). Raises :class:`~shardflow.errors.ShardLeaseLostError` if
         another worker owns the lease.
         """
         ...
@@ -127,7 +127,7 @@ class Checkpointer:
         self._written_state: bytes | None = None
         self._written_at: float | None = None
         self._written_acked = 0
-        self._lost: ShardLeaseLost | None = None
+        self._lost: ShardLeaseLostError | None = None
         self._last_error: Exception | None = None
         self._lock = asyncio.Lock()
         self._count_due = asyncio.Event()
@@ -143,7 +143,7 @@ class Checkpointer:
     def stage(self, record: Record) -> None:
         """Mark ``record`` and every record before it as handled, without writing.
 
-        Raises :class:`ShardLeaseLost` once the lease is known to be lost, so handlers stop early.
+        Raises :class:`ShardLeaseLostError` once the lease is known to be lost, so handlers stop early.
         """
         self._raise_if_lost()
         self._tracker.ack_through(record)
@@ -183,7 +183,7 @@ class Checkpointer:
     ) -> ExtendedSequenceNumber | None:
         """A last write that a brownout of the lease table does not stop: failures that may
         pass are retried until the write succeeds or the lease is lost (the writer then raises
-        :class:`ShardLeaseLost`); only what waiting cannot fix is raised."""
+        :class:`ShardLeaseLostError`); only what waiting cannot fix is raised."""
         persistence = Persistence(FINAL_WRITE_PATIENCE, clock=self._clock)
         while True:
             try:
@@ -286,7 +286,7 @@ class Checkpointer:
         write.add_done_callback(_log_unobserved_failure)
         try:
             await asyncio.shield(write)
-        except ShardLeaseLost:
+        except ShardLeaseLostError:
             pass  # the loops stop by themselves: _lost is set
         except Exception as exc:
             self._last_error = exc
@@ -296,7 +296,7 @@ class Checkpointer:
 
     def _raise_if_lost(self) -> None:
         if self._lost is not None:
-            raise ShardLeaseLost(self._lost.shard_id, owner=self._lost.owner)
+            raise ShardLeaseLostError(self._lost.shard_id, owner=self._lost.owner)
 
     async def _write(
         self, reason: WriteReason, *, shard_end: bool = False
@@ -318,7 +318,7 @@ class Checkpointer:
             started = self._clock.monotonic()
             try:
                 await self._writer.write(position, completed_state=state, final=reason == "final")
-            except ShardLeaseLost as exc:
+            except ShardLeaseLostError as exc:
                 self._lost = exc
                 self._count_due.set()  # wake the count loop so it sees the loss and ends
                 log.warning("shard %s: lease lost, checkpointing stops (%s)", self.shard_id, exc)

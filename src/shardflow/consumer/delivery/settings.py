@@ -58,7 +58,7 @@ def _default_retry() -> Backoff:
 class Idempotency:
     """An idempotency guard around every handler call, and how records are named to it.
 
-    ``guard``: a :class:`~shardflow.idempotency.MemoryIdempotencyGuard` (one process) or a
+    ``guard``: a :class:`~shardflow.idempotency.InMemoryIdempotencyGuard` (one process) or a
     :class:`~shardflow.idempotency.DynamoDBIdempotencyGuard` (shared by all workers, TTL).
     ``key``: the record's name (default :func:`~shardflow.idempotency.by_position`:
     stream/shard/sequence/sub-sequence, the same after a failover; or

@@ -2,7 +2,7 @@
 
 - A handler failure (the handler raised, a record could not be deserialized, a malformed
   aggregate under ``on_malformed="raise"``, a key function failed, retries or dead letters
-  gave out): the error policy decides; ``stop_shard`` parks the shard, keeping its lease.
+  gave out): the error policy decides; ``stop-shard`` parks the shard, keeping its lease.
 - A failure that may pass (throttling, 5xx, timeouts) that escaped a bounded retry somewhere:
   the lease is released, so that the shard is taken again and starts over.
 - Anything else retrying cannot fix (the stream deleted, access denied for longer than the

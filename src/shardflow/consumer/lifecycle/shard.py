@@ -38,7 +38,7 @@ from shardflow.consumer.delivery.calls import RunningCalls
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
 from shardflow.consumer.reading.reader import FetcherFactory, PrefetchBuffer, ShardReader
 from shardflow.consumer.settings import ConsumerSettings
-from shardflow.errors import ShardLeaseLost
+from shardflow.errors import ShardLeaseLostError
 from shardflow.events import SILENT, ShardEmitter
 from shardflow.leases.model import Lease
 from shardflow.positions import StartPosition
@@ -383,7 +383,7 @@ class ShardWorker:
                 if not await self._handlers_ended():
                     return await self._left_running(reason)
                 await self.checkpointer.final(shard_end=False)
-        except ShardLeaseLost:
+        except ShardLeaseLostError:
             return ShardResult(StopReason.LOST, self.checkpointer.last_written)
         except Exception as exc:
             log.error("shard %s: final checkpoint failed: %r", self.shard_id, exc)
@@ -420,12 +420,12 @@ class ShardWorker:
                 await self._drain(drain)
                 break
             if self.lost:
-                raise ShardLeaseLost(self.shard_id)
+                raise ShardLeaseLostError(self.shard_id)
             await first_of(
                 self._all_acked, self.lease.giving_up, self.lease.lost, self._stop_called
             )
         if self.lost:
-            raise ShardLeaseLost(self.shard_id)
+            raise ShardLeaseLostError(self.shard_id)
         if not await self._handlers_ended():
             raise _HandlerStillRuns
         shard_end = tracker.all_acked
@@ -447,7 +447,7 @@ class ShardWorker:
         calls = self.calls
         while not calls.idle:
             if self.lost:
-                raise ShardLeaseLost(self.shard_id)
+                raise ShardLeaseLostError(self.shard_id)
             if self._stop_called.is_set():
                 stopped_at = self._stopped_at or self._clock.monotonic()
                 left = stopped_at + self.settings.drain_timeout - self._clock.monotonic()

@@ -33,7 +33,7 @@ class ConsumerStatus:
     worker_id: str
     shards: tuple[ShardStatus, ...]
     parked: Mapping[str, BaseException] = field(default_factory=dict)
-    """Lease keys of shards stopped by a handler failure (``on_error="stop_shard"``; their
+    """Lease keys of shards stopped by a handler failure (``on_error="stop-shard"``; their
     leases are kept), with the error."""
     failed: Mapping[str, BaseException] = field(default_factory=dict)
     """Lease keys of shards stopped by an error retrying cannot fix (the stream deleted, access

@@ -85,7 +85,7 @@ class ShardSupervisor:
         self.workers: dict[str, ShardWorker] = {}
         """The shards being processed now, by lease key."""
         self.parked: dict[str, BaseException] = {}
-        """Shards parked by a handler failure (``stop_shard``), by lease key."""
+        """Shards parked by a handler failure (``stop-shard``), by lease key."""
         self.failed: dict[str, BaseException] = {}
         """Shards stopped by an error retrying cannot fix, by lease key."""
         self.fatal: BaseException | None = None
@@ -348,7 +348,7 @@ class ShardSupervisor:
         self, coordinator: LeaseCoordinator, owned: OwnedLease, error: BaseException | None
     ) -> None:
         """Per :mod:`~shardflow.consumer.lifecycle.failures`: a handler failure parks the shard
-        (``stop_shard``) or stops the consumer; a failure that may pass releases the lease (the
+        (``stop-shard``) or stops the consumer; a failure that may pass releases the lease (the
         shard is taken again); anything else releases it and stops the consumer."""
         error = error or RuntimeError("shard failed")
         kind = failure_kind(error)
@@ -361,7 +361,7 @@ class ShardSupervisor:
             )
             await coordinator.release(owned, why="requested")
             return
-        parked = kind == "handler" and self.settings.on_error == "stop_shard"
+        parked = kind == "handler" and self.settings.on_error == "stop-shard"
         log.error(
             "shard %s (stream %s) stopped%s: %s. %s",
             owned.shard_id,
@@ -422,11 +422,11 @@ def _what_next(kind: str, parked: bool) -> str:
         return (
             "This worker reads no more of the shard until it restarts, then from the last "
             "checkpoint (the failed record included); other shards go on. Otherwise: "
-            'on_error="stop_consumer" (--on-error stop-consumer) stops the worker; '
+            'on_error="stop-consumer" (--on-error stop-consumer) stops the worker; '
             'dispatch with retries and on_failure="skip" and dead letters '
             "(--ordering shard --on-failure skip --dead-letters file:PATH) moves past the record."
         )
     return (
-        'The consumer stops (on_error="stop_consumer"); a restart starts from the last '
-        'checkpoint. on_error="stop_shard" (--on-error stop-shard) parks only the shard.'
+        'The consumer stops (on_error="stop-consumer"); a restart starts from the last '
+        'checkpoint. on_error="stop-shard" (--on-error stop-shard) parks only the shard.'
     )
