@@ -1,7 +1,59 @@
 """Every error shardflow raises, as types.
 
 Errors carry the context a user needs to act (stream, shard, sequence number, AWS error code)
-and never credentials. Catch :class:`ShardflowError` for everything, or a narrower class.
+and never credentials. Catch :class:`ShardflowError` for everything, or a narrower class. The
+module is grouped as the hierarchy is::
+
+    ShardflowError
+        AwsError
+            ThrottledError
+            TransientError
+            ExpiredIteratorError
+            ResourceNotFoundError
+            ResourceInUseError
+            AccessDeniedError
+                MissingCredentialsError
+            InvalidArgumentError
+            ConditionFailedError
+        ConfigurationError
+            MissingRegionError
+        RecordTooLargeError
+        InvalidPartitionKeyError
+            InvalidExplicitHashKeyError
+        AggregationError
+        DeserializationError
+        ProducerError
+            ProducerClosedError
+            RecordDeliveryError
+        HandlerError
+        DispatchStoppedError
+            RetriesExhaustedError
+            DeadLetteringFailedError
+        KeyFunctionError
+        KeyBlockedError
+        ShardLeaseLostError
+        MalformedLeaseError
+        AckError
+            RecordNotDeliveredError
+            DeliveryOrderError
+        CompletedStateError
+        DeadLetterWriteError
+        MalformedDeadLetterError
+        ClaimInProgressError
+        SparkOptionError (also ValueError)
+        SparkSourceError
+            DataLossError
+            BatchEndConflictError
+            SourceMetadataError
+                MetadataOutOfStepError
+        SparkSinkSchemaError (also ValueError)
+        SparkSinkWriteError
+        LocalStackError
+            EmulatorNotInstalledError
+                NodeModulesNotFoundError
+            ServerStartError
+                ServerExitedError
+                ServerNotReadyError
 """
 
 from __future__ import annotations
@@ -93,6 +145,9 @@ class ConditionFailedError(AwsError):
     """A conditional DynamoDB write found the item changed (someone else wrote it first)."""
 
 
+# --- Configuration ---------------------------------------------------------------------------
+
+
 class ConfigurationError(ShardflowError):
     """The AWS configuration is incomplete; the message names what to set."""
 
@@ -101,7 +156,7 @@ class MissingRegionError(ConfigurationError):
     """No AWS region is configured (argument, environment, profile)."""
 
 
-# --- Records and aggregation -----------------------------------------------------------------
+# --- Records: size, keys, aggregation, deserialization ---------------------------------------
 
 
 class RecordTooLargeError(ShardflowError):
@@ -115,6 +170,10 @@ class RecordTooLargeError(ShardflowError):
 
 class InvalidPartitionKeyError(ShardflowError):
     """A partition key is empty or longer than 256 Unicode characters."""
+
+
+class InvalidExplicitHashKeyError(InvalidPartitionKeyError):
+    """An explicit hash key is not a decimal integer between 0 and 2**128 - 1."""
 
 
 class AggregationError(ShardflowError):
@@ -191,103 +250,7 @@ class RecordDeliveryError(ProducerError):
         super().__init__(f"{message} (code={code}, attempts={attempts}, stream={stream})")
 
 
-# --- Consumer --------------------------------------------------------------------------------
-
-
-class ShardLeaseLostError(ShardflowError):
-    """This worker no longer owns the shard's lease; stop processing and do not checkpoint."""
-
-    def __init__(self, shard_id: str, *, owner: str | None = None) -> None:
-        self.shard_id = shard_id
-        self.owner = owner
-        super().__init__(
-            f"lease for shard {shard_id} is lost" + (f" (now owned by {owner})" if owner else "")
-        )
-
-
-# --- Local stack -----------------------------------------------------------------------------
-
-
-class LocalStackError(ShardflowError):
-    """The embedded local stack (moto, kinesis-local, kinesalite) failed or was misused."""
-
-
-class EmulatorNotInstalledError(LocalStackError):
-    """A program or package a local server needs is missing; the message says how to install it."""
-
-
-class NodeModulesNotFoundError(EmulatorNotInstalledError):
-    """The npm package of a Node emulator (kinesis-local, kinesalite) is not installed."""
-
-
-class ServerStartError(LocalStackError):
-    """A local server did not become ready. ``log_tail`` holds the last lines of its output."""
-
-    def __init__(self, server: str, reason: str, *, log_path: str, log_tail: str) -> None:
-        self.server = server
-        self.reason = reason
-        self.log_path = log_path
-        self.log_tail = log_tail
-        tail = f"\n--- last lines of {log_path} ---\n{log_tail}" if log_tail else ""
-        super().__init__(f"{server} did not start: {reason}{tail}")
-
-
-class ServerExitedError(ServerStartError):
-    """A local server exited before it answered HTTP requests."""
-
-
-class ServerNotReadyError(ServerStartError):
-    """A local server was still not answering HTTP requests when the start-up deadline passed."""
-
-
-# --- Acknowledgements and checkpoints --------------------------------------------------------
-
-
-class AckError(ShardflowError):
-    """Per-record acknowledgement was misused (a programming error in the caller)."""
-
-
-class RecordNotDeliveredError(AckError):
-    """An acknowledgement named a position this shard's tracker never delivered."""
-
-    def __init__(self, shard_id: str, position: str) -> None:
-        self.shard_id = shard_id
-        self.position = position
-        super().__init__(f"record {position} of shard {shard_id or '?'} was never delivered")
-
-
-class DeliveryOrderError(AckError):
-    """A record was delivered out of shard order: positions must strictly increase."""
-
-    def __init__(self, shard_id: str, position: str, last: str | None) -> None:
-        self.shard_id = shard_id
-        self.position = position
-        self.last = last
-        super().__init__(
-            f"record {position} of shard {shard_id or '?'} delivered after {last}"
-            if last is not None
-            else f"{position} is not a record position (shard {shard_id or '?'})"
-        )
-
-
-class CompletedStateError(ShardflowError):
-    """Stored state of records completed beyond a checkpoint is malformed or of an unknown version."""
-
-
-# --- Leases ----------------------------------------------------------------------------------
-
-
-class MalformedLeaseError(ShardflowError):
-    """A lease table item lacks an attribute KCL requires or holds it with the wrong type."""
-
-    def __init__(self, lease_key: str, reason: str) -> None:
-        self.lease_key = lease_key
-        self.reason = reason
-        super().__init__(f"lease item {lease_key!r} is malformed: {reason}")
-
-
-class InvalidExplicitHashKeyError(InvalidPartitionKeyError):
-    """An explicit hash key is not a decimal integer between 0 and 2**128 - 1."""
+# --- Consumer: handlers and delivery (ordering modes, retries, failure policies) -------------
 
 
 class HandlerError(ShardflowError):
@@ -315,48 +278,6 @@ class HandlerError(ShardflowError):
             f"handler failed on record {sequence_number}/{sub_sequence_number} of shard "
             f"{shard_id} (stream {stream}): {type(error).__name__}: {error}"
         )
-
-
-# --- Dead letters and idempotency ------------------------------------------------------------
-
-
-class DeadLetterWriteError(ShardflowError):
-    """Dead letters could not be written; none of them counts as dead-lettered (do not checkpoint).
-
-    ``destination`` describes where they were going; ``count`` is how many letters the failed
-    write held. The underlying failure is ``__cause__``.
-    """
-
-    def __init__(self, destination: str, count: int, reason: str) -> None:
-        self.destination = destination
-        self.count = count
-        self.reason = reason
-        super().__init__(f"could not write {count} dead letter(s) to {destination}: {reason}")
-
-
-class MalformedDeadLetterError(ShardflowError):
-    """A stored dead letter cannot be read: not JSON, a field missing or of the wrong type, or
-    a newer format version. ``where`` names it (file and line, or stream, shard and sequence)."""
-
-    def __init__(self, where: str, reason: str) -> None:
-        self.where = where
-        self.reason = reason
-        super().__init__(f"malformed dead letter at {where}: {reason}")
-
-
-class ClaimInProgressError(ShardflowError):
-    """Another handler holds a live idempotency claim on this key; the record is not handled yet.
-
-    Retry later (the claim ends when its holder completes or releases it, or when it expires);
-    do not checkpoint past the record meanwhile.
-    """
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        super().__init__(f"idempotency key {key!r} is being handled elsewhere (claim in progress)")
-
-
-# --- Dispatch: ordering modes, retries, failure policies -------------------------------------
 
 
 class DispatchStoppedError(ShardflowError):
@@ -415,6 +336,102 @@ class KeyBlockedError(ShardflowError):
         super().__init__(f"key {key!r} is blocked since record {blocked_by} failed")
 
 
+# --- Consumer: leases, acknowledgements and checkpoints --------------------------------------
+
+
+class ShardLeaseLostError(ShardflowError):
+    """This worker no longer owns the shard's lease; stop processing and do not checkpoint."""
+
+    def __init__(self, shard_id: str, *, owner: str | None = None) -> None:
+        self.shard_id = shard_id
+        self.owner = owner
+        super().__init__(
+            f"lease for shard {shard_id} is lost" + (f" (now owned by {owner})" if owner else "")
+        )
+
+
+class MalformedLeaseError(ShardflowError):
+    """A lease table item lacks an attribute KCL requires or holds it with the wrong type."""
+
+    def __init__(self, lease_key: str, reason: str) -> None:
+        self.lease_key = lease_key
+        self.reason = reason
+        super().__init__(f"lease item {lease_key!r} is malformed: {reason}")
+
+
+class AckError(ShardflowError):
+    """Per-record acknowledgement was misused (a programming error in the caller)."""
+
+
+class RecordNotDeliveredError(AckError):
+    """An acknowledgement named a position this shard's tracker never delivered."""
+
+    def __init__(self, shard_id: str, position: str) -> None:
+        self.shard_id = shard_id
+        self.position = position
+        super().__init__(f"record {position} of shard {shard_id or '?'} was never delivered")
+
+
+class DeliveryOrderError(AckError):
+    """A record was delivered out of shard order: positions must strictly increase."""
+
+    def __init__(self, shard_id: str, position: str, last: str | None) -> None:
+        self.shard_id = shard_id
+        self.position = position
+        self.last = last
+        super().__init__(
+            f"record {position} of shard {shard_id or '?'} delivered after {last}"
+            if last is not None
+            else f"{position} is not a record position (shard {shard_id or '?'})"
+        )
+
+
+class CompletedStateError(ShardflowError):
+    """Stored state of records completed beyond a checkpoint is malformed or of an unknown version."""
+
+
+# --- Dead letters and idempotency ------------------------------------------------------------
+
+
+class DeadLetterWriteError(ShardflowError):
+    """Dead letters could not be written; none of them counts as dead-lettered (do not checkpoint).
+
+    ``destination`` describes where they were going; ``count`` is how many letters the failed
+    write held. The underlying failure is ``__cause__``.
+    """
+
+    def __init__(self, destination: str, count: int, reason: str) -> None:
+        self.destination = destination
+        self.count = count
+        self.reason = reason
+        super().__init__(f"could not write {count} dead letter(s) to {destination}: {reason}")
+
+
+class MalformedDeadLetterError(ShardflowError):
+    """A stored dead letter cannot be read: not JSON, a field missing or of the wrong type, or
+    a newer format version. ``where`` names it (file and line, or stream, shard and sequence)."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"malformed dead letter at {where}: {reason}")
+
+
+class ClaimInProgressError(ShardflowError):
+    """Another handler holds a live idempotency claim on this key; the record is not handled yet.
+
+    Retry later (the claim ends when its holder completes or releases it, or when it expires);
+    do not checkpoint past the record meanwhile.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"idempotency key {key!r} is being handled elsewhere (claim in progress)")
+
+
+# --- Spark source and sink -------------------------------------------------------------------
+
+
 class SparkOptionError(ShardflowError, ValueError):
     """A ``shardflow`` Spark source/sink option is missing or malformed; names the option."""
 
@@ -422,9 +439,6 @@ class SparkOptionError(ShardflowError, ValueError):
         self.option = option
         self.problem = problem
         super().__init__(f"option {option}: {problem}")
-
-
-# --- Spark source ----------------------------------------------------------------------------
 
 
 class SparkSourceError(ShardflowError):
@@ -478,9 +492,6 @@ class MetadataOutOfStepError(SourceMetadataError):
     instead of reading records other than the ones the checkpoint's batch stands for."""
 
 
-# --- Spark sink ------------------------------------------------------------------------------
-
-
 class SparkSinkSchemaError(ShardflowError, ValueError):
     """The DataFrame written to the ``shardflow`` sink lacks a column, has one of the wrong type,
     or has one the sink does not know; raised when Spark plans the write."""
@@ -495,6 +506,41 @@ class SparkSinkWriteError(ShardflowError):
         self.failed = failed
         self.written = written
         super().__init__(f"writing to stream {stream}: {problem}")
+
+
+# --- Local stack -----------------------------------------------------------------------------
+
+
+class LocalStackError(ShardflowError):
+    """The embedded local stack (moto, kinesis-local, kinesalite) failed or was misused."""
+
+
+class EmulatorNotInstalledError(LocalStackError):
+    """A program or package a local server needs is missing; the message says how to install it."""
+
+
+class NodeModulesNotFoundError(EmulatorNotInstalledError):
+    """The npm package of a Node emulator (kinesis-local, kinesalite) is not installed."""
+
+
+class ServerStartError(LocalStackError):
+    """A local server did not become ready. ``log_tail`` holds the last lines of its output."""
+
+    def __init__(self, server: str, reason: str, *, log_path: str, log_tail: str) -> None:
+        self.server = server
+        self.reason = reason
+        self.log_path = log_path
+        self.log_tail = log_tail
+        tail = f"\n--- last lines of {log_path} ---\n{log_tail}" if log_tail else ""
+        super().__init__(f"{server} did not start: {reason}{tail}")
+
+
+class ServerExitedError(ServerStartError):
+    """A local server exited before it answered HTTP requests."""
+
+
+class ServerNotReadyError(ServerStartError):
+    """A local server was still not answering HTTP requests when the start-up deadline passed."""
 
 
 __getattr__ = renamed(__name__, {"ShardLeaseLost": "ShardLeaseLostError"})

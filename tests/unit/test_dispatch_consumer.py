@@ -12,9 +12,8 @@ from shardflow.consumer import ConsumedRecord, Consumer
 from shardflow.errors import RetriesExhaustedError
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import ExtendedSequenceNumber
-from shardflow.testing import consume_until_caught_up, fast_settings
+from shardflow.testing import InMemoryDeadLetters, consume_until_caught_up, fast_settings
 from support.dispatch_kit import (
-    MemorySink,
     dispatch_consumer,
     dispatching,
     failing_on,
@@ -78,7 +77,7 @@ async def test_stop_shard_after_retries_parks_the_shard_before_the_poison_record
 async def test_skip_dead_letters_the_poison_record_and_checkpoints_past_it() -> None:
     kinesis = stream_of([(f"k{i % 3}", f"{i}".encode()) for i in range(12)])
     store = InMemoryLeaseStore("app")
-    sink = MemorySink()
+    sink = InMemoryDeadLetters()
     handled: list[bytes] = []
 
     handle = failing_on(b"5", ValueError, "poison", handled)
@@ -88,7 +87,8 @@ async def test_skip_dead_letters_the_poison_record_and_checkpoints_past_it() -> 
     await eventually(lambda: len(handled) == 11 and len(sink.letters) == 1)
     await consumer.close()
     await asyncio.wait_for(run, 5)
-    assert sink.letters[0].record.data == b"5"
+    assert sink.letters[0].data == b"5"
+    assert sink.letters[0].error_type == "ValueError"
     assert sink.letters[0].attempts == 2
     (lease,) = await store.list_leases()
     assert lease.checkpoint == ExtendedSequenceNumber(kinesis.records("s", lease.shard_id)[-1][0])

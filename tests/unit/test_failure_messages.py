@@ -11,7 +11,7 @@ from shardflow.consumer import ConsumedRecord, Consumer
 from shardflow.consumer.delivery.dead_letters import ObservedSink
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import Record
-from shardflow.testing import fast_settings
+from shardflow.testing import InMemoryDeadLetters, fast_settings
 from support.dispatch_kit import MemorySink, ZeroTimeClock, dispatch_consumer, stream_of
 
 
@@ -56,7 +56,7 @@ async def test_every_dead_letter_is_counted_and_logged_at_a_bounded_rate(
 ) -> None:
     kinesis = stream_of([(f"k{i}", f"bad-{i}".encode()) for i in range(5)])
     consumer = dispatch_consumer(kinesis, on_failure="skip")
-    sink = MemorySink()
+    sink = InMemoryDeadLetters()
 
     async def handle(record: ConsumedRecord[bytes]) -> None:
         raise ValueError(f"refused {record.data!r}")

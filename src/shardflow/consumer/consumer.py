@@ -59,6 +59,7 @@ from shardflow.consumer.lifecycle.status import ConsumerStatus, ShardStatus
 from shardflow.consumer.lifecycle.supervisor import ErrorCallback, ShardDriver, ShardSupervisor
 from shardflow.consumer.metrics import ConsumerMetrics, MetricsSnapshot
 from shardflow.consumer.settings import ConsumerSettings, default_worker_id
+from shardflow.deadletter.destination import DeadLetterDestination
 from shardflow.events import EventCallback, EventEmitter
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import StreamSpec
@@ -205,6 +206,13 @@ class Consumer:
         settings = dispatch or DEFAULT_DELIVERY
         if batch:
             settings.check_batch_handler()
+        if dead_letters is not None and not isinstance(dead_letters, DeadLetterDestination):
+            warnings.warn(
+                "dead_letters= takes a DeadLetterDestination (write(letters), close()); a sink "
+                "with dead_letter(record, error, attempts) works until the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         async with self._running() as coordinator:
             shards = DispatchedShards(
                 handler,

@@ -3,10 +3,12 @@
 For your consumer's unit tests: :class:`MemoryKinesis` (streams in memory, answering like a
 Kinesis client) and :func:`consume_until_caught_up` (the real consumer against it and an
 in-memory lease table, until every record is handled; then inspect the checkpoints), with
-:func:`fast_settings` and :func:`partition_key_in`. :mod:`shardflow.testing.faults` injects
+:func:`fast_settings` and :func:`partition_key_in`; :class:`InMemoryDeadLetters` keeps dead
+letters in a list. :mod:`shardflow.testing.faults` injects
 AWS failures in front of an emulator.
 """
 
+from shardflow.testing.dead_letters import InMemoryDeadLetters
 from shardflow.testing.harness import (
     FAST_LEASES,
     ConsumeReport,
@@ -18,6 +20,7 @@ from shardflow.testing.memory import MemoryKinesis, partition_key_in
 __all__ = [
     "FAST_LEASES",
     "ConsumeReport",
+    "InMemoryDeadLetters",
     "MemoryKinesis",
     "consume_until_caught_up",
     "fast_settings",
