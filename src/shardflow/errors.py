@@ -31,6 +31,8 @@ module is grouped as the hierarchy is::
             DeadLetteringFailedError
         KeyFunctionError
         KeyBlockedError
+        RecordExpiredError
+        BatchResultError (also TypeError)
         ShardLeaseLostError
         MalformedLeaseError
         AckError
@@ -334,6 +336,21 @@ class KeyBlockedError(ShardflowError):
         self.key = key
         self.blocked_by = blocked_by
         super().__init__(f"key {key!r} is blocked since record {blocked_by} failed")
+
+
+class RecordExpiredError(ShardflowError):
+    """Why a record went to the dead letters unhandled: it was older than ``max_record_age``
+    when its turn came (``age`` seconds since it arrived in the stream)."""
+
+    def __init__(self, *, age: float, max_age: float) -> None:
+        self.age = age
+        self.max_age = max_age
+        super().__init__(f"record is {age:.1f} s old, older than max_record_age {max_age:g} s")
+
+
+class BatchResultError(ShardflowError, TypeError):
+    """A batch handler returned something other than None or the records of its batch that
+    failed (partial batch failure reporting)."""
 
 
 # --- Consumer: leases, acknowledgements and checkpoints --------------------------------------

@@ -20,8 +20,10 @@ from shardflow.aws.settings import AwsSettings
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, fail, run
 from shardflow.cli.dispatch_options import (
     Attempts,
+    BisectOption,
     DeadLettersOption,
     MaxInFlight,
+    MaxRecordAgeOption,
     OnFailure,
     OnFailureOption,
     OrderingOption,
@@ -206,6 +208,8 @@ def consume(
     max_in_flight: MaxInFlight = 256,
     attempts: Attempts = 3,
     on_failure: OnFailureOption = OnFailure.STOP_SHARD,
+    bisect_on_error: BisectOption = False,
+    max_record_age: MaxRecordAgeOption = None,
     dead_letters: DeadLettersOption = None,
     store_completed: Annotated[
         bool,
@@ -235,7 +239,9 @@ def consume(
     for sdk in ("botocore", "aiobotocore"):  # their INFO lines (credentials found...) are noise
         logging.getLogger(sdk).setLevel(max(level, logging.WARNING))
     letters_target = dead_letter_target(dead_letters)
-    dispatch = dispatch_settings(ordering, max_in_flight, attempts, on_failure, dead_letters)
+    dispatch = dispatch_settings(
+        ordering, max_in_flight, attempts, on_failure, dead_letters, bisect_on_error, max_record_age
+    )
     if dispatch is not None and batch:
         fail("--batch cannot be combined with dispatch options (--ordering, ...)", code=2)
     try:

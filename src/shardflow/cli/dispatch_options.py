@@ -57,6 +57,22 @@ OnFailureOption = Annotated[
         "--dead-letters and go on (skip), also with the key's later records (block-key).",
     ),
 ]
+BisectOption = Annotated[
+    bool,
+    typer.Option(
+        "--bisect-on-error",
+        help="With --batch: split a failing batch in two, down to the record that fails.",
+    ),
+]
+MaxRecordAgeOption = Annotated[
+    float | None,
+    typer.Option(
+        "--max-record-age",
+        min=0.001,
+        help="Seconds: older records go to --dead-letters unhandled.",
+        show_default=False,
+    ),
+]
 DeadLettersOption = Annotated[
     str | None,
     typer.Option(
@@ -74,19 +90,28 @@ def dispatch_settings(
     attempts: int,
     on_failure: OnFailure,
     dead_letters: str | None,
+    bisect_on_error: bool = False,
+    max_record_age: float | None = None,
 ) -> DispatchSettings | None:
     """The dispatch settings the options ask for; None when none of them does."""
-    if ordering is None and on_failure is OnFailure.STOP_SHARD and dead_letters is None:
+    asked = ordering is not None or bisect_on_error or max_record_age is not None
+    if not asked and on_failure is OnFailure.STOP_SHARD and dead_letters is None:
         return None
     if on_failure is not OnFailure.STOP_SHARD and dead_letters is None:
         raise typer.BadParameter(
             f"--on-failure {on_failure.value} needs --dead-letters", param_hint="--on-failure"
+        )
+    if max_record_age is not None and dead_letters is None:
+        raise typer.BadParameter(
+            "--max-record-age needs --dead-letters", param_hint="--max-record-age"
         )
     return DispatchSettings(
         ordering=(ordering or Ordering.SHARD).value,
         max_in_flight_per_shard=max_in_flight,
         retry=replace(DispatchSettings().retry, max_attempts=attempts),
         on_failure=on_failure.value,
+        bisect_on_error=bisect_on_error,
+        max_record_age=max_record_age,
     )
 
 

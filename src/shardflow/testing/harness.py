@@ -32,6 +32,7 @@ from shardflow.consumer.consumer import Consumer
 from shardflow.consumer.delivery.calls import Handler
 from shardflow.consumer.lifecycle.status import ConsumerStatus
 from shardflow.consumer.settings import ConsumerSettings
+from shardflow.deadletter.destination import DeadLetterDestination
 from shardflow.fetch.polling import Polling
 from shardflow.leases.memory import InMemoryLeaseStore
 from shardflow.leases.model import Lease
@@ -85,6 +86,7 @@ async def consume_until_caught_up(
     settings: ConsumerSettings | None = None,
     batch: bool = False,
     auto_ack: bool = True,
+    dead_letters: DeadLetterDestination | None = None,
     within: float = 30.0,
     **consumer_options: Any,
 ) -> ConsumeReport:
@@ -105,7 +107,9 @@ async def consume_until_caught_up(
         **consumer_options,
     )
     streams = [stream] if isinstance(stream, str) else list(stream)
-    run = asyncio.create_task(consumer.consume(handler, batch=batch, auto_ack=auto_ack))
+    run = asyncio.create_task(
+        consumer.consume(handler, batch=batch, auto_ack=auto_ack, dead_letters=dead_letters)
+    )
     try:
         async with asyncio.timeout(within):
             status = await _wait_caught_up(consumer, store, kinesis, streams, run)

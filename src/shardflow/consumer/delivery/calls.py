@@ -77,23 +77,23 @@ class Invoker(Generic[A]):
         self.is_async = is_async_handler(handler)
         self._executor = executor
 
-    async def __call__(self, argument: A, calls: RunningCalls | None = None) -> None:
-        """One call: awaited on the loop, or run in the executor; raises what the handler
-        raised. Counted in ``calls`` until it has really ended (a thread outlives a cancelled
-        wait)."""
+    async def __call__(self, argument: A, calls: RunningCalls | None = None) -> Any:
+        """One call: awaited on the loop, or run in the executor; returns what the handler
+        returned and raises what it raised. Counted in ``calls`` until it has really ended (a
+        thread outlives a cancelled wait)."""
         if self.is_async:
             ended = calls.enter() if calls is not None else None
             try:
                 result = self.handler(argument)
                 if inspect.isawaitable(result):
-                    await result
+                    return await result
+                return result
             finally:
                 if ended is not None:
                     ended()
-        else:
-            await in_thread(self._executor, calls, self.call_sync, argument)
+        return await in_thread(self._executor, calls, self.call_sync, argument)
 
-    def call_sync(self, argument: A) -> None:
+    def call_sync(self, argument: A) -> Any:
         """One call of a plain handler on this thread (a worker thread of the executor)."""
         result = self.handler(argument)
         if inspect.isawaitable(result):
@@ -103,6 +103,7 @@ class Invoker(Generic[A]):
                 f"handler {self.handler!r} returned an awaitable but is not declared "
                 "'async def'; declare it async so the consumer awaits it on the event loop"
             )
+        return result
 
 
 T = TypeVar("T")
@@ -417,7 +418,7 @@ class RetryingCall(Generic[A]):
             log.warning("releasing idempotency claim %r failed, retried: %s", claim.key, exc)
             settler.release(claim)
 
-    async def _call_once(self, record: A, go_on: GoOn) -> None:
+    async def _call_once(self, record: A, go_on: GoOn) -> Any:
         limit = self._limit
         if limit is not None:
             await limit.acquire()
@@ -427,12 +428,24 @@ class RetryingCall(Generic[A]):
             if not go_on():
                 raise _NoLongerOurs
             started = time.perf_counter()
-            await self._invoke(record, self._calls)
+            result = await self._invoke(record, self._calls)
             if self._on_latencies is not None:
                 self._on_latencies([time.perf_counter() - started])
+            return result
         finally:
             if limit is not None:
                 limit.release()
+
+    async def once(self, unit: A, go_on: GoOn) -> tuple[bool, Any]:
+        """One call of the handler with ``unit`` (a batch, say), no retries: (True, what it
+        returned), or (False, None) when ``go_on()`` said no right before the call. Raises the
+        handler's failure as a :class:`~shardflow.errors.HandlerError`."""
+        try:
+            return True, await self._call_once(unit, go_on)
+        except _NoLongerOurs:
+            return False, None
+        except Exception as exc:
+            raise handler_error(exc, _first(unit)) from exc
 
     # --- a run of records, one call each ----------------------------------------------------
 

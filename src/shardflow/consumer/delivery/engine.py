@@ -45,20 +45,23 @@ from shardflow.consumer.delivery.calls import (
     Latencies,
     RetryingCall,
     RunningCalls,
+    handler_error,
 )
 from shardflow.consumer.delivery.dead_letters import DeadLetterSink, WorkerLimit
 from shardflow.consumer.delivery.settings import DispatchSettings
 from shardflow.errors import (
+    BatchResultError,
     DeadLetteringFailedError,
     DeserializationError,
     DispatchStoppedError,
     HandlerError,
     KeyBlockedError,
     KeyFunctionError,
+    RecordExpiredError,
     RetriesExhaustedError,
 )
 from shardflow.read.intake import Intake, Settled
-from shardflow.records import Deserializer, Record
+from shardflow.records import Deserializer, ExtendedSequenceNumber, Record
 from shardflow.turns import Turns
 from shardflow.waits import first_of
 
@@ -91,6 +94,8 @@ class DispatchCounts:
     """Records accepted and not finished."""
     blocked_keys: int
     """Keys blocked by ``block-key`` and not released."""
+    expired: int = 0
+    """Records older than ``max_record_age`` when their turn came (dead-lettered, acknowledged)."""
 
 
 class ShardDispatcher(Generic[R]):
@@ -150,6 +155,8 @@ class ShardDispatcher(Generic[R]):
             and settings.on_failure != "block-key"
         )
         self._may_deliver = may_deliver
+        self._clock = clock
+        self._rng = rng
         self.shard_id = tracker.shard_id if shard_id is None else shard_id
         self._tracker = tracker
         self._sink = sink
@@ -185,6 +192,7 @@ class ShardDispatcher(Generic[R]):
         self._dead_lettered = 0
         self._abandoned = 0
         self._duplicates = 0
+        self._expired_count = 0
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -210,6 +218,7 @@ class ShardDispatcher(Generic[R]):
             duplicates=self._duplicates,
             in_flight=self._in_flight,
             blocked_keys=len(self._blocked),
+            expired=self._expired_count,
         )
 
     # --- input ---------------------------------------------------------------------------------
@@ -394,6 +403,12 @@ class ShardDispatcher(Generic[R]):
                     record, KeyBlockedError(key or "", blocked_by=blocked_by), 0
                 )
                 return
+            expired = self._expired(record) if rejected is None else None
+            if expired is not None:
+                # Too old to handle, whatever the failure policy: to the dead letters.
+                self._expired_count += 1
+                await self._dead_letter(record, expired, 0)
+                return
             if rejected is not None:
                 attempts = Attempts(0, rejected)  # nothing a handler call could change
             else:
@@ -454,6 +469,8 @@ class ShardDispatcher(Generic[R]):
         run: list[Any] = records
         done = 0
         try:
+            if self.settings.max_record_age is not None:
+                run = await self._without_expired(records)
             while done < len(run) and self._run_may_go_on():
                 outcome = await self._call.each(
                     run, done, self._run_may_go_on, ack=self._ack_run if self.auto_ack else None
@@ -473,7 +490,7 @@ class ShardDispatcher(Generic[R]):
         finally:
             left = len(run) - done
             self._abandoned += left
-            self._finish(len(run))
+            self._finish(len(records))
 
     def _ack_run(self, records: Sequence[R], start: int, end: int) -> None:
         """Acknowledge ``records[start:end]``: in one step for a consumer's chunk (slots of one
@@ -488,32 +505,118 @@ class ShardDispatcher(Generic[R]):
             self._tracker.ack(record)
 
     async def _process_batch(self, records: list[R]) -> None:
-        """A chunk as one call of a batch handler, retried as a whole."""
+        """A chunk through a batch handler: expired records out first, then the batch (see
+        :meth:`_handle_batch`)."""
         try:
-            if not self._may_go_on():
-                self._abandoned += len(records)
-                return
-            attempts = await self._call.run(records, self._may_go_on)
-            if attempts.succeeded:
-                if self.auto_ack:
-                    self._ack_run(records, 0, len(records))
-                self._handled += len(records)
-            elif attempts.abandoned or attempts.error is None:
-                self._abandoned += len(records)
-            elif self.settings.on_failure == "stop-shard":
-                self._abandoned += len(records)
-                self._stop_for(records[0], attempts)
-            else:
-                for record in records:
-                    if self._failure is not None:
-                        self._abandoned += 1
-                        continue
-                    await self._dead_letter(record, attempts.error, attempts.calls)
-        except asyncio.CancelledError:
-            self._abandoned += len(records)
-            raise
+            batch = records
+            if self.settings.max_record_age is not None:
+                batch = await self._without_expired(records)
+            if batch:
+                await self._handle_batch(batch)
         finally:
             self._finish(len(records))
+
+    async def _handle_batch(self, batch: list[R]) -> None:
+        """Call the batch handler until the batch is handled or settled by the policy.
+
+        A call that raises is retried (``retry``), or with ``bisect_on_error`` the batch is
+        split in two and each half handled on its own. A call that returns records of the batch
+        (partial batch failure reporting) acknowledges those before the first one returned and
+        retries from there; once retries are spent, the records the last call returned go to
+        the failure policy and the others count as handled.
+        """
+        retry = self.settings.retry
+        calls = 0
+        try:
+            while batch:
+                if calls:
+                    await self._clock.sleep(retry.delay(calls - 1, self._rng))
+                if not self._may_go_on():
+                    self._abandoned += len(batch)
+                    return
+                calls += 1
+                try:
+                    ran, result = await self._call.once(batch, self._may_go_on)
+                    failed = [] if not ran else _failed_in(batch, result)
+                except HandlerError as error:
+                    if self.settings.bisect_on_error and len(batch) > 1:
+                        half = len(batch) // 2
+                        await self._handle_batch(batch[:half])
+                        if self._failure is None:
+                            await self._handle_batch(batch[half:])
+                        else:
+                            self._abandoned += len(batch) - half
+                        return
+                    if retry.allows(calls):
+                        continue
+                    await self._batch_failed(batch, Attempts(calls, error))
+                    return
+                if not ran:
+                    self._abandoned += len(batch)
+                    return
+                first = failed[0] if failed else len(batch)
+                if self.auto_ack:
+                    self._ack_run(batch, 0, first)
+                self._handled += first
+                if not failed:
+                    return
+                if retry.allows(calls):
+                    batch = batch[first:]  # retried from the first record that failed
+                    continue
+                reported = set(failed)
+                why = _reported_failure(batch[first])
+                rest = [record for index, record in enumerate(batch) if index not in reported]
+                if self.settings.on_failure != "stop-shard":
+                    # Handled by the last call: done. (Under stop-shard they come again with
+                    # the failed record after a restart, as the shard's order wants.)
+                    if self.auto_ack:
+                        for record in rest[first:]:
+                            self._tracker.ack(record)
+                    self._handled += len(rest) - first
+                await self._batch_failed([batch[i] for i in failed], Attempts(calls, why))
+                return
+        except asyncio.CancelledError:
+            self._abandoned += len(batch)
+            raise
+
+    async def _batch_failed(self, records: list[R], attempts: Attempts) -> None:
+        """Records of a batch that failed for good: the failure policy, record by record."""
+        if self.settings.on_failure == "stop-shard":
+            self._abandoned += len(records)
+            self._stop_for(records[0], attempts)
+            return
+        assert attempts.error is not None
+        for record in records:
+            if self._failure is not None:
+                self._abandoned += 1
+                continue
+            await self._dead_letter(record, attempts.error, attempts.calls)
+
+    def _expired(self, record: R) -> RecordExpiredError | None:
+        """Why ``record`` may not be handled any more: older than ``max_record_age``."""
+        max_age = self.settings.max_record_age
+        arrived = record.approximate_arrival_timestamp
+        if max_age is None or arrived is None:
+            return None
+        age = self._clock.wall() - arrived.timestamp()
+        return RecordExpiredError(age=age, max_age=max_age) if age > max_age else None
+
+    async def _without_expired(self, records: list[R]) -> list[R]:
+        """``records`` less the expired ones, which go to the dead letters first (acknowledged
+        once stored; a failed write stops dispatching and leaves the rest unhandled)."""
+        kept: list[R] = []
+        for record in records:
+            expired = self._expired(record)
+            if expired is None:
+                kept.append(record)
+                continue
+            if self._failure is None:
+                self._expired_count += 1
+                await self._dead_letter(record, expired, 0)
+        if self._failure is not None:
+            self._abandoned += len(kept)
+            return []
+        return kept
 
     async def _dead_letter(self, record: R, error: BaseException, attempts: int) -> None:
         sink = self._sink
@@ -779,3 +882,33 @@ def deserialization_error(exc: Exception, record: Record) -> DeserializationErro
     )
     error.__cause__ = exc
     return error
+
+
+def _failed_in(batch: Sequence[Record], result: Any) -> list[int]:
+    """Indexes of the records a batch handler reported as failed (partial batch failure
+    reporting: it returns records of the batch, or their positions); [] for None."""
+    if result is None:
+        return []
+    index_of = {record.position: index for index, record in enumerate(batch)}
+    try:
+        items = list(result)
+    except TypeError:
+        items = None
+    found: set[int] = set()
+    for item in items if items is not None else [result]:
+        position = getattr(item, "position", item)
+        index = index_of.get(position) if isinstance(position, ExtendedSequenceNumber) else None
+        if items is None or index is None:
+            error = BatchResultError(
+                f"a batch handler returns None or the records of its batch that failed, got "
+                f"{type(result).__name__} holding {item!r}"
+            )
+            raise handler_error(error, batch[0]) from error
+        found.add(index)
+    return sorted(found)
+
+
+def _reported_failure(record: Record) -> HandlerError:
+    """The error a record carries that its batch handler reported as failed."""
+    reported = RuntimeError("the batch handler reported this record as failed")
+    return handler_error(reported, record)

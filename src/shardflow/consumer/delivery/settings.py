@@ -106,6 +106,16 @@ class DispatchSettings:
     beyond the per-shard one)."""
     idempotency: Idempotency | None = None
     """An idempotency guard around handler calls (:class:`Idempotency`; default None: none)."""
+    bisect_on_error: bool = False
+    """Batch handlers: a batch whose call raises is split in two and each half handled on its
+    own, down to the one record that fails (which then gets the retry policy and
+    ``on_failure``); the halves that succeed are not called again. As Lambda's
+    ``BisectBatchOnFunctionError``."""
+    max_record_age: float | None = None
+    """Seconds: a record older than this when its turn comes (by its arrival time in the
+    stream) goes to the dead letters without a handler call (a
+    :class:`~shardflow.errors.RecordExpiredError`), counted; None (default): no limit. As
+    Lambda's ``MaximumRecordAgeInSeconds``; needs a dead-letter destination."""
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERING_MODES:
@@ -124,6 +134,8 @@ class DispatchSettings:
             raise ValueError(
                 f"max_in_flight_per_worker must be at least 1, got {self.max_in_flight_per_worker}"
             )
+        if self.max_record_age is not None and self.max_record_age <= 0:
+            raise ValueError(f"max_record_age must be positive, got {self.max_record_age}")
         if self.key is not None and not callable(self.key):
             raise TypeError(f"key must be a function of a record, got {self.key!r}")
 
@@ -142,8 +154,9 @@ class DispatchSettings:
 
     @property
     def needs_dead_letters(self) -> bool:
-        """Whether the failure policy writes records to a dead-letter destination."""
-        return self.on_failure != "stop-shard"
+        """Whether records may go to a dead-letter destination (the failure policy, or
+        ``max_record_age``)."""
+        return self.on_failure != "stop-shard" or self.max_record_age is not None
 
 
 DEFAULT_DELIVERY: Final = DispatchSettings(retry=Backoff(max_attempts=1))
