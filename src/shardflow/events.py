@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
@@ -116,13 +116,15 @@ class ShardFailed(_ShardEvent):
     ``parked``: a handler failure under ``on_error="stop-shard"``; the lease is kept and
     nothing more of the shard is delivered until a restart. Otherwise the error is one that
     retrying cannot fix (the stream deleted, access denied for too long): the lease was
-    released and the consumer stops. ``error_type`` and ``message`` describe the error.
+    released and the consumer stops. ``error_type`` and ``message`` describe the error;
+    ``error`` is the exception itself (not compared, not in the repr).
     """
 
     lease_key: str
     error_type: str
     message: str
     parked: bool
+    error: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

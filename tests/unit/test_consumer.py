@@ -26,6 +26,7 @@ from shardflow.events import (
     DiagnosticEvent,
     LeaseAcquired,
     LeaseReleased,
+    ShardFailed,
     ShardStarted,
 )
 from shardflow.fetch import Polling
@@ -174,14 +175,15 @@ async def test_stop_shard_policy_parks_the_shard_and_others_go_on() -> None:
             raise ValueError("poison")
         seen.append(record.data)
 
-    report = await consume_until_caught_up(
-        "s",
-        handle,
-        kinesis=kinesis,
-        on_error=lambda stream, shard, error: errors.append((stream, shard, error)),
-    )
+    def failures(event: DiagnosticEvent) -> None:
+        if isinstance(event, ShardFailed):
+            assert event.error is not None
+            errors.append((event.stream, event.shard_id, event.error))
+
+    report = await consume_until_caught_up("s", handle, kinesis=kinesis, on_event=failures)
     bad_shard = kinesis.shard_ids("s")[1]
     assert [(s, sh) for s, sh, _ in errors] == [("s", bad_shard)]
+    assert isinstance(errors[0][2], HandlerError)
     assert set(report.status.parked) == {bad_shard}
     others = [
         d

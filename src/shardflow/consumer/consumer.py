@@ -83,8 +83,10 @@ class Consumer:
     :class:`shardflow.testing.MemoryKinesis`). ``kinesis=`` (deprecated): an open Kinesis
     client, the same as ``clients=OpenClients(aws, kinesis=...)``.
     ``lease_store``: the lease table to use instead of DynamoDB's table ``application_name``.
-    ``on_event``: receives :mod:`~shardflow.events` (quick, must not raise).
-    ``on_error``: called when a shard stops because of a handler or decoding error.
+    ``on_event``: receives :mod:`~shardflow.events` (quick, must not raise); a shard stopped by
+    an error is a :class:`~shardflow.events.ShardFailed` event, the exception its ``error``.
+    ``on_error`` (deprecated: ``ConsumerSettings.on_error`` is the policy of that name; use
+    ``on_event``): called with (stream, shard id, error) when a shard stops because of an error.
     """
 
     def __init__(
@@ -125,6 +127,14 @@ class Consumer:
         self._events = EventEmitter(
             self.worker_id, clock=clock, subscribers=[self._metrics.observe, on_event]
         )
+        if on_error is not None:
+            warnings.warn(
+                "Consumer(on_error=callback) is deprecated (ConsumerSettings.on_error is the "
+                "policy of that name): a shard stopped by an error is a ShardFailed event to "
+                "on_event, the exception its .error",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self._on_error = on_error
         self._clock = clock
         self._active = False

@@ -377,6 +377,7 @@ class ShardSupervisor:
             error_type=type(error).__name__,
             message=str(error),
             parked=parked,
+            error=error,
         )
         if self._on_error is not None:
             try:
