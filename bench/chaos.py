@@ -4,10 +4,11 @@ Kinesis runs on kinesis-local (it ends split and merged shards as Kinesis does),
 and the idempotency table on moto's DynamoDB; every process reaches them through a fault proxy
 (``shardflow.testing.FaultProxy``) that this script drives. A producer process writes ``key|seq``
 records (64 keys, per-key ranks, KPL aggregation, key order preserved) into a 16-shard stream,
-plus every so often a record the handler refuses and a malformed KPL aggregate (both must end
-in the dead letters). Four worker processes run a ``Consumer`` with the dispatcher in key
-mode, the DynamoDB idempotency guard, ``on_failure="skip"`` and dead letters in a file; their
-handler logs each call's start and end (``chaos_roles.py``). The schedule, by default over
+plus every so often a record the handler refuses, one the deserializer rejects and a
+malformed KPL aggregate (all must end in the dead letters). Four worker processes run a
+``Consumer`` with the dispatcher in key mode, the DynamoDB idempotency guard,
+``on_failure="skip"`` and dead letters in a file; their handler logs each call's start and end
+(``chaos_roles.py``). The schedule, by default over
 10 minutes (``--short``: 2 minutes, the same fault classes compressed):
 
 - Kinesis brownouts (HTTP 500 on 90 % of calls for 10-30 s) and throttling bursts

@@ -37,6 +37,8 @@ from typing import Any
 # The KPL aggregate magic; a poison "aggregate" starts with it and fails to decode.
 KPL_MAGIC = b"\xf3\x89\x9a\xc2"
 POISON = b"POISON"
+UNDECODABLE = b"UNDECODABLE"
+"""A record the workers' deserializer rejects: dead-lettered without a handler call."""
 HANDLER_SECONDS = 0.004
 
 
@@ -139,19 +141,24 @@ async def put_poison(
     out: LineLog,
     stop: asyncio.Event,
 ) -> None:
-    """One record the handler refuses (through the producer) and one malformed KPL aggregate
-    with a valid MD5 (straight PutRecord, retried until acknowledged)."""
-    key = f"poison-{number:04d}"
-    future = await producer.put(POISON + b"|" + str(number).encode(), key)
+    """One record the handler refuses and one the deserializer rejects (through the producer),
+    and one malformed KPL aggregate with a valid MD5 (straight PutRecord, retried until
+    acknowledged)."""
+    for kind, prefix, payload in (
+        ("refused", "poison", POISON),
+        ("undecodable", "undecodable", UNDECODABLE),
+    ):
+        key = f"{prefix}-{number:04d}"
+        future = await producer.put(payload + b"|" + str(number).encode(), key)
 
-    def settle(done: asyncio.Future[Any], key: str = key) -> None:
-        if done.cancelled() or done.exception() is not None:
-            out.line("F", key, 0, "poison", f"{time.time():.6f}")
-        else:
-            shard, position = done.result().shard_id, done.result().sequence_number
-            out.line("P", key, "refused", shard, position, f"{time.time():.6f}")
+        def settle(done: asyncio.Future[Any], key: str = key, kind: str = kind) -> None:
+            if done.cancelled() or done.exception() is not None:
+                out.line("F", key, 0, "poison", f"{time.time():.6f}")
+            else:
+                shard, position = done.result().shard_id, done.result().sequence_number
+                out.line("P", key, kind, shard, position, f"{time.time():.6f}")
 
-    future.add_done_callback(settle)
+        future.add_done_callback(settle)
     body = bytes(rng.randrange(256) for _ in range(40))
     data = KPL_MAGIC + body + hashlib.md5(body).digest()
     key = f"malformed-{number:04d}"
@@ -218,9 +225,15 @@ async def work(args: argparse.Namespace) -> None:
         shard = getattr(event, "shard_id", "") or ""
         out.line("L", worker, type(event).__name__, shard, f"{time.time():.6f}")
 
+    def decode(record: Any) -> bytes:
+        if record.data.startswith(UNDECODABLE):
+            raise ValueError("the chaos soak's undecodable poison")
+        return bytes(record.data)
+
     failover = args.failover
     settings = ConsumerSettings(
         worker_id=worker,
+        deserializer=decode,
         leases=LeaseSettings(
             failover_time=failover,
             shard_sync_interval=5.0,

@@ -83,6 +83,9 @@ class StubLease:
     def valid(self) -> bool:
         return not self.expired and not self.lost.is_set()
 
+    def remaining(self) -> float:
+        return 0.0 if not self.valid() else 10.0
+
     @property
     def checkpoint(self) -> ExtendedSequenceNumber:
         return self.lease.checkpoint

@@ -49,6 +49,7 @@ from shardflow.consumer.delivery.dead_letters import (
 from shardflow.consumer.delivery.engine import DispatchedShards
 from shardflow.consumer.delivery.settings import DEFAULT_DELIVERY
 from shardflow.consumer.lifecycle.connections import Connections
+from shardflow.consumer.lifecycle.health import STALL_AFTER, Health, readiness
 from shardflow.consumer.lifecycle.session import ShardSession
 from shardflow.consumer.lifecycle.shard import (
     ShardResult,
@@ -404,6 +405,7 @@ class Consumer:
         shards = []
         supervisor = self._supervisor
         workers = list(supervisor.workers.values()) if supervisor is not None else []
+        usable = self.settings.leases.usable_time
         for worker in workers:
             checkpointer = worker.checkpointer
             shards.append(
@@ -416,6 +418,8 @@ class Consumer:
                     millis_behind_latest=worker.millis_behind_latest,
                     caught_up=worker.caught_up,
                     error=worker.failure,
+                    unrenewed_for=max(0.0, usable - worker.lease.remaining()),
+                    idle_for=worker.idle_for(),
                 )
             )
         coordinator = self._coordinator
@@ -431,6 +435,35 @@ class Consumer:
             overrunning=overrunning,
             fleet_mode=mode,
         )
+
+    def health(self, timeout: float = 5.0, *, stall_after: float = STALL_AFTER) -> Health:
+        """Live and ready, as a probe asks (see :mod:`~shardflow.consumer.lifecycle.health`);
+        from any thread. Not live when the event loop does not answer within ``timeout``."""
+        loop = self._loop
+        if loop is None or not self._active:
+            return readiness(None, renew_every=self.settings.leases.renew_every)
+
+        def on_loop() -> Health:
+            return readiness(
+                self.status() if self._active else None,
+                renew_every=self.settings.leases.renew_every,
+                stall_after=stall_after,
+            )
+
+        if threading.get_ident() == self._loop_thread:
+            return on_loop()
+
+        async def ask() -> Health:
+            return on_loop()
+
+        try:
+            return asyncio.run_coroutine_threadsafe(ask(), loop).result(timeout)
+        except TimeoutError:
+            return Health(
+                live=False,
+                ready=False,
+                reasons=(f"the event loop did not answer within {timeout:g} s",),
+            )
 
     # --- running -----------------------------------------------------------------------------
 

@@ -84,6 +84,10 @@ class ShardLease(Protocol):
 
     def valid(self) -> bool: ...
 
+    def remaining(self) -> float:
+        """Seconds left before the lease's deadline (<= 0: past it)."""
+        ...
+
     @property
     def checkpoint(self) -> ExtendedSequenceNumber: ...
 
@@ -190,6 +194,7 @@ class ShardWorker:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._progress = (0, clock.monotonic())  # (records handled, first seen at)
         self._tracker = self.checkpointer.tracker
         self._tracker.add_listener(self._on_ack)
 
@@ -226,6 +231,16 @@ class ShardWorker:
     @property
     def failure(self) -> BaseException | None:
         return self._failure
+
+    def idle_for(self) -> float:
+        """Seconds since a record of the shard was first seen handled at the current count (a
+        lower bound of the time since the last one was handled: counted when asked)."""
+        now = self._clock.monotonic()
+        pending = self.checkpointer.pending
+        handled = pending.delivered - pending.unacked
+        if handled != self._progress[0]:
+            self._progress = (handled, now)
+        return now - self._progress[1]
 
     def gauges(self) -> ShardGauges:
         pending = self.checkpointer.pending

@@ -24,6 +24,11 @@ class ShardStatus:
     caught_up: bool
     """Nothing more to read right now and every delivered record handled."""
     error: BaseException | None = None
+    unrenewed_for: float | None = None
+    """Seconds since the lease was last renewed (or taken)."""
+    idle_for: float | None = None
+    """Seconds since this worker last saw a record of the shard handled (as of the last status
+    asked for: a lower bound)."""
 
 
 @dataclass(frozen=True, slots=True)
