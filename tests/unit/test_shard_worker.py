@@ -148,6 +148,44 @@ async def test_shard_end_waits_for_manual_acks_before_writing_shard_end() -> Non
     assert lease.writer.written == [SHARD_END]
 
 
+async def test_waiting_for_manual_acks_yields_to_the_loop_after_an_all_acked_moment() -> None:
+    # Records delivered after every earlier one was acknowledged: the wait for their acks at
+    # the shard's end must sleep, not spin (found by the multilang processors, which ack late).
+    lease = StubLease()
+    fetcher = ScriptedFetcher(batches_of(2, 3))
+    held: list[ConsumedRecord[bytes]] = []
+
+    async def handler(record: ConsumedRecord[bytes]) -> None:
+        held.append(record)
+        if len(held) == 3:
+            for earlier in held:
+                earlier.ack()  # the first batch, all acknowledged: the "all acked" moment
+
+    worker = worker_for(lease, fetcher)
+    run = asyncio.create_task(deliver(worker, handler, auto_ack=False))
+    await eventually(lambda: len(held) == 6)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    started = time.process_time()
+    await asyncio.sleep(0.3)
+    busy = time.process_time() - started
+    ticker.cancel()
+    assert ticks >= 10, "the event loop was held"
+    assert busy < 0.2, f"the wait spun: {busy:.2f} s of CPU in 0.3 s"
+    assert not run.done()
+    for record in held[3:]:
+        record.ack()
+    result = await asyncio.wait_for(run, 5)
+    assert result.reason is StopReason.SHARD_END
+
+
 async def test_stop_at_shard_end_with_unhandled_records_writes_no_shard_end() -> None:
     lease = StubLease()
     fetcher = ScriptedFetcher(batches_of(1, 4))

@@ -358,6 +358,15 @@ class ShardWorker:
             await self.checkpointer.stop()
         await self.buffer.close()
 
+    def _acked_all(self) -> asyncio.Event:
+        """The event set once every delivered record is acknowledged, cleared first when some
+        are not: records delivered after a moment when all were acknowledged do not clear it
+        themselves (only acknowledgements do), and a wait on it set would return at once, a
+        loop around it spinning without yielding until the lease lapsed."""
+        if not self._tracker.all_acked:
+            self._all_acked.clear()
+        return self._all_acked
+
     def _on_ack(self) -> None:
         if self._tracker.all_acked:
             self._all_acked.set()
@@ -437,7 +446,7 @@ class ShardWorker:
             if self.lost:
                 raise ShardLeaseLostError(self.shard_id)
             await first_of(
-                self._all_acked, self.lease.giving_up, self.lease.lost, self._stop_called
+                self._acked_all(), self.lease.giving_up, self.lease.lost, self._stop_called
             )
         if self.lost:
             raise ShardLeaseLostError(self.shard_id)
@@ -499,7 +508,7 @@ class ShardWorker:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 while not self.checkpointer.tracker.all_acked and not self.lost:
-                    await first_of(self._all_acked, self.lease.lost)
+                    await first_of(self._acked_all(), self.lease.lost)
         if not self.checkpointer.tracker.all_acked:
             log.warning(
                 "shard %s: %d delivered records not acknowledged after %.1fs; checkpointing %s",
