@@ -1,0 +1,153 @@
+"""``shardflow multilang --properties-file app.properties``: the KCL's MultiLangDaemon, replaced.
+
+Takes the MultiLangDaemon's own arguments (the properties file as ``--properties-file``, ``-p``
+or a lone argument) and runs its record processors on shardflow's consumer. Every key the file
+sets that is not honoured as the KCL honours it is reported by name on stderr at start
+(``--strict``: and the command refuses to run); ``--check`` only reports what the file means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from shardflow.cli.aws_options import fail, run, stderr
+from shardflow.multilang.config import MultiLangConfig, load_config
+from shardflow.multilang.daemon import MultiLangDaemon
+from shardflow.multilang.errors import PropertiesError
+
+log = logging.getLogger("shardflow.cli")
+
+
+def multilang(
+    properties: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[PROPERTIES]",
+            help="The MultiLangDaemon properties file (as its lone argument).",
+            show_default=False,
+        ),
+    ] = None,
+    properties_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--properties-file",
+            "--properties",
+            "-p",
+            help="The MultiLangDaemon properties file (its --properties-file).",
+            show_default=False,
+        ),
+    ] = None,
+    log_configuration: Annotated[
+        str | None,
+        typer.Option(
+            "--log-configuration",
+            "-l",
+            help="The KCL's logback file: not read (use --log-level); accepted so that the "
+            "KCL's command line works.",
+            show_default=False,
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Only show what the file means and what is not honoured."),
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Refuse to run when a key is not honoured as the KCL does."),
+    ] = False,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info, warning or error.")
+    ] = "info",
+) -> None:
+    """Run a MultiLangDaemon application (kclpy, aws-kcl for Node.js, ...) unchanged: one
+    record processor per shard lease, leases in the KCL's table. SIGTERM or Ctrl-C stops it
+    gracefully (processors checkpoint, leases handed over); a second one at once."""
+    path = properties_file or properties
+    if path is None:
+        fail("a properties file is needed: shardflow multilang --properties-file FILE", code=2)
+    try:
+        config = load_config(path)
+    except PropertiesError as exc:
+        fail(f"{path}: {exc}", code=2)
+    if log_configuration is not None:
+        stderr.print(f"warning: --log-configuration {log_configuration}: not read (--log-level)")
+    for note in config.notes:
+        stderr.print(f"warning: {path}: {note}", markup=False)
+    if check:
+        _describe(config)
+        return
+    if strict and config.notes:
+        fail(f"{len(config.notes)} key(s) not honoured as the KCL does (--strict)", code=2)
+    level = getattr(logging, log_level.upper(), logging.INFO)
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for sdk in ("botocore", "aiobotocore"):
+        logging.getLogger(sdk).setLevel(max(level, logging.WARNING))
+    try:
+        run(_serve(MultiLangDaemon(config)))
+    except asyncio.CancelledError:
+        raise typer.Exit(130) from None
+
+
+async def _serve(daemon: MultiLangDaemon) -> None:
+    """The daemon until a signal: the first stops it gracefully, the second at once."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("stopping: processors checkpoint, leases are handed over")
+            daemon.request_stop()
+        elif task is not None:
+            task.cancel()
+
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, on_signal)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    try:
+        await daemon.run()
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def _describe(config: MultiLangConfig) -> None:
+    settings = config.consumer_settings()
+    lines = [
+        f"record processor   {' '.join(config.command)}",
+        f"stream             {config.stream}",
+        f"application        {config.application} (lease table {config.table_name})",
+        f"worker id          {config.worker_id or '(hostname:pid:random)'}",
+        f"region             {config.region or '(standard AWS configuration)'}",
+        f"Kinesis endpoint   {config.kinesis_endpoint or '(standard AWS configuration)'}",
+        f"DynamoDB endpoint  {config.dynamodb_endpoint or '(standard AWS configuration)'}",
+        f"credentials        {'profile ' + config.profile if config.profile else 'standard chain'}",
+        f"start of new shards {config.initial_position}",
+        f"retrieval          {config.retrieval} ({settings.fetch})",
+        f"failover           {config.leases.failover_time:g} s",
+        f"shutdown grace     {config.shutdown_grace:g} s",
+        f"response timeout   {config.response_timeout:g} s"
+        if config.response_timeout is not None
+        else "response timeout   none",
+        f"empty batches      {'yes' if config.empty_batches else 'no'}",
+        f"keys not honoured  {len(config.notes)}",
+    ]
+    for line in lines:
+        typer.echo(line)
