@@ -69,12 +69,16 @@ def read_events(paths: Iterable[Path]) -> list[Event]:
     return found
 
 
+_FIELDS = {"R": 7, "E": 6}
+"""Fields of a whole line of each kind (a torn last line has fewer)."""
+
+
 def _lines(path: Path, kind: str) -> Iterable[list[str]]:
     if not path.exists():
         return
     for line in path.read_text(errors="replace").splitlines():
         fields = line.split("\t")
-        if fields[0] == kind and len(fields) == 7:
+        if fields[0] == kind and len(fields) == _FIELDS[kind]:
             yield fields[1:]
 
 

@@ -1,0 +1,171 @@
+"""``shardflow multilang`` with amazon-kclpy's own processor library (v3 and v2 interfaces) as
+real child processes, Kinesis and the lease table on moto's server over HTTP.
+
+The processors (``support/kcl/behaving.py``) log every record and life-cycle event; the tests
+read those logs and the lease table, never the daemon's internals.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from support.boto import boto_client, make_stream, put_records
+from support.kcl.handled import read_events, read_handled
+from support.multilang import (
+    BEHAVING,
+    MultiLangRun,
+    kclpy_or_skip,
+    properties,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+RECORDS = 240
+
+
+def _write(url: str, stream: str, shards: int) -> dict[str, list[tuple[str, str]]]:
+    """RECORDS records ``<id>|payload`` (id as key too); per shard, (key, sequence) in order."""
+    kinesis = make_stream(url, stream, shards)
+    written: dict[str, list[tuple[str, str]]] = {}
+    for start in range(0, RECORDS, 80):
+        items = [(f"{i:05d}", f"{i:05d}|payload".encode()) for i in range(start, start + 80)]
+        for (key, _), entry in zip(items, put_records(kinesis, stream, items), strict=True):
+            written.setdefault(entry["ShardId"], []).append((key, entry["SequenceNumber"]))
+    return written
+
+
+def _checkpoints(url: str, table: str) -> dict[str, str]:
+    dynamodb = boto_client("dynamodb", url)
+    try:
+        items = dynamodb.scan(TableName=table)["Items"]
+    except dynamodb.exceptions.ResourceNotFoundException:
+        return {}  # not created yet
+    return {item["leaseKey"]["S"]: item["checkpoint"]["S"] for item in items}
+
+
+def test_kclpy_v3_processors_checkpoint_mid_batch_and_one_that_exits_restarts_from_its_checkpoint(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    python = kclpy_or_skip()
+    written = _write(moto_url, stream_name, 2)
+    failing_shard, other_shard = sorted(written)
+    exit_key = written[failing_shard][len(written[failing_shard]) // 2][0]
+    out = tmp_path / "w1.handled"
+    processor = (
+        f"{python} {BEHAVING} --out {out} --worker w1 --midbatch --refused-checkpoint "
+        f"--exit-on {exit_key}"
+    )
+    app = f"app-{stream_name}"
+    run = MultiLangRun(
+        tmp_path,
+        "w1",
+        properties(
+            processor=processor,
+            stream=stream_name,
+            application=app,
+            kinesis=moto_url,
+            dynamodb=moto_url,
+            worker="w1",
+            maxRecords="25",
+        ),
+    )
+    run.start()
+    try:
+        keys = {key for records in written.values() for key, _ in records}
+        wait_until(
+            lambda: {h.key for h in read_handled([out])} >= keys, 60, "every record handled", run
+        )
+    finally:
+        assert run.stop() == 0, run.log_tail()
+
+    handled = read_handled([out])
+    events = read_events([out])
+    by_shard: dict[str, list[str]] = {}
+    for event in events:
+        by_shard.setdefault(event.shard, []).append(event.event)
+    # The processor that exited was started again (initialize twice), the other one never.
+    assert by_shard[failing_shard].count("initialize") == 2
+    assert by_shard[other_shard].count("initialize") == 1
+    # The lifecycle as the KCL orders it; the stop: shutdownRequested, then leaseLost.
+    for shard in written:
+        assert by_shard[shard][0] == "initialize"
+        ending = by_shard[shard][by_shard[shard].index("shutdown-requested") :]
+        assert ending[-1] == "lease-lost"
+        assert set(ending[1:-1]) <= {"checkpoint"}  # checkpointed what it had, then lost it
+    # Checkpoints beyond the last record delivered are refused by the KCL's name.
+    refused = [e.detail for e in events if e.event == "checkpoint-error"]
+    assert refused
+    assert all(detail.startswith("IllegalArgumentException") for detail in refused)
+    # The restart began at the last checkpoint: only records after it were handled again.
+    restart = [e for e in events if e.shard == failing_shard and e.event == "initialize"][1]
+    resumed_after = restart.detail.split("/")[0]
+    order = [seq for _, seq in written[failing_shard]]
+    assert resumed_after in order
+    again = [h for h, n in Counter(h.position for h in handled).items() if n > 1]
+    assert all(order.index(seq) > order.index(resumed_after) for _, seq, _ in again)
+    assert all(shard == failing_shard for shard, _, _ in again)
+    # Nothing lost, and each shard's checkpoint is its last record (shutdownRequested).
+    assert {h.key for h in handled} == keys
+    assert _checkpoints(moto_url, app) == {s: records[-1][1] for s, records in written.items()}
+    # The processor's stderr is in the log with its shard id; the restart is said.
+    log = run.log()
+    assert f"[{failing_shard}] exiting on record {exit_key}" in log
+    assert "starting it again from checkpoint" in log
+
+
+def test_kclpy_v2_processors_that_raise_or_hang_go_on_and_stop_as_zombies(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    python = kclpy_or_skip()
+    written = _write(moto_url, stream_name, 2)
+    first, second = sorted(written)
+    raise_key = written[first][len(written[first]) // 3][0]
+    hang_key = written[second][len(written[second]) // 3][0]
+    out = tmp_path / "w1.handled"
+    processor = (
+        f"{python} {BEHAVING} --out {out} --worker w1 --interface v2 --checkpoint-batches "
+        f"--raise-on {raise_key} --hang-on {hang_key}"
+    )
+    app = f"app-{stream_name}"
+    run = MultiLangRun(
+        tmp_path,
+        "w1",
+        properties(
+            processor=processor,
+            stream=stream_name,
+            application=app,
+            kinesis=moto_url,
+            dynamodb=moto_url,
+            worker="w1",
+            maxRecords="25",
+            timeoutInSeconds="2",
+        ),
+    )
+    run.start()
+    try:
+        last = {shard: records[-1][1] for shard, records in written.items()}
+        wait_until(lambda: _checkpoints(moto_url, app) == last, 60, "both shards checkpointed", run)
+    finally:
+        assert run.stop() == 0, run.log_tail()
+
+    events = read_events([out])
+    log = run.log()
+    # kclpy reports a processor's exception on stderr and answers anyway (as under the KCL):
+    # the daemon logs it with the shard id and the shard goes on.
+    assert (
+        f"[{first}] Caught exception from action dispatch: cannot handle record {raise_key}" in log
+    )
+    # The processor that hung was killed after timeoutInSeconds and started again from its
+    # last checkpoint: the record it hung on was handled after all.
+    assert "did not answer within 2.0s" in log
+    assert raise_key not in {h.key for h in read_handled([out])}  # kclpy swallowed its batch
+    assert hang_key in {h.key for h in read_handled([out])}
+    assert [e.event for e in events if e.shard == second].count("initialize") == 2
+    # v2 processors hear a stop as shutdown_requested, then shutdown(ZOMBIE).
+    for shard in written:
+        tail = [(e.event, e.detail) for e in events if e.shard == shard][-2:]
+        assert tail == [("shutdown-requested", ""), ("shutdown", "ZOMBIE")]
