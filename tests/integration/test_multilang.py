@@ -7,15 +7,18 @@ read those logs and the lease table, never the daemon's internals.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from support.boto import boto_client, make_stream, put_records
-from support.kcl.handled import read_events, read_handled
+from support.kcl.handled import Handled, duplicated, read_events, read_handled
 from support.multilang import (
     BEHAVING,
+    RECORDING,
     MultiLangRun,
     kclpy_or_skip,
     properties,
@@ -169,3 +172,79 @@ def test_kclpy_v2_processors_that_raise_or_hang_go_on_and_stop_as_zombies(
     for shard in written:
         tail = [(e.event, e.detail) for e in events if e.shard == shard][-2:]
         assert tail == [("shutdown-requested", ""), ("shutdown", "ZOMBIE")]
+
+
+def test_a_rolling_restart_of_two_workers_handles_no_record_twice(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    """Two workers, each replaced in turn while records keep coming: every lease moves by
+    planned handoff after its processor checkpointed in shutdownRequested."""
+    python = kclpy_or_skip()
+    kinesis = make_stream(moto_url, stream_name, 4)
+    app = f"app-{stream_name}"
+    stop_writing = threading.Event()
+    written: list[str] = []
+
+    def produce() -> None:
+        index = 0
+        while not stop_writing.is_set() and index < 20_000:  # bounded: ~100 records/s
+            items = [(f"{i:06d}", f"{i:06d}|x".encode()) for i in range(index, index + 10)]
+            put_records(kinesis, stream_name, items)
+            written.extend(key for key, _ in items)
+            index += 10
+            time.sleep(0.1)
+
+    def worker(name: str) -> MultiLangRun:
+        out = tmp_path / f"{name}.handled"
+        processor = f"{python} {RECORDING} --out {out} --worker {name} --checkpoint-every 50"
+        run = MultiLangRun(
+            tmp_path,
+            name,
+            properties(
+                processor=processor,
+                stream=stream_name,
+                application=app,
+                kinesis=moto_url,
+                dynamodb=moto_url,
+                worker=name,
+            ),
+        )
+        run.start()
+        return run
+
+    def handled_by(*names: str) -> list[Handled]:
+        return read_handled([tmp_path / f"{name}.handled" for name in names])
+
+    writer = threading.Thread(target=produce, daemon=True)
+    runs = {name: worker(name) for name in ("a", "b")}
+    writer.start()
+    try:
+        wait_until(
+            lambda: {h.worker for h in handled_by("a", "b")} == {"a", "b"}, 30, "a and b work"
+        )
+        for old, new in (("a", "a2"), ("b", "b2")):
+            runs[new] = worker(new)
+            time.sleep(2.0)  # the new worker is up and renewing (it has nothing to take yet)
+            assert runs[old].stop() == 0, runs[old].log_tail()
+            wait_until(
+                lambda n=new: any(h.worker == n for h in handled_by(n)),
+                30,
+                f"{new} works",
+                runs[new],
+            )
+        stop_writing.set()
+        writer.join(10)
+        everything = set(written)
+        wait_until(
+            lambda: {h.key for h in handled_by("a", "b", "a2", "b2")} >= everything,
+            30,
+            "every record handled",
+        )
+    finally:
+        stop_writing.set()
+        for run in runs.values():
+            run.stop()
+    handled = handled_by("a", "b", "a2", "b2")
+    assert {h.key for h in handled} == set(written)
+    assert duplicated(handled) == []
+    assert len(written) > 500

@@ -36,6 +36,7 @@ from shardflow.consumer import ConsumedRecord, ShardSession
 from shardflow.errors import ShardflowError, ShardLeaseLost, ThrottledError
 from shardflow.multilang import messages
 from shardflow.multilang.child import ChildProcess
+from shardflow.multilang.consumer_gap import settle_ack_event
 from shardflow.multilang.errors import ProcessorError, ProtocolError
 from shardflow.multilang.messages import CheckpointRequest, Status, Unexpected
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
@@ -133,6 +134,7 @@ class ShardDriver:
             waiting = None
             if batch is None:
                 return
+            settle_ack_event(self.session)
             self._pending.append(batch)
             self._last_record = batch[-1]
             self._largest = batch[-1].position
@@ -141,11 +143,14 @@ class ShardDriver:
     async def _end(self) -> None:
         """The ending the KCL would send (see the module doc)."""
         if self.session.lost:
+            log.info("shard %s: lease lost; telling the processor", self.shard_id)
             await self._ending("leaseLost", messages.LEASE_LOST)
             return
         if not self._stopping.is_set() and await self._probe_shard_end():
+            log.info("shard %s: shard ended; the processor checkpoints its end", self.shard_id)
             await self._shard_end()
             return
+        log.info("shard %s: lease let go; the processor may checkpoint", self.shard_id)
         await self._ending("shutdownRequested", messages.SHUTDOWN_REQUESTED)
         await self._ending("leaseLost", messages.LEASE_LOST)
 
@@ -305,6 +310,7 @@ class ShardDriver:
                 await self.session.checkpointer.checkpoint(record)
         except ShardLeaseLost:
             return "ShutdownException"
+
         except ThrottledError:
             return "ThrottlingException"
         except ShardflowError as exc:
