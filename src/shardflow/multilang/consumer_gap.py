@@ -28,6 +28,7 @@ def settle_ack_event(session: ShardSession) -> None:
     """Clear the worker's all-acknowledged event when records are unacknowledged."""
     worker = getattr(session, "_worker", None)
     event = getattr(worker, "_all_acked", None)
-    stale = isinstance(event, asyncio.Event) and event.is_set()
-    if stale and not session.checkpointer.tracker.all_acked:
+    if not isinstance(event, asyncio.Event):
+        return
+    if event.is_set() and not session.checkpointer.tracker.all_acked:
         event.clear()
