@@ -7,6 +7,7 @@ read those logs and the lease table, never the daemon's internals.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import Counter
@@ -19,6 +20,8 @@ from support.kcl.handled import Handled, duplicated, read_events, read_handled
 from support.multilang import (
     BEHAVING,
     RECORDING,
+    NODE_PROCESSOR,
+    REPO,
     MultiLangRun,
     kclpy_or_skip,
     properties,
@@ -248,3 +251,43 @@ def test_a_rolling_restart_of_two_workers_handles_no_record_twice(
     assert {h.key for h in handled} == set(written)
     assert duplicated(handled) == []
     assert len(written) > 500
+
+
+def test_a_node_js_processor_on_aws_kcl_speaks_the_same_protocol(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    node = shutil.which("node")
+    if node is None or not (REPO / "node_modules" / "aws-kcl").is_dir():
+        pytest.skip("not run: node or node_modules/aws-kcl missing (make setup installs it)")
+    written = _write(moto_url, stream_name, 2)
+    out = tmp_path / "node.handled"
+    app = f"app-{stream_name}"
+    run = MultiLangRun(
+        tmp_path,
+        "node",
+        properties(
+            processor=f"{node} {NODE_PROCESSOR} {out} node",
+            stream=stream_name,
+            application=app,
+            kinesis=moto_url,
+            dynamodb=moto_url,
+            worker="node",
+            processingLanguage="nodejs",
+            maxRecords="50",
+        ),
+    )
+    run.start()
+    last = {shard: records[-1][1] for shard, records in written.items()}
+    try:
+        wait_until(lambda: _checkpoints(moto_url, app) == last, 60, "both shards checkpointed", run)
+    finally:
+        assert run.stop() == 0, run.log_tail()
+    handled = read_handled([out])
+    assert sorted(h.key for h in handled) == sorted(k for records in written.values() for k, _ in records)
+    assert duplicated(handled) == []
+    events = read_events([out])
+    assert not [e for e in events if e.event == "checkpoint-error"]
+    for shard in written:
+        names = [e.event for e in events if e.shard == shard]
+        assert names[0] == "initialize"
+        assert names[-3:] == ["shutdown-requested", "checkpoint", "lease-lost"]

@@ -26,6 +26,7 @@ KCL_SUPPORT = Path(__file__).with_name("kcl")
 BEHAVING = KCL_SUPPORT / "behaving.py"
 RECORDING = KCL_SUPPORT / "processor.py"
 NODE_PROCESSOR = Path(__file__).with_name("multilang_processor.js")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def kclpy_python() -> Path:
