@@ -291,3 +291,68 @@ def test_a_node_js_processor_on_aws_kcl_speaks_the_same_protocol(
         names = [e.event for e in events if e.shard == shard]
         assert names[0] == "initialize"
         assert names[-3:] == ["shutdown-requested", "checkpoint", "lease-lost"]
+
+
+def test_at_a_shards_end_a_v2_processor_is_shut_down_with_terminate_and_checkpoints_shard_end(
+    kinesis_local_url: str, moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    """kinesis-local ends a split shard as Kinesis does; the parent's processor hears
+    shutdown(TERMINATE) (kclpy's v2 name for shardEnded), checkpoints, and the children go on."""
+    python = kclpy_or_skip()
+    kinesis = make_stream(kinesis_local_url, stream_name, 1)
+    before = [(f"{i:05d}", f"{i:05d}|x".encode()) for i in range(20)]
+    put_records(kinesis, stream_name, before)
+    out = tmp_path / "w1.handled"
+    app = f"app-{stream_name}"
+    run = MultiLangRun(
+        tmp_path,
+        "w1",
+        properties(
+            processor=f"{python} {BEHAVING} --out {out} --worker w1 --interface v2 --checkpoint-batches",
+            stream=stream_name,
+            application=app,
+            kinesis=kinesis_local_url,
+            dynamodb=moto_url,
+            worker="w1",
+            shardSyncIntervalMillis="1000",
+            parentShardPollIntervalMillis="500",
+        ),
+    )
+    run.start()
+    try:
+        wait_until(lambda: len(read_handled([out])) >= 20, 60, "the first records", run)
+        parent = kinesis.list_shards(StreamName=stream_name)["Shards"][0]
+        low = int(parent["HashKeyRange"]["StartingHashKey"])
+        high = int(parent["HashKeyRange"]["EndingHashKey"])
+        kinesis.split_shard(
+            StreamName=stream_name,
+            ShardToSplit=parent["ShardId"],
+            NewStartingHashKey=str((low + high + 1) // 2),
+        )
+        kinesis.get_waiter("stream_exists").wait(
+            StreamName=stream_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 100}
+        )
+        wait_until(
+            lambda: kinesis.describe_stream_summary(StreamName=stream_name)[
+                "StreamDescriptionSummary"
+            ]["StreamStatus"]
+            == "ACTIVE",
+            30,
+            "the split done",
+        )
+        after = [(f"{i:05d}", f"{i:05d}|x".encode()) for i in range(20, 40)]
+        put_records(kinesis, stream_name, after)
+        keys = {key for key, _ in before + after}
+        wait_until(lambda: {h.key for h in read_handled([out])} >= keys, 90, "every record", run)
+        wait_until(
+            lambda: _checkpoints(moto_url, app).get(parent["ShardId"]) == "SHARD_END",
+            30,
+            "the parent's SHARD_END",
+            run,
+        )
+    finally:
+        assert run.stop() == 0, run.log_tail()
+    events = [(e.event, e.detail) for e in read_events([out]) if e.shard == parent["ShardId"]]
+    assert events[-2:] == [("shutdown", "TERMINATE"), ("checkpoint", "end")]
+    assert duplicated(read_handled([out])) == []
+    assert "shard ended; the processor checkpoints its end" in run.log()
