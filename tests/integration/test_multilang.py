@@ -19,8 +19,8 @@ from support.boto import boto_client, make_stream, put_records
 from support.kcl.handled import Handled, duplicated, read_events, read_handled
 from support.multilang import (
     BEHAVING,
-    RECORDING,
     NODE_PROCESSOR,
+    RECORDING,
     REPO,
     MultiLangRun,
     kclpy_or_skip,
@@ -283,7 +283,9 @@ def test_a_node_js_processor_on_aws_kcl_speaks_the_same_protocol(
     finally:
         assert run.stop() == 0, run.log_tail()
     handled = read_handled([out])
-    assert sorted(h.key for h in handled) == sorted(k for records in written.values() for k, _ in records)
+    assert sorted(h.key for h in handled) == sorted(
+        k for records in written.values() for k, _ in records
+    )
     assert duplicated(handled) == []
     events = read_events([out])
     assert not [e for e in events if e.event == "checkpoint-error"]
@@ -333,10 +335,12 @@ def test_at_a_shards_end_a_v2_processor_is_shut_down_with_terminate_and_checkpoi
             StreamName=stream_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 100}
         )
         wait_until(
-            lambda: kinesis.describe_stream_summary(StreamName=stream_name)[
-                "StreamDescriptionSummary"
-            ]["StreamStatus"]
-            == "ACTIVE",
+            lambda: (
+                kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"][
+                    "StreamStatus"
+                ]
+                == "ACTIVE"
+            ),
             30,
             "the split done",
         )

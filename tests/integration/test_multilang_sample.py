@@ -88,7 +88,10 @@ def test_the_kclpy_sample_app_runs_unchanged_on_the_local_stack(tmp_path: Path) 
         assert {i["leaseKey"]["S"]: i["checkpoint"]["S"] for i in items} == last
     finally:
         _shardflow("local", "down", env=env)
-    assert (sample_properties.read_bytes(), (samples / "sample_kclpy_app.py").read_bytes()) == before
+    assert (
+        sample_properties.read_bytes(),
+        (samples / "sample_kclpy_app.py").read_bytes(),
+    ) == before
     log = run.log()
     assert "Shutdown has been requested, checkpointing." in log
     assert "warning:" not in log  # every key of the sample's file honoured as the KCL does
