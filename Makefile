@@ -64,6 +64,7 @@ bench: setup
 	$(SHORT) $(HEAVY) $(BIN)/python bench/spark_source.py --records 100000 --repeat 1 --idle-seconds 5
 	$(SHORT) $(HEAVY) $(BIN)/python bench/kcl_fleet.py --short
 	$(SHORT) $(HEAVY) $(BIN)/python bench/fleet.py --short
+	$(SHORT) $(HEAVY) $(BIN)/python bench/multilang.py --short
 	$(BIN)/python bench/tables.py --print .bench/short
 
 bench-full: setup
@@ -76,6 +77,7 @@ bench-full: setup
 	$(HEAVY) $(BIN)/python bench/spark_source.py
 	$(HEAVY) $(BIN)/python bench/kcl_fleet.py
 	$(HEAVY) $(BIN)/python bench/fleet.py
+	$(HEAVY) $(BIN)/python bench/multilang.py
 	$(BIN)/python bench/tables.py
 
 clean:

@@ -129,7 +129,11 @@ async def _serve(daemon: MultiLangDaemon) -> None:
 
 
 def _describe(config: MultiLangConfig) -> None:
-    settings = config.consumer_settings()
+    retrieval = (
+        f"polling (maxRecords {config.max_records}, idle {config.idle_time:g} s)"
+        if config.retrieval == "POLLING"
+        else f"enhanced fan-out (consumer {config.consumer_name or config.application})"
+    )
     lines = [
         f"record processor   {' '.join(config.command)}",
         f"stream             {config.stream}",
@@ -139,8 +143,8 @@ def _describe(config: MultiLangConfig) -> None:
         f"Kinesis endpoint   {config.kinesis_endpoint or '(standard AWS configuration)'}",
         f"DynamoDB endpoint  {config.dynamodb_endpoint or '(standard AWS configuration)'}",
         f"credentials        {'profile ' + config.profile if config.profile else 'standard chain'}",
-        f"start of new shards {config.initial_position}",
-        f"retrieval          {config.retrieval} ({settings.fetch})",
+        f"new shards start   {config.initial_position}",
+        f"retrieval          {retrieval}",
         f"failover           {config.leases.failover_time:g} s",
         f"shutdown grace     {config.shutdown_grace:g} s",
         f"response timeout   {config.response_timeout:g} s"
