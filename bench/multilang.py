@@ -189,6 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
+    code = commit()  # the code that runs: taken before the first round
     releases = {name: KCL[name] for name in KCL if name[4] in args.releases.split(",")}
     contenders = [SHARDFLOW, *releases]
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
@@ -251,7 +252,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": rounds,
         "first_record": first,
         "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
-        "commit": commit(),
+        "commit": code,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
     }
