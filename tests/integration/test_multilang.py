@@ -360,3 +360,43 @@ def test_at_a_shards_end_a_v2_processor_is_shut_down_with_terminate_and_checkpoi
     assert events[-2:] == [("shutdown", "TERMINATE"), ("checkpoint", "end")]
     assert duplicated(read_handled([out])) == []
     assert "shard ended; the processor checkpoints its end" in run.log()
+
+
+def test_kpl_aggregates_reach_a_kclpy_processor_de_aggregated_as_the_kcl_delivers_them(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    from aws_kinesis_agg.aggregator import RecordAggregator
+
+    python = kclpy_or_skip()
+    kinesis = make_stream(moto_url, stream_name, 1)
+    aggregator = RecordAggregator()
+    for i in range(5):
+        aggregator.add_user_record(f"k{i}", f"{i:05d}|sub".encode())
+    key, _, data = aggregator.clear_and_get().get_contents()
+    aggregate = kinesis.put_record(StreamName=stream_name, PartitionKey=key, Data=data)
+    put_records(kinesis, stream_name, [("plain", b"00005|plain")])
+    out = tmp_path / "w1.handled"
+    app = f"app-{stream_name}"
+    run = MultiLangRun(
+        tmp_path,
+        "w1",
+        properties(
+            processor=f"{python} {BEHAVING} --out {out} --worker w1 --midbatch",
+            stream=stream_name,
+            application=app,
+            kinesis=moto_url,
+            dynamodb=moto_url,
+            worker="w1",
+        ),
+    )
+    run.start()
+    try:
+        wait_until(lambda: len(read_handled([out])) >= 6, 60, "six records", run)
+    finally:
+        assert run.stop() == 0, run.log_tail()
+    handled = read_handled([out])
+    subs = [(h.sequence, h.sub, h.key) for h in handled if h.key != "00005"]
+    assert subs == [(aggregate["SequenceNumber"], i, f"{i:05d}") for i in range(5)]
+    # The mid-batch checkpoint named a sub-record: its sequence and sub-sequence number.
+    checkpoints = [e.detail for e in read_events([out]) if e.event == "checkpoint"]
+    assert f"{aggregate['SequenceNumber']}/3" in checkpoints
