@@ -400,3 +400,23 @@ def test_kpl_aggregates_reach_a_kclpy_processor_de_aggregated_as_the_kcl_deliver
     # The mid-batch checkpoint named a sub-record: its sequence and sub-sequence number.
     checkpoints = [e.detail for e in read_events([out]) if e.event == "checkpoint"]
     assert f"{aggregate['SequenceNumber']}/3" in checkpoints
+
+
+def test_a_processor_that_cannot_be_started_is_refused_at_once_by_name(tmp_path: Path) -> None:
+    run = MultiLangRun(
+        tmp_path,
+        "w1",
+        properties(
+            processor="no-such-processor --flag",
+            stream="s",
+            application="a",
+            kinesis="http://127.0.0.1:9",
+            dynamodb="http://127.0.0.1:9",
+            worker="w1",
+        ),
+    )
+    run.start()
+    assert run.wait(60) == 1
+    assert "property 'executableName': the record processor 'no-such-processor' is not an" in (
+        run.log()
+    )

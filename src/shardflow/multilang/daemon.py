@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
@@ -26,6 +28,7 @@ from shardflow.consumer import ConsumedRecord, Consumer, ShardSession
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.store import LeaseStore
 from shardflow.multilang.config import MultiLangConfig
+from shardflow.multilang.errors import PropertiesError
 from shardflow.multilang.shard import DriverSettings, ShardDriver
 from shardflow.multilang.shard_end import reached_shard_end
 
@@ -33,6 +36,20 @@ log = logging.getLogger("shardflow.multilang")
 
 LAG_REFRESH: Final = 0.5
 """Seconds one reading of every shard's millisBehindLatest serves the processRecords sent."""
+
+
+def require_executable(command: tuple[str, ...]) -> None:
+    """Raise PropertiesError unless ``command[0]`` names an executable file, found as the
+    processor's start will find it (a path with a slash from the working directory, a bare
+    name on ``PATH``)."""
+    program = command[0] if command else ""
+    found = program if "/" in program and os.access(program, os.X_OK) else shutil.which(program)
+    if not found or not os.path.isfile(found):
+        raise PropertiesError(
+            f"the record processor {program!r} is not an executable file"
+            + ("" if "/" in program else " on PATH"),
+            key="executableName",
+        )
 
 
 class MultiLangDaemon:
@@ -65,8 +82,11 @@ class MultiLangDaemon:
             self._consumer.request_stop()
 
     async def run(self) -> None:
-        """Process the stream until :meth:`request_stop`; raises what stops the consumer."""
+        """Process the stream until :meth:`request_stop`; raises what stops the consumer, and
+        :class:`~shardflow.multilang.errors.PropertiesError` at once when the processor's
+        executable cannot be found (the KCL would fail at its first lease)."""
         config = self.config
+        require_executable(config.command)
         kinesis_clients = ClientFactory(config.kinesis_aws())
         async with (
             kinesis_clients.kinesis() as kinesis,
