@@ -15,6 +15,8 @@ Java and the packages are looked for at run time: ``ensure_installed`` raises
   PID, with CPU and RSS of its process tree.
 - :mod:`support.kcl.proxy`: :class:`H2cProxy`, HTTP/2 cleartext in front of kinesalite.
 - :mod:`support.kcl.processor`: the Python record processor the daemon runs.
+- :mod:`support.kcl.behaving`: a kclpy processor (v2 or v3) that checkpoints mid-batch, raises,
+  exits or hangs on request (``shardflow multilang``'s tests).
 - :mod:`support.kcl.handled`: the handled-records log (KCL and shardflow workers write the same
   lines) and duplicate / gap counting.
 - :mod:`support.kcl.tables`: a lease table as an earlier run leaves it (KCL starts in seconds).
