@@ -122,7 +122,7 @@ def test_lines_the_kcl_skips_are_unexpected_with_a_reason() -> None:
         assert answer.line == line
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.one_of(st.none(), st.from_regex(r"[0-9]{1,56}", fullmatch=True)),
     st.one_of(st.none(), st.integers(min_value=0, max_value=2**63 - 1)),
@@ -139,7 +139,7 @@ def test_checkpoint_requests_and_answers_round_trip(sequence: str | None, sub: i
     }
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(
