@@ -170,7 +170,8 @@ def test_kclpy_v2_processors_that_raise_or_hang_go_on_and_stop_as_zombies(
     assert "did not answer within 2.0s" in log
     assert raise_key not in {h.key for h in read_handled([out])}  # kclpy swallowed its batch
     assert hang_key in {h.key for h in read_handled([out])}
-    assert [e.event for e in events if e.shard == second].count("initialize") == 2
+    # (at least once more: on a loaded machine a slow batch may pass the 2 s too)
+    assert [e.event for e in events if e.shard == second].count("initialize") >= 2
     # v2 processors hear a stop as shutdown_requested, then shutdown(ZOMBIE).
     for shard in written:
         tail = [(e.event, e.detail) for e in events if e.shard == shard][-2:]
@@ -210,6 +211,7 @@ def test_a_rolling_restart_of_two_workers_handles_no_record_twice(
                 kinesis=moto_url,
                 dynamodb=moto_url,
                 worker=name,
+                failoverTimeMillis="10000",  # the KCL's: leases move by handoff, not expiry
             ),
         )
         run.start()
