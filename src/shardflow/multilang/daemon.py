@@ -19,9 +19,8 @@ import contextlib
 import logging
 import os
 import shutil
-import time
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any
 
 from shardflow.aws.clients import ClientFactory
 from shardflow.consumer import ConsumedRecord, Consumer, ShardSession
@@ -30,12 +29,8 @@ from shardflow.leases.store import LeaseStore
 from shardflow.multilang.config import MultiLangConfig
 from shardflow.multilang.errors import PropertiesError
 from shardflow.multilang.shard import DriverSettings, ShardDriver
-from shardflow.multilang.shard_end import reached_shard_end
 
 log = logging.getLogger("shardflow.multilang")
-
-LAG_REFRESH: Final = 0.5
-"""Seconds one reading of every shard's millisBehindLatest serves the processRecords sent."""
 
 
 def require_executable(command: tuple[str, ...]) -> None:
@@ -67,8 +62,8 @@ class MultiLangDaemon:
         self._stopping = asyncio.Event()
         self._consumer: Consumer | None = None
         self._drivers: set[asyncio.Task[None]] = set()
-        self._lags: dict[str, int | None] = {}
-        self._lags_at = 0.0
+        # Shard id -> its session now (a shard taken again replaces its old session).
+        self._sessions: dict[str, ShardSession] = {}
 
     @property
     def worker_id(self) -> str | None:
@@ -88,10 +83,7 @@ class MultiLangDaemon:
         config = self.config
         require_executable(config.command)
         kinesis_clients = ClientFactory(config.kinesis_aws())
-        async with (
-            kinesis_clients.kinesis() as kinesis,
-            self._lease_store() as store,
-        ):
+        async with self._lease_store() as store:
             consumer = Consumer(
                 config.stream,
                 config.application,
@@ -104,7 +96,7 @@ class MultiLangDaemon:
                 consumer.request_stop()
 
             async def shard_ended(session: ShardSession, after: ConsumedRecord[Any] | None) -> bool:
-                return await reached_shard_end(kinesis, session, after)
+                return session.shard_ended
 
             log.info(
                 "multilang: stream %s, application %s, worker %s, processor %s",
@@ -116,6 +108,7 @@ class MultiLangDaemon:
             sessions = consumer.shards()
             try:
                 async for session in sessions:
+                    self._sessions[session.shard_id] = session
                     driver = ShardDriver(
                         session,
                         self.settings,
@@ -160,10 +153,6 @@ class MultiLangDaemon:
             yield DynamoDBLeaseStore(dynamodb, config.table_name, streams=[config.stream])
 
     def _lag_of(self, shard_id: str) -> int | None:
-        """millisBehindLatest of the shard as last fetched (one status read per LAG_REFRESH)."""
-        now = time.monotonic()
-        consumer = self._consumer
-        if consumer is not None and now - self._lags_at > LAG_REFRESH:
-            self._lags = {s.shard_id: s.millis_behind_latest for s in consumer.status().shards}
-            self._lags_at = now
-        return self._lags.get(shard_id)
+        """millisBehindLatest of the shard as last fetched."""
+        session = self._sessions.get(shard_id)
+        return None if session is None else session.millis_behind_latest

@@ -36,7 +36,6 @@ from shardflow.consumer import ConsumedRecord, ShardSession
 from shardflow.errors import ShardflowError, ShardLeaseLost, ThrottledError
 from shardflow.multilang import messages
 from shardflow.multilang.child import ChildProcess
-from shardflow.multilang.consumer_gap import settle_ack_event
 from shardflow.multilang.errors import ProcessorError, ProtocolError
 from shardflow.multilang.messages import CheckpointRequest, Status, Unexpected
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
@@ -134,7 +133,6 @@ class ShardDriver:
             waiting = None
             if batch is None:
                 return
-            settle_ack_event(self.session)
             self._pending.append(batch)
             self._last_record = batch[-1]
             self._largest = batch[-1].position

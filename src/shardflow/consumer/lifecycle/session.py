@@ -47,6 +47,18 @@ class ShardSession:
         return self._worker.checkpointer.pending
 
     @property
+    def shard_ended(self) -> bool:
+        """Whether :attr:`batches` ended because the shard's end was read: every record of the
+        closed shard was handed out (the consumer writes SHARD_END once all are acknowledged).
+        False while reading, and when it ended by a stop, a handoff or a loss."""
+        return self._worker.end_reached
+
+    @property
+    def millis_behind_latest(self) -> int | None:
+        """How far behind the stream's tip the last fetch of the shard was (None: unknown)."""
+        return self._worker.millis_behind_latest
+
+    @property
     def lost(self) -> bool:
         """Whether the lease is lost: stop, nothing more will be checkpointed."""
         return self._worker.lost

@@ -229,6 +229,11 @@ class ShardWorker:
         return self.reader.millis_behind_latest
 
     @property
+    def end_reached(self) -> bool:
+        """The reader handed out the shard's last record (its end was read)."""
+        return self._end_reached
+
+    @property
     def failure(self) -> BaseException | None:
         return self._failure
 
