@@ -43,6 +43,7 @@ module is grouped as the hierarchy is::
         MalformedDeadLetterError
         ClaimInProgressError
         SparkOptionError (also ValueError)
+            UnknownSparkOptionError
         SparkSourceError
             DataLossError
             BatchEndConflictError
@@ -456,6 +457,20 @@ class SparkOptionError(ShardflowError, ValueError):
         self.option = option
         self.problem = problem
         super().__init__(f"option {option}: {problem}")
+
+
+class UnknownSparkOptionError(SparkOptionError):
+    """An option the ``shardflow`` source or sink does not know (a typo, usually): refused rather
+    than ignored. ``closest`` is the known option it most resembles, if any; ``known`` all of
+    them."""
+
+    def __init__(
+        self, option: str, *, where: str, closest: str | None, known: tuple[str, ...]
+    ) -> None:
+        self.closest = closest
+        self.known = known
+        hint = f"did you mean {closest}?" if closest else "known options: " + ", ".join(known)
+        super().__init__(option, f"not an option of the shardflow {where}; {hint}")
 
 
 class SparkSourceError(ShardflowError):

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from shardflow.errors import SparkOptionError, SparkSinkSchemaError
+from shardflow.errors import SparkOptionError, SparkSinkSchemaError, UnknownSparkOptionError
 from shardflow.spark.sink.columns import sink_columns
 from shardflow.spark.sink.options import DEFAULT_FLUSH_TIMEOUT, sink_options
 
@@ -67,6 +67,15 @@ def test_bad_values_name_the_option(option: str, value: str, problem: str) -> No
     with pytest.raises(SparkOptionError, match=problem) as failure:
         sink_options({"streamName": "orders", option: value})
     assert failure.value.option == option
+
+
+def test_an_unknown_option_is_refused_naming_the_closest() -> None:
+    with pytest.raises(UnknownSparkOptionError, match="did you mean aggregate") as caught:
+        sink_options({"streamName": "orders", "agregate": "true"})
+    assert (caught.value.option, caught.value.closest) == ("agregate", "aggregate")
+    # What Spark adds to a streaming sink's options is no typo.
+    spark_adds = {"checkpointlocation": "/tmp/ck", "queryname": "alerts"}
+    assert sink_options({"streamName": "orders", **spark_adds}).stream == "orders"
 
 
 def test_a_stream_is_required() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardflow.errors import SparkOptionError
+from shardflow.errors import SparkOptionError, UnknownSparkOptionError
 from shardflow.spark.source.options import ConsumerType, parse_options
 from shardflow.spark.source.positions import LATEST, ShardPosition
 
@@ -95,3 +95,27 @@ def test_batch_ranges() -> None:
         parse_options(
             {"streamName": "s", "endingPosition": '{"a": "TRIM_HORIZON"}'}, streaming=False
         )
+
+
+@pytest.mark.parametrize(
+    ("given", "closest"),
+    [
+        ("startingPostion", "startingPosition"),
+        ("startingpostion", "startingPosition"),  # as Spark hands it over, lower-cased
+        ("metadatapth", "metadataPath"),
+        ("maxRecordsPerTriger", "maxRecordsPerTrigger"),
+        ("streamname ", "streamName"),
+    ],
+)
+def test_an_unknown_option_is_refused_naming_the_closest(given: str, closest: str) -> None:
+    with pytest.raises(UnknownSparkOptionError) as caught:
+        parse_options({**BASE, given: "TRIM_HORIZON"}, streaming=False)
+    assert caught.value.option == given
+    assert caught.value.closest == closest
+    assert str(caught.value).endswith(f"did you mean {closest}?")
+
+
+def test_an_unknown_option_like_none_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownSparkOptionError, match="known options: streamName, ") as caught:
+        parse_options({**BASE, "path": "orders"}, streaming=True)  # .load("orders")
+    assert caught.value.closest is None

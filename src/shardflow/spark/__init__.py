@@ -28,13 +28,19 @@ log = logging.getLogger(__name__)
 def register(spark: SparkSession) -> None:
     """Register the ``shardflow`` data source with ``spark`` (idempotent per session).
 
+    Also makes ``spark.readStream.format("shardflow")...load()`` check the options a streaming
+    read needs (``metadataPath``) right there, not when the query starts
+    (:mod:`shardflow.spark.stream_load`).
+
     Warns (logger ``shardflow.spark``) when the interpreter Spark starts for its Python
     workers on this machine cannot import shardflow, and says how to fix it (not for a Spark
     Connect session: its workers run on the server).
     """
     from shardflow.spark.datasource import ShardflowDataSource
+    from shardflow.spark.stream_load import check_stream_loads
 
     spark.dataSource.register(ShardflowDataSource)
+    check_stream_loads(type(spark.readStream))
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         return  # Spark Connect: the workers are the server's, which this machine cannot see
     problem = worker_python_problem(spark.conf.get("spark.pyspark.python", None))

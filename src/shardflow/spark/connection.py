@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from shardflow.aws.settings import AwsSettings
 from shardflow.errors import SparkOptionError
 
+CONNECTION_OPTIONS = ("streamName", "streamARN", "region", "endpointUrl")
+"""The options :func:`stream_connection` reads, source and sink alike."""
+
 
 @dataclass(frozen=True, slots=True)
 class StreamConnection:

@@ -1,17 +1,18 @@
-"""Option values shared by the source and the sink: numbers and flags.
+"""Option names and values shared by the source and the sink: known names, numbers and flags.
 
-Spark hands every option over as a string. Each helper returns None for an option that is not
-given (or blank), so that the caller's default applies, and raises
+Spark hands every option over as a string. Each value helper returns None for an option that
+is not given (or blank), so that the caller's default applies, and raises
 :class:`~shardflow.errors.SparkOptionError` naming the option for a value it cannot take.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from shardflow.errors import SparkOptionError
+from shardflow.errors import SparkOptionError, UnknownSparkOptionError
 from shardflow.spark.connection import lookup
 
 T = TypeVar("T")
@@ -64,3 +65,25 @@ def whole_number(options: Mapping[str, str], name: str) -> int | None:
 def flag(options: Mapping[str, str], name: str) -> bool | None:
     """true/false (also 1/0, yes/no), in any case."""
     return _parsed(options, name, lambda text: _FLAGS[text.lower()], "true or false")
+
+
+def reject_unknown(
+    options: Mapping[str, str],
+    known: tuple[str, ...],
+    *,
+    where: str,
+    spark_adds: tuple[str, ...] = (),
+) -> None:
+    """Raise :class:`~shardflow.errors.UnknownSparkOptionError` for the first option not in
+    ``known`` (names compare case-insensitively, as Spark lower-cases them), naming the known
+    option closest to it: a misspelt option would otherwise be ignored and its default used.
+    ``spark_adds`` are options Spark itself passes along (``checkpointLocation`` to a sink)."""
+    by_lower = {name.lower(): name for name in known}
+    allowed = by_lower.keys() | {name.lower() for name in spark_adds}
+    for given in options:
+        if given.lower() in allowed:
+            continue
+        close = difflib.get_close_matches(given.lower(), list(by_lower), n=1, cutoff=0.6)
+        raise UnknownSparkOptionError(
+            given, where=where, closest=by_lower[close[0]] if close else None, known=known
+        )

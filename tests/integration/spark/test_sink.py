@@ -214,6 +214,17 @@ def test_wrong_columns_fail_when_the_write_is_planned(
     assert complaint in str(failure.value)
 
 
+def test_a_misspelt_option_fails_the_write_naming_the_right_one(spark: SparkSession) -> None:
+    from pyspark.errors import PySparkException
+
+    df = spark.createDataFrame([("a", "k")], "data string, partitionKey string")
+    writer = df.write.format("shardflow").option("streamName", "never-written").mode("append")
+    with pytest.raises(PySparkException) as failure:
+        writer.option("agregate", "true").save()  # was: written, not aggregated
+    assert "UnknownSparkOptionError: option agregate:" in str(failure.value)
+    assert "did you mean aggregate?" in str(failure.value)
+
+
 def test_a_null_partition_key_fails_the_task_naming_the_row(
     spark: SparkSession, kinesalite_url: str, stream_name: str
 ) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from shardflow.errors import SparkOptionError, UnknownSparkOptionError
 from support.spark_source import expect_each_once, make_stream, payloads, write
 
 if TYPE_CHECKING:
@@ -76,20 +77,29 @@ def test_a_bad_option_fails_naming_it(
     with pytest.raises(Exception, match="option startingPosition") as caught:
         read(spark, kinesalite_url, stream_name, startingPosition="SOMEWHERE").collect()
     assert "SparkOptionError" in str(caught.value)
-    query = (
-        spark.readStream.format("shardflow")
-        .option("streamName", stream_name)
-        .option("endpointUrl", kinesalite_url)
-        .load()
-        .writeStream.format("noop")
-        .start()
-    )
-    with pytest.raises(Exception, match="option metadataPath: required for streaming"):
-        query.awaitTermination(30)
 
 
 def test_a_bad_option_fails_where_the_source_is_defined(spark: SparkSession) -> None:
-    reader = spark.readStream.format("shardflow").option("streamName", "orders")
-    with pytest.raises(Exception, match="option maxRecordsPerTrigger") as caught:
+    reader = spark.readStream.format("shardflow").options(streamName="orders", metadataPath="m")
+    with pytest.raises(SparkOptionError, match="option maxRecordsPerTrigger"):
         reader.option("maxRecordsPerTrigger", "many").load()  # not at .start()
-    assert "SparkOptionError" in str(caught.value)
+
+
+def test_a_misspelt_option_fails_at_load_naming_the_right_one(spark: SparkSession) -> None:
+    # Read from TRIM_HORIZON, silently, before options were checked by name.
+    reader = spark.read.format("shardflow").option("streamName", "orders")
+    with pytest.raises(Exception, match="did you mean startingPosition") as caught:
+        reader.option("startingPostion", "LATEST").load()
+    assert "UnknownSparkOptionError" in str(caught.value)
+    stream = spark.readStream.format("shardflow").options(streamName="orders", metadataPath="m")
+    with pytest.raises(UnknownSparkOptionError, match="did you mean startingPosition"):
+        stream.option("startingPostion", "LATEST").load()
+
+
+def test_a_stream_read_without_metadata_path_fails_at_load(spark: SparkSession) -> None:
+    reader = spark.readStream.format("shardflow").option("streamName", "orders")
+    with pytest.raises(SparkOptionError, match="option metadataPath: required for streaming"):
+        reader.load()  # was: when the query started, from awaitTermination()
+    with pytest.raises(SparkOptionError, match="option metadataPath: required for streaming"):
+        spark.readStream.load(format="shardflow", streamName="orders")
+    assert spark.read.format("shardflow").option("streamName", "orders").load().isStreaming is False

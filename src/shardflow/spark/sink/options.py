@@ -24,10 +24,26 @@ from dataclasses import dataclass, replace
 
 from shardflow.errors import SparkOptionError
 from shardflow.producer import ProducerSettings
-from shardflow.spark.connection import StreamConnection, stream_connection
-from shardflow.spark.option_values import flag, number, whole_number
+from shardflow.spark.connection import CONNECTION_OPTIONS, StreamConnection, stream_connection
+from shardflow.spark.option_values import flag, number, reject_unknown, whole_number
 
 DEFAULT_FLUSH_TIMEOUT = 600.0
+
+SINK_OPTIONS = (
+    *CONNECTION_OPTIONS,
+    "aggregate",
+    "preserveKeyOrder",
+    "maxAttempts",
+    "recordTtl",
+    "linger",
+    "maxConcurrentRequests",
+    "shardRecordsPerSecond",
+    "shardBytesPerSecond",
+    "flushTimeout",
+)
+"""Every option the sink reads; any other is refused (a typo would be ignored otherwise)."""
+# What Spark passes to every streaming sink along with the user's options.
+_SPARK_ADDS = ("checkpointLocation", "queryName")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +64,7 @@ class SinkOptions:
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Parse Spark's options; raises :class:`SparkOptionError` naming a bad one."""
+    reject_unknown(options, SINK_OPTIONS, where="sink", spark_adds=_SPARK_ADDS)
     settings = ProducerSettings()
     changes: dict[str, object] = {}
     flag_options = {"aggregate": "aggregate", "preserveKeyOrder": "preserve_key_order"}

@@ -11,8 +11,13 @@ from enum import StrEnum
 
 from shardflow.aws.settings import AwsSettings
 from shardflow.errors import SparkOptionError
-from shardflow.spark.connection import StreamConnection, lookup, stream_connection
-from shardflow.spark.option_values import flag, number, whole_number
+from shardflow.spark.connection import (
+    CONNECTION_OPTIONS,
+    StreamConnection,
+    lookup,
+    stream_connection,
+)
+from shardflow.spark.option_values import flag, number, reject_unknown, whole_number
 from shardflow.spark.source.metadata_location import MetadataLocation, parse_location
 from shardflow.spark.source.positions import (
     LATEST,
@@ -21,6 +26,24 @@ from shardflow.spark.source.positions import (
     parse_timestamp_ms,
     parse_user_position,
 )
+
+SOURCE_OPTIONS = (
+    *CONNECTION_OPTIONS,
+    "startingPosition",
+    "startingTimestamp",
+    "endingPosition",
+    "consumerType",
+    "consumerName",
+    "maxRecordsPerTrigger",
+    "maxRecordsPerShardPerTrigger",
+    "deaggregate",
+    "failOnDataLoss",
+    "metadataPath",
+    "metadataRegion",
+    "metadataEndpointUrl",
+    "shardSyncIntervalSeconds",
+)
+"""Every option the source reads; any other is refused (a typo would be ignored otherwise)."""
 
 
 class ConsumerType(StrEnum):
@@ -80,6 +103,7 @@ class SourceOptions:
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate the options of a streaming (``readStream``) or batch (``read``) source."""
+    reject_unknown(options, SOURCE_OPTIONS, where="source")
     connection = stream_connection(options)
     consumer_type = _consumer_type(options)
     consumer_name = lookup(options, "consumerName") or None
@@ -115,7 +139,8 @@ def check_options(options: Mapping[str, str]) -> None:
     """Raise :class:`SparkOptionError` for an option that is wrong for reads of either kind.
 
     What depends on the kind (``metadataPath`` for streaming, ``endingPosition`` for batch,
-    ``LATEST`` for streaming) is checked when the query is planned.
+    ``LATEST`` for streaming) is checked when the query is planned, and for a streaming read
+    already at ``.load()`` in the driver (:mod:`shardflow.spark.stream_load`).
     """
     neutral = {k: v for k, v in options.items() if k.lower() != "endingposition"}
     neutral.setdefault("metadataPath", "checked later")
