@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from shardflow.cli import app
@@ -330,6 +331,29 @@ def test_a_handler_that_cannot_be_imported_is_a_usage_error(tmp_path: Path) -> N
     result = CliRunner().invoke(app, ["consume", "json", "-s", "s", "-a", "a"])
     assert result.exit_code == 2
     assert "MODULE:FUNCTION" in result.output
+
+
+@pytest.mark.parametrize(
+    ("source", "complaint"),
+    [
+        ("def handle(record)\n    pass\n", "SyntaxError: expected ':' (line 1 of "),
+        ("import json\n\nraise RuntimeError('no config')\n", "RuntimeError: no config (line 3 of "),
+    ],
+)
+def test_a_handler_module_that_raises_at_import_is_a_one_line_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, complaint: str
+) -> None:
+    module = f"broken_{tmp_path.name}"  # a name no other test imported
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    wide = {"COLUMNS": "400"}  # the message on one line of the error box
+    result = CliRunner().invoke(
+        app, ["consume", f"{module}:handle", "-s", "s", "-a", "a"], env=wide
+    )
+    assert result.exit_code == 2, result.output
+    assert f"cannot import module {module!r}: {complaint}{tmp_path / module}.py)" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_sigterm_ends_the_process_even_when_a_handler_hangs(

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import threading
+import traceback
 from collections.abc import AsyncIterator
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn
@@ -17,6 +18,7 @@ import typer
 
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.settings import AwsSettings
+from shardflow.cli import aws_options
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, fail, run
 from shardflow.cli.dispatch_options import (
     Attempts,
@@ -91,6 +93,12 @@ def load_handler(target: str) -> Handler:
         found: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise typer.BadParameter(f"cannot import module {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module itself failed: a SyntaxError, or raised at import
+        if aws_options.DEBUG:
+            raise
+        raise typer.BadParameter(
+            f"cannot import module {module_name!r}: {_raised_at_import(exc)}"
+        ) from None
     for part in attribute.split("."):
         try:
             found = getattr(found, part)
@@ -100,6 +108,17 @@ def load_handler(target: str) -> Handler:
         raise typer.BadParameter(f"{target} is not callable")
     handler: Handler = found
     return handler
+
+
+def _raised_at_import(exc: Exception) -> str:
+    """What a module raised at import, and where: the line of the innermost frame in a file of
+    the user's (``shardflow --debug consume ...`` shows the whole traceback)."""
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} (line {exc.lineno} of {exc.filename})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+    where = f" (line {ours[-1].lineno} of {ours[-1].filename})" if ours else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def consume(
