@@ -17,6 +17,7 @@ module is grouped as the hierarchy is::
             ConditionFailedError
         ConfigurationError
             MissingRegionError
+            UnknownRegionError (also AwsError)
         RecordTooLargeError
         InvalidPartitionKeyError
             InvalidExplicitHashKeyError
@@ -157,6 +158,33 @@ class ConfigurationError(ShardflowError):
 
 class MissingRegionError(ConfigurationError):
     """No AWS region is configured (argument, environment, profile)."""
+
+
+class UnknownRegionError(ConfigurationError, AwsError):
+    """The region is none the SDK knows, and the endpoint (an emulator, typically: moto's
+    server answers such calls with a 500 web page) refused it. ``region`` is the one given,
+    ``closest`` the known regions it most resembles (a typo?), maybe none. An :class:`AwsError`
+    too (``operation``, ``code``; not ``retryable``), as the call that found it raised it."""
+
+    def __init__(
+        self,
+        region: str,
+        *,
+        closest: tuple[str, ...],
+        endpoint: str,
+        status: int,
+        operation: str,
+    ) -> None:
+        self.region = region
+        self.closest = closest
+        hint = f"did you mean {' or '.join(closest)}? " if closest else ""
+        super().__init__(
+            f"region {region!r} is not an AWS region, and {endpoint} refused it (HTTP {status}, "
+            f"a web page): {hint}Set --region, AWS_REGION or AwsSettings(region=...)",
+            operation=operation,
+            code="UnknownRegion",
+            status=status,
+        )
 
 
 # --- Records: size, keys, aggregation, deserialization ---------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from shardflow import AwsSettings, Consumer, ResourceNotFoundError
 from shardflow.aws import ClientFactory
-from shardflow.errors import MissingRegionError
+from shardflow.errors import MissingRegionError, UnknownRegionError
 
 SHARDFLOW = [sys.executable, "-m", "shardflow"]
 
@@ -55,3 +55,30 @@ def test_cli_on_a_stopped_local_stack_suggests_its_status() -> None:
     refused = _cli("stream", "list", "--endpoint-url", "http://127.0.0.1:9")
     assert refused.returncode == 1
     assert "shardflow local status" in refused.stderr
+
+
+async def test_a_region_typo_against_the_local_stack_is_a_typed_error_naming_it(
+    moto_url: str,
+) -> None:
+    # moto's server answers every call in a region it does not know with a 500 HTML page.
+    aws = AwsSettings(region="us-est-1", endpoint_url=moto_url)
+    async with ClientFactory(aws).kinesis() as kinesis:
+        with pytest.raises(UnknownRegionError) as raised:
+            await kinesis.list_streams()
+    error = raised.value
+    assert (error.region, error.retryable) == ("us-est-1", False)
+    assert error.closest == ("us-east-1", "us-west-1")
+    assert "region 'us-est-1'" in str(error)
+    assert "did you mean us-east-1 or us-west-1?" in str(error)
+    assert "<html" not in str(error).lower()
+    async with ClientFactory(AwsSettings(endpoint_url=moto_url)).kinesis() as kinesis:
+        await kinesis.list_streams()  # a known region: nothing changes
+
+
+def test_cli_region_typo_names_the_region_not_an_html_page(moto_url: str) -> None:
+    done = _cli("stream", "list", "--region", "eu-wst-1", "--endpoint-url", moto_url)
+    assert done.returncode == 1
+    assert "region 'eu-wst-1'" in done.stderr
+    assert "did you mean eu-west-1?" in done.stderr
+    assert "<html" not in done.stderr.lower()
+    assert len(done.stderr.strip().splitlines()) == 1

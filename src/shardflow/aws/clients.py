@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal
@@ -13,7 +14,7 @@ from botocore.exceptions import NoRegionError
 from shardflow.aws.kinesis_json import FastParserFactory, serialize_put_records_in_one_pass
 from shardflow.aws.redaction import register_secret
 from shardflow.aws.settings import AwsSettings
-from shardflow.errors import MissingRegionError
+from shardflow.errors import MissingRegionError, UnknownRegionError
 
 NO_REGION = (
     "no AWS region configured: set AWS_REGION (or AWS_DEFAULT_REGION), pass "
@@ -80,6 +81,7 @@ class ClientFactory:
                 raise MissingRegionError(NO_REGION) from None
             if service == "kinesis":
                 serialize_put_records_in_one_pass(client)
+            await _name_an_unknown_region(self.session, client, service)
             yield client
 
     def kinesis(self, **config_overrides: Any) -> Any:
@@ -143,3 +145,39 @@ class OpenClients(ClientFactory):
             return
         async with super().client(service, **config_overrides) as client:
             yield client
+
+
+async def _name_an_unknown_region(session: AioSession, client: Any, service: Service) -> None:
+    """When the client's region is none botocore knows, an answer of 5xx with a web page (moto's
+    server, asked about a region it does not serve) raises :class:`UnknownRegionError` naming
+    the region, instead of a retryable 500 whose message is the page. Known regions (nearly
+    always) add nothing to a call."""
+    region = client.meta.region_name
+    known: set[str] = set()
+    for partition in session.get_available_partitions():
+        known.update(await session.get_available_regions(service, partition))
+    if not region or not known or region in known:
+        return
+    closest = _closest(region, known)
+    endpoint = client.meta.endpoint_url
+
+    def refuse_web_page(http_response: Any, model: Any, **_: Any) -> None:
+        content_type = str(http_response.headers.get("content-type", ""))
+        if http_response.status_code >= 500 and content_type.startswith("text/html"):
+            raise UnknownRegionError(
+                region,
+                closest=closest,
+                endpoint=endpoint,
+                status=http_response.status_code,
+                operation=model.name,
+            )
+
+    client.meta.events.register("after-call", refuse_web_page)
+
+
+def _closest(region: str, known: set[str]) -> tuple[str, ...]:
+    """The known regions most like ``region`` (all that tie: us-est-1 is us-east-1 or
+    us-west-1), or none when nothing is much alike."""
+    scores = {name: difflib.SequenceMatcher(None, region, name).ratio() for name in known}
+    best = max(scores.values())
+    return tuple(sorted(n for n, s in scores.items() if s == best)) if best >= 0.6 else ()
