@@ -9,11 +9,14 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from shardflow.aws import AwsSettings
+from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.cli import app
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.fetch import Polling
+from shardflow.leases.dynamodb import DynamoDBLeaseStore
+from shardflow.leases.model import Lease
 from shardflow.leases.settings import LeaseSettings
+from shardflow.records import ExtendedSequenceNumber
 from support.boto import make_stream, put_records
 
 SETTINGS = ConsumerSettings(
@@ -105,3 +108,36 @@ async def test_the_stream_is_found_from_the_lease_table(moto_url: str, stream_na
     put(kinesis, stream_name, 2)
     (row,) = await asyncio.to_thread(leases_json, moto_url, application)  # no --stream
     assert row["lag"].endswith("behind"), row
+
+
+async def test_piped_output_keeps_every_value_whole_on_its_row(
+    moto_url: str, stream_name: str
+) -> None:
+    """Not a terminal (CliRunner, a pipe): no cell is wrapped or cut, one lease per line."""
+    application = f"app-{stream_name}"
+    owner = "worker-on-a-host-with-a-long-name.eu-west-1.compute.internal:4242:6f1c2b9a"
+    leases = [
+        Lease(
+            lease_key=f"123456789012:{stream_name}-with-a-long-name:1700000000:shardId-00000000000{i}",
+            lease_owner=owner,
+            lease_counter=40 + i,
+            checkpoint=ExtendedSequenceNumber(
+                f"4959033827149025660855969253836157109592157598913658889{i}"
+            ),
+        )
+        for i in range(3)
+    ]
+    async with ClientFactory(AwsSettings(endpoint_url=moto_url)).dynamodb() as dynamodb:
+        store = DynamoDBLeaseStore(dynamodb, application)
+        await store.ensure_table()
+        for lease in leases:
+            await store.create_if_absent(lease)
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["leases", application, "--endpoint-url", moto_url, "--no-lag"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    for lease in leases:
+        (row,) = [r for r in rows if lease.lease_key in r]
+        assert owner in row
+        assert lease.checkpoint.sequence_number in row

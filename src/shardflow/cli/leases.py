@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
@@ -228,17 +229,31 @@ def leases(
     if output is OutputFormat.JSON:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"leases of {escape(application)}", title_justify="left")
-    for column in ("lease key", "owner", "counter", "checkpoint", "lag"):
-        table.add_column(column, justify="right" if column == "counter" else "left")
-    for row in rows:
-        table.add_row(
-            escape(row["lease_key"]),
-            escape(row["owner"] or "-"),
-            str(row["counter"]),
-            escape(row["checkpoint"]),
-            escape(row["lag"] or "-"),
-        )
-    Console(soft_wrap=True).print(table)
+    cells = [
+        [row["lease_key"], row["owner"] or "-", str(row["counter"]), row["checkpoint"], row["lag"]]
+        for row in rows
+    ]
+    print_table(f"leases of {application}", _COLUMNS, [[c or "-" for c in r] for r in cells])
     if not rows:
         typer.echo("no leases (has a consumer of this application started yet?)")
+
+
+_COLUMNS = ("lease key", "owner", "counter", "checkpoint", "lag")
+
+
+def print_table(title: str, columns: tuple[str, ...], rows: list[list[str]]) -> None:
+    """A rich table on a terminal; elsewhere (a pipe, a file) plain columns, one row a line,
+    nothing wrapped or cut: shard ids, owners and sequence numbers stay whole for grep/awk."""
+    if sys.stdout.isatty():
+        table = Table(title=escape(title), title_justify="left")
+        for column in columns:
+            table.add_column(column, justify="right" if column == "counter" else "left")
+        for row in rows:
+            table.add_row(*(escape(cell) for cell in row))
+        Console(soft_wrap=True).print(table)
+        return
+    widths = [max(len(cell) for cell in column) for column in zip(columns, *rows, strict=True)]
+    for line in (columns, *rows):
+        typer.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
