@@ -179,7 +179,11 @@ def test_getting_started_as_written(
     # A second shell: the `eval` line the page asks for, then its commands.
     seen = _run(f"{_EVAL_UP}\n{look_around.text}", user_env, workdir, shells)
     assert sum('"customer"' in line for line in seen) == 2, seen  # tail printed both records
-    assert "billing" in "\n".join(seen), seen
+    # `leases` piped: a header, then one lease a line, shard ids whole.
+    header = next(i for i, line in enumerate(seen) if line.startswith("lease key"))
+    leases = [line.split() for line in seen[header + 1 :]]
+    assert [row[0] for row in leases] == ["shardId-000000000000", "shardId-000000000001"], seen
+    assert all(row[-2:] == ["caught", "up"] for row in leases), seen
     assert "no --stream" not in "\n".join(seen), seen  # the stream comes from the lease table
 
     second = _start(f"{_EVAL_UP}\n{restart.text}", user_env, workdir, shells)
