@@ -23,7 +23,7 @@ $(STAMPS)/npm: package.json package-lock.json
 	@touch $@
 
 demo: setup
-	$(BIN)/python -m shardflow.demo
+	$(BIN)/python examples/demo
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check src tests bench examples

@@ -1,4 +1,4 @@
-"""`make demo` works on a machine that has no AWS configuration at all (as on a fresh clone).
+"""`make demo` (``python examples/demo``) works on a machine that has no AWS configuration at all (as on a fresh clone).
 
 The Spark pipeline runs small (600 events fed over 3 s) but whole: the local stack, both
 streaming queries, the sink, the consumer and the end-to-end verification.
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "demo"  # `make demo` runs `python examples/demo`
 
 
 def without_aws_configuration(tmp_path: Path) -> dict[str, str]:
@@ -37,8 +38,7 @@ def test_spark_demo_verifies_every_event_end_to_end(tmp_path: Path, where: list[
     done = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "shardflow.demo",
+            str(DEMO),
             "--events",
             "600",
             "--feed-seconds",
@@ -71,7 +71,7 @@ def test_spark_demo_verifies_every_event_end_to_end(tmp_path: Path, where: list[
 
 def test_foundation_demo_runs_without_any_aws_configuration(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "shardflow.demo", "--foundation", "--events", "600"],
+        [sys.executable, str(DEMO), "--foundation", "--events", "600"],
         env=without_aws_configuration(tmp_path),
         cwd=ROOT,
         capture_output=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from shardflow.local.ports import LOOPBACK, accepts_connections, free_port
 from shardflow.local.process import log_tail, spawn, terminate
-from shardflow.spark.cluster import spark_home
+from support.spark_cluster import spark_home
 
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 

@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from shardflow.demo.events import generate_events
-from shardflow.demo.ledger import LARGE_ORDER_EUR, Ledger, is_large_order, segment_of
-from shardflow.demo.verify import WindowTotals, verify
+from demo.events import generate_events
+from demo.ledger import LARGE_ORDER_EUR, Ledger, is_large_order, segment_of
+from demo.verify import WindowTotals, verify
 
 
 def ledger_of(count: int) -> Ledger:
@@ -79,7 +79,7 @@ def test_segments_and_the_large_order_threshold() -> None:
 
 
 def test_the_demo_says_in_one_line_what_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardflow.demo import needs
+    from demo import needs
 
     assert needs.missing(spark=True) is None  # the dev environment has everything
     monkeypatch.setattr(needs, "_importable", lambda module: module not in {"pyspark"})

@@ -13,7 +13,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from shardflow.spark.cluster import StandaloneCluster
+    from support.spark_cluster import StandaloneCluster
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +48,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     """A standalone cluster (Master + 2 Workers of 1 core) on 127.0.0.1, one per session."""
-    from shardflow.spark.cluster import StandaloneCluster
+    from support.spark_cluster import StandaloneCluster
 
     with StandaloneCluster(
         tmp_path_factory.mktemp("spark-cluster"), env=dict(os.environ)

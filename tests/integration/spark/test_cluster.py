@@ -22,7 +22,7 @@ from support.parquet_log import committed_column
 from support.spark_source import make_stream, payloads, write
 
 if TYPE_CHECKING:
-    from shardflow.spark.cluster import StandaloneCluster
+    from support.spark_cluster import StandaloneCluster
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 

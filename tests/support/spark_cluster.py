@@ -1,9 +1,9 @@
 """A Spark standalone cluster on 127.0.0.1 from the pip-installed pyspark: one Master and N
 Workers started with ``spark-class``, each a child process stopped by its PID.
 
-For tests and ``python -m shardflow.demo --cluster``: executors are separate JVMs launched by
-the Workers, with Python workers of their own, so nothing is shared with the driver but what
-goes over the network (and the metadata store). Executors run this interpreter
+For the tests and the demo's ``--cluster`` (``python examples/demo --cluster``): executors are
+separate JVMs launched by the Workers, with Python workers of their own, so nothing is shared
+with the driver but what goes over the network (and the metadata store). Executors run this interpreter
 (``spark.pyspark.python``), which has shardflow installed.
 """
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from shardflow.demo.alerts import AlertDesk
-from shardflow.demo.feed import Feed
-from shardflow.demo.tracking import QueryTracker
+from demo.alerts import AlertDesk
+from demo.feed import Feed
+from demo.tracking import QueryTracker
 
 
 @dataclass

@@ -1,6 +1,8 @@
-"""``make demo`` (``python -m shardflow.demo``): the Spark pipeline on the local stack.
+"""``make demo`` (``python examples/demo``): the Spark pipeline on the local stack.
 
-``--foundation`` runs the earlier demo instead: produce and read back, without Spark.
+``--foundation`` runs the earlier demo instead: produce and read back, without Spark. The demo
+lives in the repository, not in the wheel: it needs shardflow with its ``spark`` extra (``make
+setup`` installs it) and, for ``--cluster``, the test suite's standalone cluster.
 """
 
 from __future__ import annotations
@@ -9,14 +11,17 @@ import argparse
 import sys
 from pathlib import Path
 
+if not __package__:  # run as `python examples/demo`: the package `demo` is its directory
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from rich.console import Console
 
-from shardflow.demo.needs import missing
+from demo.needs import missing
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m shardflow.demo",
+        prog="python examples/demo",
         description="shardflow end-to-end demo on the embedded local stack",
     )
     parser.add_argument("--events", type=int, default=None, help="events to produce")
@@ -42,11 +47,11 @@ def main() -> None:
         print(f"shardflow demo: {problem}", file=sys.stderr)
         sys.exit(2)
     if args.foundation:
-        from shardflow.demo import foundation
+        from demo import foundation
 
         sys.exit(foundation.main(args.events or 5000, args.shards or 4))
 
-    from shardflow.demo.pipeline import DemoSettings, run_pipeline
+    from demo.pipeline import DemoSettings, run_pipeline
 
     settings = DemoSettings(
         events=args.events or 6000,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shardflow.demo.ledger import LARGE_ORDER_EUR
+from demo.ledger import LARGE_ORDER_EUR
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

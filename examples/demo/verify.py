@@ -8,7 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shardflow.demo.ledger import Ledger
+from demo.ledger import Ledger
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

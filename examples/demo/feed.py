@@ -2,7 +2,7 @@
 
 The feed runs in a thread of its own (an asyncio producer on its own loop) while Spark reads,
 so the streaming jobs see the data arrive over time rather than all at once. Every event is in
-the :class:`~shardflow.demo.ledger.Ledger` once the producer confirmed it.
+the :class:`~demo.ledger.Ledger` once the producer confirmed it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 import uuid
 from datetime import datetime, timedelta
 
+from demo.events import generate_events
+from demo.ledger import Ledger
 from shardflow.aws import AwsSettings
-from shardflow.demo.events import generate_events
-from shardflow.demo.ledger import Ledger
 from shardflow.producer import Producer, ProducerSettings
 
 TICK_AHEAD = timedelta(minutes=10)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,22 +25,23 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.live import Live
 
+from demo.alerts import AlertDesk
+from demo.feed import Feed, send_closing_tick
+from demo.foundation import use_local_credentials
+from demo.jobs import Endpoints, start_alerts_job, start_revenue_job, start_spark
+from demo.progress import PipelineView
+from demo.summary import print_summary
+from demo.tracking import QueryTracker
+from demo.verify import Verdict, read_windows, verify
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
-from shardflow.demo.alerts import AlertDesk
-from shardflow.demo.feed import Feed, send_closing_tick
-from shardflow.demo.foundation import use_local_credentials
-from shardflow.demo.jobs import Endpoints, start_alerts_job, start_revenue_job, start_spark
-from shardflow.demo.progress import PipelineView
-from shardflow.demo.summary import print_summary
-from shardflow.demo.tracking import QueryTracker
-from shardflow.demo.verify import Verdict, read_windows, verify
 from shardflow.errors import ShardflowError
 from shardflow.local import LocalStack
-from shardflow.spark.cluster import StandaloneCluster
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
+
+    from support.spark_cluster import StandaloneCluster
 
 REGION = "us-east-1"
 ORDERS_STREAM = "demo-orders"
@@ -93,7 +95,7 @@ def run_pipeline(settings: DemoSettings, console: Console) -> bool:
                     metadata_endpoint=dynamodb.endpoint_url,
                 )
                 console.print("   a standalone Spark cluster: Master + 2 Workers on 127.0.0.1")
-                with StandaloneCluster(work / "cluster") as cluster:
+                with _standalone_cluster(work / "cluster") as cluster:
                     verdict = _run_with_spark(
                         settings, console, where, dynamodb, work, parquet, began,
                         cluster=cluster.session_config(),
@@ -105,6 +107,17 @@ def run_pipeline(settings: DemoSettings, console: Console) -> bool:
         return False
     console.print(f"Parquet output: [cyan]{parquet}[/]")
     return verdict.ok
+
+
+def _standalone_cluster(log_dir: Path) -> StandaloneCluster:
+    """The test suite's standalone cluster (``tests/support/spark_cluster.py``): the demo runs
+    from a clone of the repository, which has it."""
+    tests = str(Path(__file__).resolve().parents[2] / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    from support.spark_cluster import StandaloneCluster
+
+    return StandaloneCluster(log_dir)
 
 
 async def _create_bucket(moto: AwsSettings, bucket: str) -> None:

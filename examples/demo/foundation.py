@@ -1,4 +1,4 @@
-"""The Foundation demo (``python -m shardflow.demo --foundation``): a record's path without Spark.
+"""The Foundation demo (``python examples/demo --foundation``): a record's path without Spark.
 
 local stack up -> create a stream -> produce realistic orders and payments (KPL-aggregated,
 per-customer order kept) -> read every shard back -> verify each event arrived exactly once and
@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from demo.events import Event, generate_events
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import wait_for_active
-from shardflow.demo.events import Event, generate_events
 from shardflow.local import LocalStack
 from shardflow.producer import Producer, ProducerSettings
 from shardflow.reader import read_all

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from shardflow.demo.ledger import LARGE_ORDER_EUR, Ledger
-from shardflow.demo.tracking import QueryTracker
-from shardflow.demo.verify import Verdict
+from demo.ledger import LARGE_ORDER_EUR, Ledger
+from demo.tracking import QueryTracker
+from demo.verify import Verdict
 
 
 def print_summary(
