@@ -1,31 +1,42 @@
-"""Every code block of the README and the docs runs as written against the local stack.
+"""Every code block of the README and the docs runs as written, in the order a reader meets them.
 
-Each page gets its own moto server and working directory; its blocks run in order (a page is
-a story: a stream created in one block is read in the next), with the region, endpoints and
-credentials coming from the environment exactly as ``eval "$(shardflow local up --quiet)"``
-sets them. Blocks that cannot run as written carry a visible reason in a ``docs-test`` mark
-(see :mod:`support.doc_blocks`); Getting started is run by the first-hour test.
+The pages run in reading order (the README, then the site's navigation) on one local stack and
+in one working directory, after what Getting started leaves behind: the stack its ``eval
+"$(shardflow local up --quiet)"`` started and its stream ``orders`` with two records. That is a
+reader who follows Getting started and then the guides, one after the other, in one shell: a
+page that trips over what an earlier one left (a stream created twice, records it cannot
+deserialize, the stack stopped) fails here. ``-k PAGE`` runs one page alone after Getting
+started. The pages share one pytest-xdist worker (:mod:`support.ordering`), so that ``make
+test`` runs them in order too.
+
+Each shell block runs in a new bash, each Python block as a new program (a ``continues`` block
+goes on in the program of the block before it). The region, endpoints and
+credentials come from the environment exactly as ``eval "$(shardflow local up --quiet)"`` sets
+them. Blocks that cannot run as written carry a visible reason in a ``docs-test`` mark (see
+:mod:`support.doc_blocks`); Getting started itself is run by the first-hour test.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
-from shardflow.local import LocalStack
-from support.doc_blocks import ROOT, DocBlock, blocks, documentation_files
+from support.doc_blocks import ROOT, DocBlock, blocks, documentation_files, reading_order
 
 pytestmark = pytest.mark.slow
 
 _NOT_HERE = frozenset({"skip", "first-hour"})
 _BIN = Path(sys.executable).parent
+_GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 
 
 def _to_run(page: Path) -> list[DocBlock]:
@@ -42,7 +53,7 @@ def _to_run(page: Path) -> list[DocBlock]:
     return found
 
 
-PAGES = [p for p in documentation_files() if any(b.kind != "file" for b in _to_run(p))]
+PAGES = [p for p in reading_order() if any(b.kind != "file" for b in _to_run(p))]
 
 
 def test_every_block_is_run_or_says_why_not() -> None:
@@ -56,33 +67,74 @@ def test_every_block_is_run_or_says_why_not() -> None:
 
 def test_readme_quickstart_is_getting_started() -> None:
     readme = [b.text for b in blocks(ROOT / "README.md")]
-    started = [b.text for b in blocks(ROOT / "docs" / "getting-started.md")]
+    started = [b.text for b in blocks(_GETTING_STARTED)]
     assert started[0] in readme  # the handler
     assert started[1] in readme  # the five commands
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
-def test_page_runs_as_written(page: Path, tmp_path: Path) -> None:
-    workdir = tmp_path / "work"
+@dataclass(frozen=True)
+class Reader:
+    """Where the pages run: the environment of the reader's shell and their directory."""
+
+    env: dict[str, str]
+    workdir: Path
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
+    """The stack and the stream Getting started leaves behind, started as it starts them."""
+    root = tmp_path_factory.mktemp("reader")
+    workdir = root / "work"
     workdir.mkdir()
-    with LocalStack(moto=True, log_dir=tmp_path / "logs") as stack:
-        env = {
-            **os.environ,
-            **stack.env(),
-            "SHARDFLOW_STATE_DIR": str(tmp_path / "state"),
-            "PATH": f"{_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONUNBUFFERED": "1",
-        }
-        for index, block in enumerate(_to_run(page)):
-            if block.kind == "file":
-                (workdir / block.argument).write_text(block.text)
-                continue
-            _run(block, index, env, workdir)
+    env = {
+        **os.environ,
+        "SHARDFLOW_STATE_DIR": str(root / "state"),
+        "PATH": f"{_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    up = subprocess.run(
+        ["shardflow", "local", "up", "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        for line in up.stdout.splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            env[name] = shlex.split(value)[0] if value else ""
+        five = next(b for b in blocks(_GETTING_STARTED) if b.kind == "first-hour")
+        lines = five.text.splitlines()
+        made = [line for line in lines if line.startswith(("shardflow stream", "printf"))]
+        done = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", "\n".join(made)],
+            env=env,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        yield Reader(env, workdir)
+    finally:
+        subprocess.run(["shardflow", "local", "down"], env=env, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_page_runs_as_written(page: Path, reader: Reader) -> None:
+    for index, block in enumerate(_to_run(page)):
+        if block.kind == "file":
+            (reader.workdir / block.argument).write_text(block.text)
+            continue
+        _run(block, index, reader.env, reader.workdir)
 
 
 def _command(block: DocBlock, index: int, workdir: Path) -> list[str]:
     if block.language == "python":
-        script = workdir / f"block_{index}.py"
+        script = workdir / f"block_{block.path.stem}_{index}.py"
         script.write_text(block.text)
         return [sys.executable, str(script)]
     return ["bash", "-e", "-o", "pipefail", "-c", block.text]
@@ -95,6 +147,7 @@ def _run(block: DocBlock, index: int, env: dict[str, str], workdir: Path) -> Non
             command, cwd=workdir, env=env, capture_output=True, text=True, timeout=180
         )
         assert done.returncode == 0, f"{block.where} failed:\n{done.stdout}\n{done.stderr}"
+        _assert_untroubled(block, done.stdout + done.stderr)
         return
     # Runs until Ctrl-C: let it work for the marked seconds, then interrupt it like a terminal.
     seconds = float(block.argument or 5)
@@ -112,3 +165,11 @@ def _run(block: DocBlock, index: int, env: dict[str, str], workdir: Path) -> Non
     os.killpg(process.pid, signal.SIGINT)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, f"{block.where} after Ctrl-C:\n{output}"
+    _assert_untroubled(block, output)
+
+
+def _assert_untroubled(block: DocBlock, output: str) -> None:
+    """A block that succeeds may still have met what an earlier page left: a consumer that
+    parked a shard on a record it cannot deserialize, an error logged with its traceback."""
+    for trouble in ("Traceback (most recent call last)", "stopped and parked"):
+        assert trouble not in output, f"{block.where}: {trouble!r} in its output:\n{output}"

@@ -52,6 +52,25 @@ def documentation_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
+def reading_order() -> list[Path]:
+    """The README, then the site's pages in the order of its navigation (``mkdocs.yml``), then
+    any page the navigation leaves out."""
+    import yaml
+
+    def pages(entry: object) -> list[str]:
+        if isinstance(entry, str):
+            return [entry]
+        if isinstance(entry, dict):
+            return [page for value in entry.values() for page in pages(value)]
+        if isinstance(entry, list):
+            return [page for item in entry for page in pages(item)]
+        return []
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    ordered = [ROOT / "README.md", *(ROOT / "docs" / page for page in pages(nav))]
+    return ordered + [path for path in documentation_files() if path not in ordered]
+
+
 def blocks(path: Path) -> list[DocBlock]:
     """The fenced blocks of one Markdown file, in order."""
     lines = path.read_text().splitlines()

@@ -31,7 +31,11 @@ SPARK = "spark"
 #: a plain run: their module-scoped server is started once, and their remote session (which
 #: switches the process to Spark Connect until it is closed) never meets the local one.
 GROUP_BY_FIXTURE = {"spark": SPARK}
-GROUP_BY_FILE = {"tests/integration/spark/test_connect.py": SPARK}
+GROUP_BY_FILE = {
+    "tests/integration/spark/test_connect.py": SPARK,
+    # The pages of the docs run in reading order on one stack, as a reader runs them.
+    "tests/integration/test_doc_blocks.py": "doc-pages",
+}
 
 
 def read_durations(lines: Iterable[str]) -> dict[str, float]:
