@@ -9,8 +9,8 @@ deserialize, the stack stopped) fails here. ``-k PAGE`` runs one page alone afte
 started. The pages share one pytest-xdist worker (:mod:`support.ordering`), so that ``make
 test`` runs them in order too.
 
-Each shell block runs in a new bash, each Python block as a new program (a ``continues`` block
-goes on in the program of the block before it). The region, endpoints and
+Each block runs on its own, as a reader would paste it: a shell block in a new bash, a Python
+block as a new program (it needs no names of an earlier block). The region, endpoints and
 credentials come from the environment exactly as ``eval "$(shardflow local up --quiet)"`` sets
 them. Blocks that cannot run as written carry a visible reason in a ``docs-test`` mark (see
 :mod:`support.doc_blocks`); Getting started itself is run by the first-hour test.
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,17 +40,7 @@ _GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 
 
 def _to_run(page: Path) -> list[DocBlock]:
-    """The page's blocks to run, a ``continues`` block joined to the Python block before it."""
-    found: list[DocBlock] = []
-    for block in blocks(page):
-        if not block.runnable or block.kind in _NOT_HERE:
-            continue
-        if block.kind == "continues":
-            index = max(i for i, b in enumerate(found) if b.language == "python")
-            found[index] = replace(found[index], text=found[index].text + block.text)
-            continue
-        found.append(block)
-    return found
+    return [b for b in blocks(page) if b.runnable and b.kind not in _NOT_HERE]
 
 
 PAGES = [p for p in reading_order() if any(b.kind != "file" for b in _to_run(p))]

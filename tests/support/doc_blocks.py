@@ -6,11 +6,10 @@ A block is marked by an HTML comment (invisible on the site) on the line just ab
     <!-- docs-test: file handlers.py -->        the block is that file's content
     <!-- docs-test: first-hour -->              run by tests/integration/test_first_hour.py
     <!-- docs-test: until-interrupted 6 -->     runs until Ctrl-C: interrupted after 6 s
-    <!-- docs-test: continues -->               Python that goes on in the interpreter of the
-                                                page's previous Python block (its names)
 
-Every ``python`` and ``sh`` block is run unless marked; blocks of any other language (``text``,
-``json``...) are never run.
+Every ``python`` and ``sh`` block is run unless marked, each on its own (a Python block is a
+program of its own: it needs no names of an earlier block); blocks of any other language
+(``text``, ``json``...) are never run.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNABLE_LANGUAGES = frozenset({"python", "sh"})
-KINDS = frozenset({"run", "skip", "file", "first-hour", "until-interrupted", "continues"})
+KINDS = frozenset({"run", "skip", "file", "first-hour", "until-interrupted"})
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<info>[^`]*)$")
 _MARK = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>[a-z-]+)\s*(?P<arg>.*?)\s*-->\s*$")
