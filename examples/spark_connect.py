@@ -1,13 +1,13 @@
 """Spark Connect way in: a streaming query from a remote client, run by the server.
 
-On the local stack, with a Spark Connect server started as in the Spark guide
-(docs/guides/spark.md#spark-connect, port 15002):
+On the local stack of Getting started (its stream ``orders``), with a Spark Connect server
+started as in the Spark guide (docs/guides/spark.md#spark-connect, port 15002), this file saved
+as ``spark_connect.py`` (``examples/spark_connect.py`` in the repository):
 
     eval "$(shardflow local up --quiet)"
-    shardflow stream create orders --shards 2
     shardflow stream create large-order-alerts --shards 1
     printf '{"customer": "c1", "amount": 410}\n' | shardflow produce orders --key-field customer
-    python examples/spark_connect.py sc://127.0.0.1:15002 orders large-order-alerts
+    python spark_connect.py sc://127.0.0.1:15002 orders large-order-alerts
 
 It copies what arrived on the first stream into the second through the ``shardflow`` source
 and sink (``Trigger.AvailableNow``: everything up to now, then it stops) and prints how many

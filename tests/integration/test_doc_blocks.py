@@ -19,6 +19,7 @@ them. Blocks that cannot run as written carry a visible reason in a ``docs-test`
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -34,7 +35,7 @@ from support.doc_blocks import ROOT, DocBlock, blocks, documentation_files, read
 
 pytestmark = pytest.mark.slow
 
-_NOT_HERE = frozenset({"skip", "first-hour"})
+_NOT_HERE = frozenset({"skip", "first-hour", "example"})
 _BIN = Path(sys.executable).parent
 _GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 
@@ -60,6 +61,29 @@ def test_readme_quickstart_is_getting_started() -> None:
     started = [b.text for b in blocks(_GETTING_STARTED)]
     assert started[0] in readme  # the handler
     assert started[1] in readme  # the five commands
+
+
+def test_examples_the_docs_point_to_are_in_the_docs() -> None:
+    """A pip user has the docs, not the repository: an ``examples/`` file the docs mention is
+    shown whole in them (an ``example`` block, checked to be the file verbatim); only the demo
+    is a clone's, and its mentions say so."""
+    inline = set()
+    for page in documentation_files():
+        for block in blocks(page):
+            if block.kind == "example":
+                assert (ROOT / block.argument).read_text() == block.text, (
+                    f"{block.where}: not {block.argument} as it is"
+                )
+                inline.add(block.argument)
+    for page in documentation_files():
+        for mention in re.findall(r"examples/[\w./-]*\w", page.read_text()):
+            if mention.startswith("examples/demo"):
+                continue
+            path = ROOT / mention
+            files = sorted(path.rglob("*.*")) if path.is_dir() else [path]
+            named = [str(f.relative_to(ROOT)) for f in files if "__pycache__" not in f.parts]
+            missing = [name for name in named if name not in inline]
+            assert not missing, f"{page.relative_to(ROOT)} points to {mention}: {missing}"
 
 
 @dataclass(frozen=True)

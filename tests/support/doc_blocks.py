@@ -4,6 +4,8 @@ A block is marked by an HTML comment (invisible on the site) on the line just ab
 
     <!-- docs-test: skip (why it cannot run as written) -->
     <!-- docs-test: file handlers.py -->        the block is that file's content
+    <!-- docs-test: example examples/x.py -->   the block is that repository file, verbatim (a
+                                                pip user has the docs, not the repository)
     <!-- docs-test: first-hour -->              run by tests/integration/test_first_hour.py
     <!-- docs-test: until-interrupted 6 -->     runs until Ctrl-C: interrupted after 6 s
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNABLE_LANGUAGES = frozenset({"python", "sh"})
-KINDS = frozenset({"run", "skip", "file", "first-hour", "until-interrupted"})
+KINDS = frozenset({"run", "skip", "file", "example", "first-hour", "until-interrupted"})
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<info>[^`]*)$")
 _MARK = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>[a-z-]+)\s*(?P<arg>.*?)\s*-->\s*$")
