@@ -390,7 +390,7 @@ async def test_throttles_and_renewals_are_exported_through_prometheus_client() -
     emitter.emit(FetchThrottled, operation="GetRecords", delay=0.1)
     emitter.emit(SubscriptionRenewed, consumer_name="c", position=None, reason="renew_due")
     registry = CollectorRegistry()
-    registry.register(ConsumerCollector(metrics))
+    registry.register(ConsumerCollector(metrics.snapshot))
     assert (
         registry.get_sample_value("shardflow_consumer_fetch_throttles_total", {"stream": "s"}) == 2
     )

@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
@@ -38,12 +38,12 @@ from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
 from shardflow.consumer.consumer import Consumer
 from shardflow.consumer.delivery.calls import Handler
 from shardflow.consumer.lifecycle.signals import install_stop_signals
-from shardflow.consumer.metrics import ConsumerCollector
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.fetch import FanOut, Polling
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore
+from shardflow.metrics import ConsumerCollector
 from shardflow.records import Deserializer, as_bytes, as_json, as_utf8
 
 log = logging.getLogger("shardflow.cli")
@@ -219,10 +219,18 @@ def consume(
             "--metrics-port",
             min=0,
             max=65535,
-            help="Serve Prometheus metrics on 127.0.0.1 at this port.",
+            help="Serve Prometheus metrics at this port (on --metrics-host), at /metrics.",
             show_default=False,
         ),
     ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host",
+            help="The address the metrics port binds: 0.0.0.0 (or ::) for every interface, "
+            "so that a scraper outside the container or host reaches it.",
+        ),
+    ] = "127.0.0.1",
     ordering: OrderingOption = None,
     max_in_flight: MaxInFlight = 256,
     attempts: Attempts = 3,
@@ -299,7 +307,7 @@ def consume(
             open_dead_letters(letters_target, aws) as letters,
         ):
             consumer = Consumer(streams, application, settings=settings, aws=aws, lease_store=store)
-            with _metrics_server(consumer, metrics_port):
+            with _metrics_server(consumer, metrics_host, metrics_port):
                 uninstall = install_stop_signals(consumer.request_stop)
                 try:
                     await consumer.consume(handler, batch=batch, dead_letters=letters)
@@ -347,7 +355,8 @@ async def _lease_store(
 
 
 @contextlib.contextmanager
-def _metrics_server(consumer: Consumer, port: int | None) -> Any:
+def _metrics_server(consumer: Consumer, host: str, port: int | None) -> Iterator[None]:
+    """Prometheus metrics of ``consumer`` served at http://host:port/metrics meanwhile."""
     if port is None:
         yield
         return
@@ -355,10 +364,16 @@ def _metrics_server(consumer: Consumer, port: int | None) -> Any:
 
     registry = CollectorRegistry()
     registry.register(ConsumerCollector(consumer))
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
-    log.info("metrics on http://127.0.0.1:%d/metrics", server.server_port)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # a name that does not resolve, an address not here, a port in use
+        fail(f"cannot serve metrics on {host} port {port}: {exc.strerror or exc}", code=2)
+    bound, bound_port = str(server.server_address[0]), server.server_address[1]
+    shown = f"[{bound}]" if ":" in bound else bound
+    log.info("metrics on http://%s:%d/metrics", shown, bound_port)
     try:
         yield
     finally:
         server.shutdown()
+        server.server_close()
         thread.join(timeout=5)

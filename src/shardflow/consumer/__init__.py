@@ -22,8 +22,9 @@ from shardflow.consumer.consumer import Consumer
 from shardflow.consumer.lifecycle.session import ShardSession
 from shardflow.consumer.lifecycle.status import ConsumerStatus, ShardStatus
 from shardflow.consumer.lifecycle.sync import run_consumer
-from shardflow.consumer.metrics import ConsumerCollector, ConsumerMetrics
+from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.settings import ConsumerSettings
+from shardflow.metrics import ConsumerCollector
 
 __all__ = [
     "CheckpointSettings",

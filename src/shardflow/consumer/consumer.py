@@ -58,13 +58,14 @@ from shardflow.consumer.lifecycle.shard import (
 from shardflow.consumer.lifecycle.signals import install_stop_signals
 from shardflow.consumer.lifecycle.status import ConsumerStatus, ShardStatus
 from shardflow.consumer.lifecycle.supervisor import ErrorCallback, ShardDriver, ShardSupervisor
-from shardflow.consumer.metrics import ConsumerMetrics, MetricsSnapshot
+from shardflow.consumer.metrics import ConsumerMetrics
 from shardflow.consumer.settings import ConsumerSettings, default_worker_id
 from shardflow.deadletter.destination import DeadLetterDestination
 from shardflow.events import EventCallback, EventEmitter
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import StreamSpec
 from shardflow.leases.store import LeaseStore
+from shardflow.metrics import ConsumerMetricsSnapshot
 from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.consumer")
@@ -324,15 +325,12 @@ class Consumer:
         """Leaving the block closes the consumer (as :meth:`close`), as a producer's does."""
         await self.close()
 
-    def metrics(self, timeout: float = 5.0) -> MetricsSnapshot:
+    def metrics(self, timeout: float = 5.0) -> ConsumerMetricsSnapshot:
         """Everything measured since start (a consistent copy), from any thread.
 
         Raises TimeoutError if the consumer's event loop does not answer within ``timeout``.
         """
-        snapshot = self._metrics.snapshot_threadsafe(timeout)
-        if snapshot is None:
-            raise TimeoutError("the consumer's event loop did not answer for a metrics snapshot")
-        return snapshot
+        return self._metrics.snapshot_threadsafe(timeout)
 
     def run(
         self,

@@ -1,13 +1,13 @@
 """The producer: KPL-compatible batching, aggregation, per-shard pacing and retries, from Python.
 
 Public API: :class:`Producer` (asyncio), :class:`SyncProducer` (threads),
-:class:`ProducerSettings`, :class:`PutResult`,
-:class:`ProducerMetricsSnapshot` and :class:`ProducerCollector` (prometheus-client).
+:class:`ProducerSettings`, :class:`PutResult`. Its metrics (:class:`ProducerMetricsSnapshot`,
+:class:`ProducerCollector` for prometheus-client) are in :mod:`shardflow.metrics`, re-exported
+here.
 """
 
-from shardflow.producer.metrics import ProducerMetricsSnapshot
+from shardflow.metrics import ProducerCollector, ProducerMetricsSnapshot
 from shardflow.producer.producer import Producer
-from shardflow.producer.prometheus import ProducerCollector
 from shardflow.producer.results import PutResult
 from shardflow.producer.settings import ProducerSettings
 from shardflow.producer.sync import SyncProducer

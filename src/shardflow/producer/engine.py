@@ -20,7 +20,7 @@ from shardflow.aws import classify
 from shardflow.aws.kinesis import stream_ref
 from shardflow.producer.batching import Builder, Lane, Pending, Request, RequestAssembler
 from shardflow.producer.buffer import RecordBuffer
-from shardflow.producer.metrics import MetricsRecorder, tally
+from shardflow.producer.metrics import MetricsRecorder
 from shardflow.producer.outcomes import Outcomes
 from shardflow.producer.ratelimit import ShardRateLimiter
 from shardflow.producer.settings import ProducerSettings
@@ -260,12 +260,10 @@ class Engine:
     def _launch(self, request: Request) -> None:
         metrics = self._metrics
         metrics.put_records_calls += 1
-        tally(metrics.tallies["request_bytes"], request.nbytes)
-        tally(metrics.tallies["request_records"], len(request.payload))
-        tally(
-            metrics.tallies["records_per_kinesis_record"],
-            request.user_records // len(request.payload),
-            len(request.payload),
+        metrics.request_bytes.add(request.nbytes)
+        metrics.request_records.add(len(request.payload))
+        metrics.records_per_kinesis_record.add(
+            request.user_records // len(request.payload), len(request.payload)
         )
         self._requests_in_flight += 1
         task = self._loop.create_task(self._send(request))

@@ -16,9 +16,10 @@ from typing import Any, Final
 
 from shardflow.aws import error_class_for_code, redact
 from shardflow.errors import AwsError, RecordDeliveryError, ThrottledError, TransientError
+from shardflow.metrics.recording import KEPT_BITS, SMALL_VALUES
 from shardflow.producer.batching import Aggregate, Lane, Pending, Request
 from shardflow.producer.buffer import RecordBuffer
-from shardflow.producer.metrics import MetricsRecorder, tally
+from shardflow.producer.metrics import MetricsRecorder
 from shardflow.producer.results import PutResult
 from shardflow.producer.settings import ProducerSettings
 from shardflow.producer.shard_router import ShardRouter
@@ -90,8 +91,8 @@ class Outcomes:
             return []
         now = self._loop.time()
         metrics = self._metrics
-        latency = metrics.tallies["latency_ms"]
-        attempts_tally = metrics.tallies["attempts"]
+        latency = metrics.latency.counts  # whole microseconds, see shardflow.metrics.recording
+        attempts_tally = metrics.attempts.counts
         failures: list[Failure] = []
         throttled: set[Lane] = set()
         wrong_shard: list[WrongShard] = []
@@ -143,8 +144,11 @@ class Outcomes:
                 record.data = b""
                 record.epoch.pending -= 1
                 delivered_bytes += record.size
-                millis = int((now - record.accepted_at) * 1000)
-                latency[millis] = latency.get(millis, 0) + 1
+                micros = int((now - record.accepted_at) * 1_000_000)
+                if micros >= SMALL_VALUES:
+                    shift = micros.bit_length() - KEPT_BITS
+                    micros = (micros >> shift) << shift
+                latency[micros] = latency.get(micros, 0) + 1
                 if attempts == 1:
                     first_tries += 1
                 else:
@@ -217,8 +221,8 @@ class Outcomes:
         self._buffer.release(record.epoch, record.size)
         metrics.records_succeeded += 1
         metrics.bytes_succeeded += record.size
-        tally(metrics.tallies["latency_ms"], int((now - record.accepted_at) * 1000))
-        tally(metrics.tallies["attempts"], result.attempts)
+        metrics.latency.add(now - record.accepted_at)
+        metrics.attempts.add(result.attempts)
 
     def settle_failures(self, failures: list[Failure], now: float) -> None:
         """Retry what may be retried (at the head of its lane, after a pause); fail the rest."""
@@ -259,7 +263,7 @@ class Outcomes:
         record.settle(failure)
         self._buffer.release(record.epoch, record.size)
         self._metrics.failed(code)
-        tally(self._metrics.tallies["attempts"], max(record.attempts, 1))
+        self._metrics.attempts.add(max(record.attempts, 1))
 
     def fail_queued(self, lanes: list[Lane], code: str, message: str) -> None:
         """Fail every record still queued in ``lanes``."""

@@ -21,15 +21,12 @@ from typing import Self
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import stream_name_of
 from shardflow.errors import ProducerClosedError, ProducerError
+from shardflow.metrics.recording import SMALL_VALUES, on_loop, rounded
+from shardflow.metrics.snapshots import ProducerMetricsSnapshot
 from shardflow.producer.batching import Builder, Pending, new_pending
 from shardflow.producer.buffer import Epoch, RecordBuffer
 from shardflow.producer.engine import Engine
-from shardflow.producer.metrics import (
-    SMALL_VALUES,
-    MetricsRecorder,
-    ProducerMetricsSnapshot,
-    tally,
-)
+from shardflow.producer.metrics import MetricsRecorder
 from shardflow.producer.results import PutResult, ResultSink
 from shardflow.producer.settings import ProducerSettings
 from shardflow.producer.shard_router import ShardRouter
@@ -268,11 +265,9 @@ class Producer:
         )
         engine.add(record)
         recorder.records_put += 1
-        sizes = recorder.tallies["record_bytes"]
-        if size < SMALL_VALUES:  # (tally, inlined for the common case: it runs once per record)
-            sizes[size] = sizes.get(size, 0) + 1
-        else:
-            tally(sizes, size)
+        sizes = recorder.record_bytes.counts  # (Tally.add, inlined: it runs once per record)
+        kept = size if size < SMALL_VALUES else rounded(size)
+        sizes[kept] = sizes.get(kept, 0) + 1
         return record
 
     # --- for the sync facade: records checked (and hashed) in the caller's thread ------------
@@ -302,8 +297,16 @@ class Producer:
 
     # --- metrics -----------------------------------------------------------------------------
 
-    def metrics(self) -> ProducerMetricsSnapshot:
-        """Everything measured since start. Call it on the producer's event loop."""
+    def metrics(self, timeout: float | None = 5.0) -> ProducerMetricsSnapshot:
+        """Everything measured since start (a consistent copy), from any thread: taken on the
+        producer's event loop. Raises TimeoutError if the loop does not answer in ``timeout``."""
+        recorder = self._recorder
+        if recorder is None:
+            raise ProducerError("start the producer first")
+        return on_loop(self._loop, recorder.snapshot, timeout)
+
+    def _metrics_as_is(self) -> ProducerMetricsSnapshot:
+        """The snapshot read from this thread without the loop (its thread has ended)."""
         if self._recorder is None:
             raise ProducerError("start the producer first")
         return self._recorder.snapshot()

@@ -26,8 +26,8 @@ from typing import Self
 
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.errors import ProducerClosedError, ProducerError
+from shardflow.metrics.snapshots import ProducerMetricsSnapshot
 from shardflow.producer.exit import run_at_exit
-from shardflow.producer.metrics import ProducerMetricsSnapshot
 from shardflow.producer.producer import MetricsCallback, Producer
 from shardflow.producer.results import PutResult
 from shardflow.producer.settings import ProducerSettings
@@ -148,7 +148,7 @@ class SyncProducer:
             self.close(self._exit_timeout)
         except Exception:
             log.exception("closing the producer of %s at exit failed", self.stream)
-        after = self._producer.metrics()  # the loop thread has ended (or is stuck): read as is
+        after = self._producer._metrics_as_is()  # the loop thread has ended (or is stuck)
         without_result = after.records_put - after.records_succeeded - after.records_failed
         failed = after.records_failed - (before.records_failed if before else 0)
         if failed or without_result:
@@ -204,14 +204,11 @@ class SyncProducer:
             futures.append(future)
         return futures
 
-    def metrics(self, timeout: float | None = 10.0) -> ProducerMetricsSnapshot:
-        """Everything measured since start (taken on the loop thread)."""
-        loop = self._require_loop()
-
-        async def snapshot() -> ProducerMetricsSnapshot:
-            return self._producer.metrics()
-
-        return asyncio.run_coroutine_threadsafe(snapshot(), loop).result(timeout)
+    def metrics(self, timeout: float | None = 5.0) -> ProducerMetricsSnapshot:
+        """Everything measured since start (taken on the loop thread; TimeoutError if it does
+        not answer within ``timeout``), as :meth:`Producer.metrics`."""
+        self._require_loop()
+        return self._producer.metrics(timeout)
 
     @property
     def producer(self) -> Producer:
