@@ -10,16 +10,19 @@ import base64
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from shardflow.cli import app
@@ -466,3 +469,70 @@ def test_a_stopping_worker_whose_handler_thread_runs_on_is_not_overlapped_by_the
             )
     log = (tmp_path / "w1.log").read_text()
     assert "left to expire" in log
+
+
+def scrape(url: str) -> tuple[str, dict[str, dict[tuple[tuple[str, str], ...], float]]]:
+    """The Content-Type and the samples of a real HTTP scrape, by name and labels."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        content_type = response.headers["Content-Type"]
+        text = response.read().decode()
+    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return content_type, found
+
+
+def test_the_metrics_port_serves_prometheus_on_the_metrics_host(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    """Issue 24 item 2: ``--metrics-host`` is the address the port binds (the socket's own,
+    as logged), and a plain HTTP client scrapes the running process there."""
+    (tmp_path / "handler.py").write_text(HANDLER)
+    app_name = f"app-{stream_name}"
+    kinesis = make_stream(moto_url, stream_name, 2)
+    put_records(kinesis, stream_name, [(f"k{i}", f"r{i}".encode()) for i in range(30)])
+    args = ("--deserializer", "utf8", "--metrics-port", "0", "--metrics-host", "127.0.0.1")
+    log = tmp_path / "w1.log"
+    with worker(tmp_path, "w1", moto_url, stream_name, app_name, *args) as (process, out):
+        wait_for(lambda: "metrics on http://" in log.read_text(), what="the metrics server")
+        served = re.search(r"metrics on http://(\S+):(\d+)/metrics", log.read_text())
+        assert served is not None
+        host, port = served.group(1), int(served.group(2))
+        assert host == "127.0.0.1"
+        assert port > 0
+        url = f"http://127.0.0.1:{port}/metrics"
+        wait_for(lambda: len(lines(out)) >= 30, what="every record")
+        stream = (("stream", stream_name),)
+
+        def counted() -> bool:
+            samples = scrape(url)[1]
+            handled = samples.get("shardflow_consumer_records_total", {}).get(stream)
+            return handled == 30 and len(samples.get("shardflow_consumer_unacked_records", {})) == 2
+
+        wait_for(counted, what="30 records and 2 shards in a scrape")
+        content_type, samples = scrape(url)
+        assert content_type.startswith("text/plain")
+        assert samples["shardflow_consumer_owned_shards"][stream] == 2
+        assert samples["shardflow_consumer_handler_latency_seconds_count"][stream] == 30
+        assert samples["shardflow_consumer_bytes_total"][stream] > 0
+        shards = {dict(labels)["shard"] for labels in samples["shardflow_consumer_unacked_records"]}
+        assert len(shards) == 2
+        stop(process, log)
+
+
+def test_a_metrics_host_that_cannot_be_bound_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "h.py").write_text("def handle(record):\n    pass\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        result = CliRunner().invoke(
+            app,
+            [
+                *("consume", "h:handle", "-s", "s", "-a", "a", "--region", "us-east-1"),
+                *("--metrics-port", "0", "--metrics-host", "256.0.0.1"),
+            ],
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "cannot serve metrics on 256.0.0.1" in result.output

@@ -7,7 +7,7 @@ gauges as of now, and distributions as :class:`Histogram` (HdrHistogram inside, 
 significant digits). **Durations are in seconds** everywhere: in snapshots, percentiles and
 exported histograms (kept as whole microseconds inside, from 1 µs to a day).
 
-Export to Prometheus by registering a collector per kind of client::
+Export to Prometheus by registering a collector per kind of client:
 
     from prometheus_client import REGISTRY, start_http_server
     from shardflow.metrics import ConsumerCollector, ProducerCollector

@@ -32,9 +32,6 @@ def _count() -> Histogram:
     return Histogram(COUNT)
 
 
-_EMPTY: Final[Mapping[Any, Any]] = MappingProxyType({})
-
-
 def copy_fields(live: object, snapshot_type: type[T], **given: Any) -> T:
     """A ``snapshot_type`` (a dataclass) from ``given`` and, for every other field, the
     attribute of ``live`` of the same name: how both sides turn live counters into snapshots."""
@@ -109,9 +106,9 @@ class ConsumerMetricsSnapshot:
 
     started_at: float
     ended_at: float
-    streams: Mapping[str, StreamMetrics] = field(default_factory=lambda: _EMPTY)
+    streams: Mapping[str, StreamMetrics] = field(default_factory=dict)
     """By stream name."""
-    shards: Mapping[tuple[str, str], ShardMetrics] = field(default_factory=lambda: _EMPTY)
+    shards: Mapping[tuple[str, str], ShardMetrics] = field(default_factory=dict)
     """By (stream, shard id), for the shards owned now."""
 
     @property
@@ -162,7 +159,7 @@ class ProducerMetricsSnapshot:
     """User records that failed (by error code in ``failures``)."""
     bytes_succeeded: int = 0
     """Bytes of user records written."""
-    failures: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    failures: Mapping[str, int] = field(default_factory=dict)
     """Failed user records by the error code they failed with."""
     put_records_calls: int = 0
     put_records_calls_failed: int = 0
