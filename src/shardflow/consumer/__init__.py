@@ -12,8 +12,9 @@ Grouped by the stages of a record (fetching itself is :mod:`shardflow.fetch`):
 Public API: :class:`Consumer` (``consume(handler)``, ``shards()``, ``close()``, ``run()``),
 :func:`run_consumer`, :class:`ConsumerSettings`, :class:`ConsumedRecord`,
 :class:`ShardSession`, :class:`Checkpointer` and :class:`CheckpointSettings`,
-:class:`ConsumerStatus`, :class:`ConsumerMetrics` and :class:`ConsumerCollector`
-(prometheus-client), the diagnostic events in :mod:`shardflow.events`.
+:class:`ConsumerStatus`, the diagnostic events in :mod:`shardflow.events`; its metrics in
+:mod:`shardflow.metrics` (:class:`ConsumerCollector` re-exported here; :class:`ConsumerMetrics`
+is the live recorder behind ``Consumer.metrics()``).
 """
 
 from shardflow.consumer.checkpointing.acks import ConsumedRecord
