@@ -24,6 +24,7 @@ from shardflow.metrics import (
     Histogram,
     ProducerCollector,
     ProducerMetricsSnapshot,
+    StreamMetrics,
 )
 from shardflow.metrics.prometheus import PRODUCER_METRICS, SHARD_METRICS, STREAM_METRICS
 from shardflow.metrics.recording import BYTES, SECONDS, RateMeter, Tally, on_loop, rounded
@@ -279,6 +280,16 @@ def test_the_operations_guide_lists_every_exported_name() -> None:
         for name in listed
     }
     assert shown == exported
+
+
+def test_the_old_consumer_snapshot_names_work_for_a_release_with_a_warning() -> None:
+    import shardflow.consumer.metrics as old_home
+
+    with pytest.warns(DeprecationWarning, match="ConsumerMetricsSnapshot"):
+        assert old_home.MetricsSnapshot is ConsumerMetricsSnapshot
+    with pytest.warns(DeprecationWarning, match="StreamMetrics"):
+        assert old_home.StreamCounters is StreamMetrics
+    assert "StreamCounters" in (ROOT / "CHANGELOG.md").read_text()
 
 
 def test_snapshots_are_frozen() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from types import MappingProxyType
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.deprecation import renamed
 from shardflow.events import (
     CheckpointWritten,
     DiagnosticEvent,
@@ -36,6 +37,10 @@ ShardGauges = ShardMetrics
 """What a shard worker reports of its shard (the name its call site uses)."""
 
 GaugeSource = Callable[[], ShardMetrics]
+
+__getattr__ = renamed(
+    __name__, {"MetricsSnapshot": "ConsumerMetricsSnapshot", "StreamCounters": "StreamMetrics"}
+)
 
 
 class _Stream:
