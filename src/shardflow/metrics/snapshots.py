@@ -202,11 +202,13 @@ class ProducerMetricsSnapshot:
 
     @property
     def distributions(self) -> Mapping[str, Histogram]:
-        """Every distribution by name (see :data:`DISTRIBUTIONS`)."""
+        """Every distribution (``Histogram`` field) by its name: ``latency``, ``attempts``,
+        ``record_bytes``, ``request_bytes``, ``request_records``,
+        ``records_per_kinesis_record``."""
         return MappingProxyType({name: getattr(self, name) for name in DISTRIBUTIONS})
 
     def distribution(self, name: str) -> Histogram:
-        """The distribution ``name`` (one of :data:`DISTRIBUTIONS`)."""
+        """The distribution ``name`` (as in :attr:`distributions`)."""
         if name not in DISTRIBUTIONS:
             raise KeyError(name)
         histogram: Histogram = getattr(self, name)
