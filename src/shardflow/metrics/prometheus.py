@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Generic, Literal, Protocol, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -133,6 +133,24 @@ def take(source: Source[S], timeout: float) -> S | None:
         return None
 
 
+class SnapshotCollector(Collector, Generic[S]):
+    """What both collectors share: their sources, namespace and timeout, and one snapshot per
+    source and scrape (those that cannot give one now left out)."""
+
+    default_namespace: ClassVar[str]
+
+    def __init__(
+        self, *sources: Source[S], namespace: str | None = None, timeout: float = 5.0
+    ) -> None:
+        self._sources = sources
+        self._namespace = namespace or self.default_namespace
+        self._timeout = timeout
+
+    def snapshots(self) -> list[S]:
+        taken = (take(source, self._timeout) for source in self._sources)
+        return [snapshot for snapshot in taken if snapshot is not None]
+
+
 # --- the consumer ------------------------------------------------------------------------------
 
 STREAM_METRICS: Final[tuple[Exported[StreamMetrics], ...]] = (
@@ -243,29 +261,17 @@ SHARD_METRICS: Final[tuple[Exported[ShardMetrics], ...]] = (
 """Per owned shard (labels ``stream``, ``shard``), in namespace ``shardflow_consumer``."""
 
 
-class ConsumerCollector(Collector):
+class ConsumerCollector(SnapshotCollector[ConsumerMetricsSnapshot]):
     """Exports the metrics of one or more consumers to prometheus-client.
 
     ``sources``: consumers (anything with ``metrics(timeout)``), or functions returning a
-    :class:`ConsumerMetricsSnapshot`.
+    :class:`ConsumerMetricsSnapshot`. ``namespace``: ``shardflow_consumer`` unless given.
     """
 
-    def __init__(
-        self,
-        *sources: Source[ConsumerMetricsSnapshot],
-        namespace: str = "shardflow_consumer",
-        timeout: float = 5.0,
-    ) -> None:
-        self._sources = sources
-        self._namespace = namespace
-        self._timeout = timeout
+    default_namespace = "shardflow_consumer"
 
     def collect(self) -> Iterator[Any]:
-        snapshots = [
-            snapshot
-            for snapshot in (take(source, self._timeout) for source in self._sources)
-            if snapshot is not None
-        ]
+        snapshots = self.snapshots()
         streams = [((name,), m) for s in snapshots for name, m in s.streams.items()]
         shards = [(key, m) for s in snapshots for key, m in s.shards.items()]
         yield from families(self._namespace, STREAM_METRICS, ("stream",), streams)
@@ -354,30 +360,20 @@ PRODUCER_METRICS: Final[tuple[Exported[ProducerMetricsSnapshot], ...]] = (
 """Per stream (label ``stream``), in namespace ``shardflow_producer``."""
 
 
-class ProducerCollector(Collector):
+class ProducerCollector(SnapshotCollector[ProducerMetricsSnapshot]):
     """Exports the metrics of one or more producers to prometheus-client; producers of the same
     stream are merged.
 
     ``sources``: producers (``Producer`` or ``SyncProducer``: anything with
     ``metrics(timeout)``), or functions returning a :class:`ProducerMetricsSnapshot`.
+    ``namespace``: ``shardflow_producer`` unless given.
     """
 
-    def __init__(
-        self,
-        *sources: Source[ProducerMetricsSnapshot],
-        namespace: str = "shardflow_producer",
-        timeout: float = 5.0,
-    ) -> None:
-        self._sources = sources
-        self._namespace = namespace
-        self._timeout = timeout
+    default_namespace = "shardflow_producer"
 
     def collect(self) -> Iterator[Any]:
         by_stream: dict[str, ProducerMetricsSnapshot] = {}
-        for source in self._sources:
-            snapshot = take(source, self._timeout)
-            if snapshot is None:
-                continue
+        for snapshot in self.snapshots():
             earlier = by_stream.get(snapshot.stream)
             by_stream[snapshot.stream] = snapshot if earlier is None else earlier.merge(snapshot)
         rows = [((stream,), snapshot) for stream, snapshot in by_stream.items()]

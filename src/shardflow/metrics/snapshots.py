@@ -128,7 +128,7 @@ DISTRIBUTIONS: Final = (
 )
 """The names of a producer snapshot's distributions (its :class:`Histogram` fields)."""
 
-_COUNTERS: Final = (
+COUNTERS: Final = (
     "records_put",
     "records_succeeded",
     "records_failed",
@@ -139,8 +139,9 @@ _COUNTERS: Final = (
     "entries_failed",
     "entries_throttled",
     "retries",
-    "shard_map_refreshes",
 )
+"""The producer snapshot's counters that its recorder keeps as they are (``shard_map_refreshes``
+is asked of the shard map)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +234,10 @@ class ProducerMetricsSnapshot:
         failures = dict(self.failures)
         for code, count in other.failures.items():
             failures[code] = failures.get(code, 0) + count
-        counters = {name: getattr(self, name) + getattr(other, name) for name in _COUNTERS}
+        counters = {
+            name: getattr(self, name) + getattr(other, name)
+            for name in (*COUNTERS, "shard_map_refreshes")
+        }
         distributions = {
             name: getattr(self, name).merge(getattr(other, name)) for name in DISTRIBUTIONS
         }

@@ -12,22 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import Final
 
 from shardflow.metrics.recording import BYTES, COUNT, SECONDS, Tally
-from shardflow.metrics.snapshots import DISTRIBUTIONS, ProducerMetricsSnapshot, copy_fields
-
-_COUNTERS: Final = (
-    "records_put",
-    "records_succeeded",
-    "records_failed",
-    "bytes_succeeded",
-    "put_records_calls",
-    "put_records_calls_failed",
-    "entries_succeeded",
-    "entries_failed",
-    "entries_throttled",
-    "retries",
+from shardflow.metrics.snapshots import (
+    COUNTERS,
+    DISTRIBUTIONS,
+    ProducerMetricsSnapshot,
+    copy_fields,
 )
 
 
@@ -68,7 +59,7 @@ class MetricsRecorder:
         self.records_per_kinesis_record = Tally(COUNT, interval=True)
         self._started_at = wall()
         self._interval_started_at = self._started_at
-        self._interval_base: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        self._interval_base: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._interval_failures: dict[str, int] = {}
         self._interval_refreshes = 0
 
@@ -92,7 +83,7 @@ class MetricsRecorder:
     def interval_snapshot(self) -> ProducerMetricsSnapshot:
         """Everything since the previous interval snapshot (or the start); starts a new interval."""
         distributions = {name: getattr(self, name).interval_snapshot() for name in DISTRIBUTIONS}
-        now = {name: getattr(self, name) for name in _COUNTERS}
+        now = {name: getattr(self, name) for name in COUNTERS}
         failures = {
             code: count - self._interval_failures.get(code, 0)
             for code, count in self.failures.items()
@@ -106,7 +97,7 @@ class MetricsRecorder:
             ended_at=self._wall(),
             failures=MappingProxyType(failures),
             shard_map_refreshes=refreshes - self._interval_refreshes,
-            **{name: now[name] - self._interval_base[name] for name in _COUNTERS},
+            **{name: now[name] - self._interval_base[name] for name in COUNTERS},
             **distributions,
         )
         self._interval_started_at = snapshot.ended_at
