@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from integration.test_consumer_resharding import consuming
+from integration.consumer.test_consumer_resharding import consuming
 from shardflow.aws import AwsSettings
 from shardflow.aws.kinesis import list_shards
 from shardflow.consumer import ConsumedRecord

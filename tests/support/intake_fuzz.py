@@ -1,4 +1,4 @@
-"""The work of one process of the intake fuzz test (tests/unit/test_intake_fuzz.py): ``count``
+"""The work of one process of the intake fuzz test (tests/unit/read/test_intake_fuzz.py): ``count``
 mutated aggregates from ``seed`` through :class:`~shardflow.read.intake.RecordIntake` as
 GetRecords batches, every input checked to come out whole.
 

@@ -15,7 +15,7 @@ from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import ExtendedSequenceNumber, as_json
 from shardflow.testing import InMemoryDeadLetters, consume_until_caught_up, fast_settings
 from support.dispatch_kit import dispatching, stream_of
-from unit.test_shard_worker_kit import eventually
+from unit.consumer.test_shard_worker_kit import eventually
 
 POISON = [("k1", b'{"a": 1}'), ("k2", b"not json"), ("k1", b'{"a": 2}'), ("k2", b'{"a": 3}')]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOOP, CONSUMER = "boto3 GetRecords loop", "shardflow consumer"
 CEILING = 1.0
 """Most CPU per record the consumer may spend, as a multiple of the loop's in the same run."""

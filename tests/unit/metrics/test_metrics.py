@@ -30,7 +30,7 @@ from shardflow.metrics.prometheus import PRODUCER_METRICS, SHARD_METRICS, STREAM
 from shardflow.metrics.recording import BYTES, SECONDS, RateMeter, Tally, on_loop, rounded
 from shardflow.producer.metrics import MetricsRecorder
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # What dashboards scrape today: a name leaving this list breaks someone's dashboard.
 CONSUMER_SAMPLES = {

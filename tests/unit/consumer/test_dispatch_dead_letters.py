@@ -21,7 +21,7 @@ from support.dispatch_kit import (
     shard_records,
     stream_of,
 )
-from unit.test_shard_worker_kit import eventually
+from unit.consumer.test_shard_worker_kit import eventually
 
 
 class RefusingDestination:

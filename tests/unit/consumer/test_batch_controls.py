@@ -205,7 +205,7 @@ async def test_bisect_through_the_consumer_with_dead_letters() -> None:
     from shardflow.leases import InMemoryLeaseStore
     from shardflow.testing import InMemoryDeadLetters, fast_settings
     from support.dispatch_kit import stream_of
-    from unit.test_shard_worker_kit import eventually
+    from unit.consumer.test_shard_worker_kit import eventually
 
     kinesis = stream_of([(f"k{i}", f"{i}".encode()) for i in range(16)])
     letters = InMemoryDeadLetters()

@@ -27,7 +27,7 @@ from shardflow.leases import InMemoryLeaseStore
 from shardflow.records import Record
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
 from support.dispatch_kit import delivered, is_acked, shard_records
-from unit.test_shard_worker_kit import eventually
+from unit.consumer.test_shard_worker_kit import eventually
 
 
 def stream_of(count: int) -> MemoryKinesis:

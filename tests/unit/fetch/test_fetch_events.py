@@ -27,7 +27,7 @@ from shardflow.fetch.fanout import consumer_name_of
 from shardflow.positions import StartPosition
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
 from support.clocks import SteppingClock
-from unit.test_fanout_fetcher import (
+from unit.fetch.test_fanout_fetcher import (
     END,
     QUICK,
     SHARD,
@@ -39,9 +39,9 @@ from unit.test_fanout_fetcher import (
     settle,
     wait_for_subscription,
 )
-from unit.test_fanout_fetcher import aws_error as subscribe_error
-from unit.test_polling_fetcher import FakeShard
-from unit.test_polling_fetcher import aws_error as get_records_error
+from unit.fetch.test_fanout_fetcher import aws_error as subscribe_error
+from unit.fetch.test_polling_fetcher import FakeShard
+from unit.fetch.test_polling_fetcher import aws_error as get_records_error
 
 
 class Reports:

@@ -24,7 +24,7 @@ from shardflow.positions import StartPosition
 from shardflow.read.completed import CompletedState, encode_completed
 from shardflow.records import ExtendedSequenceNumber, Record, as_json
 from shardflow.shards import ChildShard, HashKeyRange
-from unit.test_shard_worker_kit import (
+from unit.consumer.test_shard_worker_kit import (
     SHARD,
     STREAM,
     ScriptedFetcher,

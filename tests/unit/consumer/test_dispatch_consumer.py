@@ -19,7 +19,7 @@ from support.dispatch_kit import (
     failing_on,
     stream_of,
 )
-from unit.test_shard_worker_kit import eventually
+from unit.consumer.test_shard_worker_kit import eventually
 
 
 async def test_key_mode_handles_keys_in_parallel_in_order_and_checkpoints_the_end() -> None:

@@ -19,7 +19,7 @@ from shardflow.local.node import (
     node_executable,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def fake_package(node_modules: Path, name: str) -> Path:

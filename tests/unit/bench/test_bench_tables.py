@@ -10,7 +10,7 @@ import pytest
 
 from support.bench import load_bench
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 tables = load_bench("tables")

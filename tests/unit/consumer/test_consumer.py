@@ -33,7 +33,7 @@ from shardflow.fetch import Polling
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.testing import MemoryKinesis, consume_until_caught_up, fast_settings
-from unit.test_shard_worker_kit import eventually
+from unit.consumer.test_shard_worker_kit import eventually
 
 
 def stream_with(records: int, shards: int = 2, name: str = "s") -> MemoryKinesis:

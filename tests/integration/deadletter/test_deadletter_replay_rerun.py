@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from integration.test_deadletter_kinesis import letters, make_stream
+from integration.deadletter.test_deadletter_kinesis import letters, make_stream
 from shardflow.aws import AwsSettings
 from shardflow.backoff import Backoff
 from shardflow.cli import app

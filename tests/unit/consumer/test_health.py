@@ -12,7 +12,7 @@ from shardflow.consumer.lifecycle.status import ConsumerStatus, ShardStatus
 from shardflow.leases import InMemoryLeaseStore
 from shardflow.testing import fast_settings
 from support.dispatch_kit import stream_of
-from unit.test_shard_worker_kit import eventually
+from unit.consumer.test_shard_worker_kit import eventually
 
 PENDING = PendingCounts(delivered=10, unacked=2, acked_unchecked=0, checkpointed=8)
 
