@@ -4,10 +4,11 @@ Everything an application uses every day is importable from here::
 
     from shardflow import Consumer, ConsumerSettings, Producer, StartPosition
 
-Four more modules are public entry points of their own: :mod:`shardflow.spark` (the PySpark
+More modules are public entry points of their own: :mod:`shardflow.spark` (the PySpark
 source and sink), :mod:`shardflow.testing` (in-memory Kinesis and fault injection for your
-tests), :mod:`shardflow.local` (the embedded local stack), and :mod:`shardflow.events` /
-:mod:`shardflow.errors` (every diagnostic event and error type). Every other module is
+tests), :mod:`shardflow.local` (the embedded local stack), :mod:`shardflow.metrics` (metrics
+snapshots, Prometheus collectors, the metrics port with its health probes), and
+:mod:`shardflow.events` / :mod:`shardflow.errors` (every diagnostic event and error type). Every other module is
 internal: its names may move between releases.
 """
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:  # generated from _EXPORTS by tests/support/public_api.py
     from shardflow.consumer import CheckpointSettings as CheckpointSettings
     from shardflow.consumer import ConsumedRecord as ConsumedRecord
     from shardflow.consumer import Consumer as Consumer
-    from shardflow.consumer import ConsumerMetrics as ConsumerMetrics
     from shardflow.consumer import ConsumerSettings as ConsumerSettings
     from shardflow.consumer import ConsumerStatus as ConsumerStatus
     from shardflow.consumer import ShardSession as ShardSession
@@ -65,6 +65,8 @@ if TYPE_CHECKING:  # generated from _EXPORTS by tests/support/public_api.py
     from shardflow.idempotency import DynamoDBIdempotencyGuard as DynamoDBIdempotencyGuard
     from shardflow.idempotency import InMemoryIdempotencyGuard as InMemoryIdempotencyGuard
     from shardflow.leases.settings import LeaseSettings as LeaseSettings
+    from shardflow.metrics import ConsumerMetricsSnapshot as ConsumerMetricsSnapshot
+    from shardflow.metrics import ProducerMetricsSnapshot as ProducerMetricsSnapshot
     from shardflow.positions import StartPosition as StartPosition
     from shardflow.producer import Producer as Producer
     from shardflow.producer import ProducerSettings as ProducerSettings
@@ -95,7 +97,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "CheckpointSettings",
         "ConsumedRecord",
         "Consumer",
-        "ConsumerMetrics",
         "ConsumerSettings",
         "ConsumerStatus",
         "ShardSession",
@@ -146,6 +147,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "InMemoryIdempotencyGuard",
     ),
     "shardflow.leases.settings": ("LeaseSettings",),
+    "shardflow.metrics": (
+        "ConsumerMetricsSnapshot",
+        "ProducerMetricsSnapshot",
+    ),
     "shardflow.positions": ("StartPosition",),
     "shardflow.producer": (
         "Producer",
@@ -175,6 +180,13 @@ _RENAMED: dict[str, str] = {
     "ShardLeaseLost": "ShardLeaseLostError",
     "MemoryIdempotencyGuard": "InMemoryIdempotencyGuard",
 }
+# Names that were exported by mistake (internal machinery): they work until the next release.
+_WITHDRAWN: dict[str, tuple[str, str]] = {
+    "ConsumerMetrics": (
+        "shardflow.consumer.metrics",
+        "the consumer's internal recorder; Consumer.metrics() returns a ConsumerMetricsSnapshot",
+    ),
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -186,6 +198,13 @@ def __getattr__(name: str) -> Any:
             stacklevel=2,
         )
         return __getattr__(new)
+    withdrawn = _WITHDRAWN.get(name)
+    if withdrawn is not None:
+        home, why = withdrawn
+        warnings.warn(
+            f"shardflow.{name} is no longer exported ({why})", DeprecationWarning, stacklevel=2
+        )
+        return getattr(importlib.import_module(home), name)
     module = _MODULE_OF.get(name)
     if module is not None:
         value = getattr(importlib.import_module(module), name)

@@ -29,7 +29,8 @@ EVERYDAY_API = {
     "ShardSession", "Checkpointer", "Handler", "RecordHandler", "BatchHandler",
     "as_bytes", "as_json", "from_function",
     # observing a running consumer
-    "ConsumerStatus", "ShardStatus", "ConsumerMetrics", "DiagnosticEvent",
+    "ConsumerStatus", "ShardStatus", "ConsumerMetricsSnapshot", "ProducerMetricsSnapshot",
+    "DiagnosticEvent",
     # dead letters and idempotency
     "DeadLetter", "JsonLinesDestination", "KinesisDestination",
     "DynamoDBIdempotencyGuard", "InMemoryIdempotencyGuard",
@@ -94,6 +95,14 @@ def test_renamed_names_work_for_a_release_with_a_warning(old: str, new: str) -> 
         value = getattr(shardflow, old)
     assert value is getattr(shardflow, new)
     assert old in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_a_withdrawn_name_works_for_a_release_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="ConsumerMetricsSnapshot"):
+        recorder = shardflow.ConsumerMetrics
+    assert recorder.__name__ == "ConsumerMetrics"
+    assert "ConsumerMetrics" not in shardflow.__all__
+    assert "ConsumerMetrics" in (ROOT / "CHANGELOG.md").read_text()
 
 
 def test_renamed_names_in_their_own_modules_warn_too() -> None:

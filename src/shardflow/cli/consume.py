@@ -43,7 +43,7 @@ from shardflow.fetch import FanOut, Polling
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore
-from shardflow.metrics import ConsumerCollector
+from shardflow.metrics import ConsumerCollector, MetricsServer
 from shardflow.records import Deserializer, as_bytes, as_json, as_utf8
 
 log = logging.getLogger("shardflow.cli")
@@ -356,24 +356,21 @@ async def _lease_store(
 
 @contextlib.contextmanager
 def _metrics_server(consumer: Consumer, host: str, port: int | None) -> Iterator[None]:
-    """Prometheus metrics of ``consumer`` served at http://host:port/metrics meanwhile."""
+    """Prometheus metrics of ``consumer`` served at http://host:port/metrics meanwhile, and its
+    health probes at /healthz and /readyz."""
     if port is None:
         yield
         return
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
     registry.register(ConsumerCollector(consumer))
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server = MetricsServer(host, port, registry, health=consumer.health)
     except OSError as exc:  # a name that does not resolve, an address not here, a port in use
         fail(f"cannot serve metrics on {host} port {port}: {exc.strerror or exc}", code=2)
-    bound, bound_port = str(server.server_address[0]), server.server_address[1]
+    bound, bound_port = server.address
     shown = f"[{bound}]" if ":" in bound else bound
-    log.info("metrics on http://%s:%d/metrics", shown, bound_port)
-    try:
+    log.info("metrics on http://%s:%d/metrics, probes /healthz and /readyz", shown, bound_port)
+    with server:
         yield
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

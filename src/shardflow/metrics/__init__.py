@@ -18,11 +18,13 @@ Export to Prometheus by registering a collector per kind of client:
 
 Every scrape takes fresh snapshots; a client whose loop is busy past ``timeout`` (5 s) is left
 out of that scrape. ``shardflow consume --metrics-port 9100 [--metrics-host 0.0.0.0]`` serves
-the consumer's. The exported names, one per snapshot field, are listed in the operations guide
+the consumer's, with the health probes ``/healthz`` and ``/readyz`` beside them
+(:class:`MetricsServer`). The exported names, one per snapshot field, are listed in the operations guide
 (namespaces ``shardflow_consumer`` and ``shardflow_producer``); latency histograms have the
 buckets of :data:`LATENCY_BUCKETS`.
 """
 
+from shardflow.metrics.http import HealthReport, MetricsServer
 from shardflow.metrics.prometheus import (
     LATENCY_BUCKETS,
     ConsumerCollector,
@@ -42,7 +44,9 @@ __all__ = [
     "ConsumerCollector",
     "ConsumerMetricsSnapshot",
     "HasMetrics",
+    "HealthReport",
     "Histogram",
+    "MetricsServer",
     "ProducerCollector",
     "ProducerMetricsSnapshot",
     "ShardMetrics",

@@ -225,8 +225,11 @@ def test_two_worker_processes_split_the_shards_and_sigterm_checkpoints_and_relea
         app, ["leases", app_name, "--stream", stream_name, "--endpoint-url", moto_url]
     )
     assert shown.exit_code == 0, shown.output
+    # Piped, the table is plain columns, one lease a line (the shard id whole in it).
     table_lines = {
-        line.split()[1]: line for line in shown.stdout.splitlines() if "shardId-" in line
+        next(word for word in line.split() if word.startswith("shardId-")): line
+        for line in shown.stdout.splitlines()
+        if "shardId-" in line
     }
     assert set(table_lines) == set(last)
     assert "behind" in table_lines[late_shard]
