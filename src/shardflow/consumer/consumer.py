@@ -26,6 +26,7 @@ at once, no failover wait).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -33,12 +34,14 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from shardflow.aws.clients import ClientFactory, OpenClients
 from shardflow.aws.settings import AwsSettings
 from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.consumer.cloudwatch import KclMetrics
 from shardflow.consumer.delivery.calls import Handler
 from shardflow.consumer.delivery.dead_letters import (
     DeadLetters,
@@ -66,9 +69,13 @@ from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.settings import StreamSpec
 from shardflow.leases.store import LeaseStore
 from shardflow.metrics import ConsumerMetricsSnapshot
+from shardflow.metrics.cloudwatch import CloudWatchPublisher, cloudwatch_put
 from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.consumer")
+
+FINAL_FLUSH_TIMEOUT = 10.0
+"""Seconds the last CloudWatch send may take when the consumer stops."""
 
 
 T = TypeVar("T")
@@ -151,6 +158,22 @@ class Consumer:
         self._dispatched: DispatchedShards | None = None
         # Opened by start() (or by the first run): clients, lease table, fan-out registrations.
         self._opened: tuple[AsyncExitStack, Connections, Any, LeaseStore] | None = None
+        self._cloudwatch: KclMetrics | None = None
+        if self.settings.metrics is not None:
+            publisher = CloudWatchPublisher(
+                self.settings.metrics,
+                self.settings.metrics.namespace or application_name,
+                now=clock.wall,
+            )
+            self._cloudwatch = KclMetrics(
+                publisher,
+                worker_id=self.worker_id,
+                streams=self.streams,
+                snapshot=self._metrics.snapshot,
+                held_leases=self._held_leases,
+            )
+            self._events.subscribe(self._cloudwatch.observe)
+            self._metrics.batch_observer = self._cloudwatch.batch
 
     # --- life cycle ---------------------------------------------------------------------------
 
@@ -481,7 +504,9 @@ class Consumer:
         threads = self.settings.handler_threads or min(32, (os.cpu_count() or 1) + 4)
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="shardflow-handler")
         started_here = self._opened is None
+        publishing = AsyncExitStack()
         try:
+            await publishing.enter_async_context(self._publishing())
             await self.start()
             coordinator = await self._open()
             try:
@@ -491,10 +516,53 @@ class Consumer:
         finally:
             if started_here:
                 await self._release()
+            await publishing.aclose()
             self._executor.shutdown(wait=False)
             self._active = False
             self._stop_early = False
             self._stopped.set()
+
+    def _held_leases(self) -> int:
+        coordinator = self._coordinator
+        return len(coordinator.owned()) if coordinator is not None else 0
+
+    @asynccontextmanager
+    async def _publishing(self) -> AsyncIterator[None]:
+        """Metrics sent to CloudWatch in the background while the consumer runs (the last
+        interval at the end); a client that cannot be opened leaves the consumer running
+        without them (logged)."""
+        cloudwatch = self._cloudwatch
+        if cloudwatch is None or cloudwatch.publisher.settings.level == "NONE":
+            yield
+            return
+        settings = cloudwatch.publisher.settings
+        async with AsyncExitStack() as stack:
+            clients = self._clients
+            if settings.endpoint_url is not None:
+                clients = ClientFactory(
+                    replace(clients.settings, endpoint_url=settings.endpoint_url)
+                )
+            try:
+                client = await stack.enter_async_context(clients.cloudwatch())
+            except Exception as exc:
+                log.warning("no CloudWatch metrics: the client cannot be opened (%s)", exc)
+                yield
+                return
+            cloudwatch.publisher.put = cloudwatch_put(client)
+            task = asyncio.create_task(cloudwatch.publisher.run(), name="shardflow-cloudwatch")
+            try:
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                try:
+                    await asyncio.wait_for(cloudwatch.publisher.flush(), FINAL_FLUSH_TIMEOUT)
+                except TimeoutError:
+                    log.warning(
+                        "the last CloudWatch metrics were not sent within %g s", FINAL_FLUSH_TIMEOUT
+                    )
+                cloudwatch.publisher.put = None
 
     async def _open(self) -> LeaseCoordinator:
         """The supervisor and the started coordinator, over what :meth:`start` opened."""

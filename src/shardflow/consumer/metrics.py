@@ -38,6 +38,11 @@ ShardGauges = ShardMetrics
 
 GaugeSource = Callable[[], ShardMetrics]
 
+BatchObserver = Callable[[str, str, int, int, float, int | None], None]
+"""Told of each batch of a shard's records handed to delivery: ``(stream, shard_id, records,
+bytes, seconds until delivery asked for more, millis behind latest)`` (CloudWatch's
+``ProcessTask``)."""
+
 __getattr__ = renamed(
     __name__, {"MetricsSnapshot": "ConsumerMetricsSnapshot", "StreamCounters": "StreamMetrics"}
 )
@@ -89,6 +94,8 @@ class ConsumerMetrics:
         self._streams: dict[str, _Stream] = {}
         self._shards: dict[tuple[str, str], GaugeSource] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.batch_observer: BatchObserver | None = None
+        """Set while metrics are published to CloudWatch (None: batches are not timed)."""
 
     def _stream(self, stream: str) -> _Stream:
         counters = self._streams.get(stream)

@@ -21,6 +21,7 @@ from shardflow.consumer.delivery.settings import DispatchSettings
 from shardflow.fetch.fanout import FanOut
 from shardflow.fetch.polling import GET_RECORDS_LIMIT, Polling
 from shardflow.leases.settings import LeaseSettings, check_initial_position
+from shardflow.metrics.cloudwatch import CloudWatch
 from shardflow.positions import StartPosition
 from shardflow.read.intake import OutOfRangePolicy
 from shardflow.records import Deserializer, as_bytes
@@ -100,6 +101,11 @@ class ConsumerSettings:
     for ``consume`` (see :class:`~shardflow.consumer.delivery.DispatchSettings`); default None:
     one call at a time per shard, no retries, a failure stops the shard."""
 
+    metrics: CloudWatch | None = None
+    """Publish the consumer's metrics to CloudWatch under the KCL's names (``CloudWatch()``:
+    namespace = the application name, level DETAILED, every 60 s; see the operations guide);
+    default None: nothing is sent (snapshots and Prometheus need no setting)."""
+
     def __post_init__(self) -> None:
         check_initial_position(self.initial_position)
         if self.worker_id is not None and not self.worker_id:
@@ -129,6 +135,8 @@ class ConsumerSettings:
             raise ValueError("drain_timeout must not be negative")
         if self.handler_threads is not None and self.handler_threads < 1:
             raise ValueError("handler_threads must be at least 1")
+        if self.metrics is not None and not isinstance(self.metrics, CloudWatch):
+            raise TypeError(f"metrics must be CloudWatch(...) or None, got {self.metrics!r}")
 
     def polling_for_prefetch(self, polling: Polling) -> Polling:
         """``polling``, with GetRecords never asking for more than the prefetch bound."""

@@ -96,7 +96,8 @@ class Rule:
     """A fault and the requests it applies to.
 
     A request matches when its ``X-Amz-Target`` names ``service`` (the prefix before ``_``,
-    e.g. ``Kinesis`` or ``DynamoDB``; None: any) and ``operation`` (None: any), and its body
+    e.g. ``Kinesis`` or ``DynamoDB``; ``CloudWatch`` for its ``GraniteServiceVersion20100801``;
+    None: any) and ``operation`` (None: any), and its body
     names ``stream`` (None: any). Of the matching requests the first ``skip`` pass untouched,
     then each is hit with ``probability``, at most ``times`` times in all (None: no limit).
     """

@@ -462,11 +462,22 @@ class FaultProxy:
         )
 
 
+_SERVICE_NAMES: Final = {"GraniteServiceVersion20100801": "CloudWatch"}
+"""Services whose requests name them otherwise (``X-Amz-Target`` prefix, or the Smithy RPC v2
+path ``/service/NAME/operation/OP``), by the name rules use."""
+
+
 def _describe(request: web.Request, body: bytes) -> tuple[str, str, dict[str, Any]]:
-    """Service, operation and JSON body of an AWS JSON-protocol request (else empty)."""
+    """Service, operation and JSON body of an AWS JSON-protocol request (else empty); the
+    service and operation of a Smithy RPC v2 request as well."""
     target = request.headers.get("X-Amz-Target", "")
     prefix, _, operation = target.partition(".")
     service = prefix.split("_", 1)[0]
+    if not target:
+        parts = request.path.strip("/").split("/")
+        if len(parts) == 4 and parts[0] == "service" and parts[2] == "operation":
+            service, operation = parts[1], parts[3]
+    service = _SERVICE_NAMES.get(service, service)
     doc: dict[str, Any] = {}
     if body and "json" in request.headers.get("Content-Type", ""):
         try:

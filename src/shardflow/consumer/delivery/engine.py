@@ -707,13 +707,25 @@ async def delivered(
     worker.start()
     reader, tracker = worker.reader, worker.checkpointer.tracker
     deserializer, metrics, stream = worker.settings.deserializer, worker.metrics, worker.stream
+    clock = worker.clock
     try:
         async with contextlib.aclosing(reader.chunks(worker.may_deliver)) as chunks:
             async for chunk in chunks:
                 for piece in await deliver(chunk.items, tracker, deserializer):
+                    timed: tuple[int, int, float] | None = None
                     if metrics is not None and isinstance(piece, list):
-                        metrics.records_handled(stream, len(piece), sum(r.size for r in piece))
+                        size = sum(r.size for r in piece)
+                        metrics.records_handled(stream, len(piece), size)
+                        if metrics.batch_observer is not None:
+                            timed = (len(piece), size, clock.monotonic())
                     yield piece
+                    if timed is not None and metrics is not None:
+                        observe = metrics.batch_observer
+                        if observe is not None:
+                            count, size, started = timed
+                            elapsed = clock.monotonic() - started
+                            behind = reader.millis_behind_latest
+                            observe(stream, worker.shard_id, count, size, elapsed, behind)
                     if not worker.may_deliver():
                         return
     except Exception as exc:

@@ -247,6 +247,10 @@ class ShardWorker:
             self._progress = (handled, now)
         return now - self._progress[1]
 
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
     def gauges(self) -> ShardGauges:
         pending = self.checkpointer.pending
         return ShardGauges(
