@@ -22,8 +22,12 @@ the consumer's, with the health probes ``/healthz`` and ``/readyz`` beside them
 (:class:`MetricsServer`). The exported names, one per snapshot field, are listed in the operations guide
 (namespaces ``shardflow_consumer`` and ``shardflow_producer``); latency histograms have the
 buckets of :data:`LATENCY_BUCKETS`.
+
+``ConsumerSettings(metrics=CloudWatch())`` publishes the consumer's metrics to CloudWatch under
+the KCL's names (:mod:`shardflow.metrics.cloudwatch`; the mapping is in the operations guide).
 """
 
+from shardflow.metrics.cloudwatch import CloudWatch, MetricsLevel
 from shardflow.metrics.http import HealthReport, MetricsServer
 from shardflow.metrics.prometheus import (
     LATENCY_BUCKETS,
@@ -41,11 +45,13 @@ from shardflow.metrics.snapshots import (
 
 __all__ = [
     "LATENCY_BUCKETS",
+    "CloudWatch",
     "ConsumerCollector",
     "ConsumerMetricsSnapshot",
     "HasMetrics",
     "HealthReport",
     "Histogram",
+    "MetricsLevel",
     "MetricsServer",
     "ProducerCollector",
     "ProducerMetricsSnapshot",
