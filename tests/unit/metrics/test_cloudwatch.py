@@ -61,7 +61,8 @@ def test_disabled_dimensions_aggregate_over_them_and_operation_stays() -> None:
         "CurrentLeases", 3, "Count", "SUMMARY", Operation="RenewAllLeases", WorkerIdentifier="b"
     )
     stats = buffer.get("CurrentLeases", Operation="RenewAllLeases")
-    assert stats is not None and stats.count == 2
+    assert stats is not None
+    assert stats.count == 2
     with pytest.raises(ValueError, match="unknown dimensions"):
         CloudWatch(dimensions=frozenset({"Host"}))
 
@@ -134,7 +135,8 @@ async def test_collect_adds_gauges_before_each_send_and_sent_counts() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert sent and all(namespace == "app" for namespace, _ in sent)
+    assert sent
+    assert all(namespace == "app" for namespace, _ in sent)
     assert sent[0][1][0]["MetricName"] == "CurrentLeases"
     assert publisher.sent == publisher.calls == len(sent)
 
