@@ -19,12 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from shardflow.aws.settings import AwsSettings
 from shardflow.consumer import CheckpointSettings, ConsumerSettings
 from shardflow.fetch import FanOut, Polling
 from shardflow.leases.settings import LeaseSettings
+from shardflow.metrics.cloudwatch import KCL_DIMENSIONS, CloudWatch
 from shardflow.multilang.errors import PropertiesError
 from shardflow.multilang.properties import Property, read_properties
 from shardflow.positions import StartPosition
@@ -82,6 +83,9 @@ _POLLING_NONZERO: Final = (
 
 SUPPORTED_KEYS: Final = frozenset(
     {
+        "metricsBufferTimeMillis",
+        "metricsMaxQueueSize",
+        "metricsEnabledDimensions",
         "executableName",
         "streamName",
         "streamArn",
@@ -160,6 +164,9 @@ class MultiLangConfig:
     empty_batches: bool = False
     """``callProcessRecordsEvenForEmptyRecordList``: a processRecords with no records after
     every ``idle_time`` without any."""
+    metrics: CloudWatch | None = None
+    """CloudWatch metrics under the KCL's names, when ``metricsLevel`` asks for them
+    (``metricsBufferTimeMillis``, ``metricsMaxQueueSize``, ``metricsEnabledDimensions`` too)."""
     notes: tuple[PropertyNote, ...] = ()
 
     def consumer_settings(self) -> ConsumerSettings:
@@ -177,6 +184,7 @@ class MultiLangConfig:
             checkpoint=CheckpointSettings(),
             prefetch_records=max(2 * self.max_records, 1_000),
             drain_timeout=self.shutdown_grace,
+            metrics=self.metrics,
         )
 
     def kinesis_aws(self) -> AwsSettings:
@@ -213,9 +221,6 @@ def kcl_key(key: str) -> str:
 
 _NO_EFFECT: Final[dict[str, str]] = {
     "maxActiveThreads": "each processor is a child process driven by one event loop; no thread pool",
-    "metricsBufferTimeMillis": "shardflow publishes no CloudWatch metrics (Prometheus: --metrics-port)",
-    "metricsMaxQueueSize": "shardflow publishes no CloudWatch metrics (Prometheus: --metrics-port)",
-    "metricsEnabledDimensions": "shardflow publishes no CloudWatch metrics (Prometheus: --metrics-port)",
     "validateSequenceNumberBeforeCheckpointing": "checkpoints are checked against the records "
     "delivered to the processor, without a call to Kinesis",
     "taskBackoffTimeMillis": "shardflow's retries back off with jitter on their own",
@@ -316,7 +321,7 @@ class _Reader:
     # --- keys noted as they are read ------------------------------------------------------------
 
     def _cloudwatch_credentials(self, prop: Property) -> None:
-        self.note(prop, "no effect", "shardflow publishes no CloudWatch metrics")
+        self.note(prop, "differs", "CloudWatch is reached with the credentials of Kinesis")
 
     def _metrics_level(self, prop: Property) -> None:
         if prop.value.strip().upper() not in ("NONE", "SUMMARY", "DETAILED"):
@@ -325,12 +330,37 @@ class _Reader:
                 key=prop.key,
                 line=prop.line,
             )
-        if prop.value.strip().upper() != "NONE":
-            self.note(
-                prop,
-                "no effect",
-                "shardflow publishes no CloudWatch metrics (Prometheus: --metrics-port)",
-            )
+
+    def _metrics(self) -> CloudWatch | None:
+        """CloudWatch as the ``metrics*`` keys ask. The KCL publishes DETAILED metrics when
+        ``metricsLevel`` is not set; shardflow publishes only when it is (an unset key sends
+        nothing anywhere, which a local run wants), and says so in the migration guide."""
+        level = (self.text("metricsLevel") or "").strip().upper()
+        for key in ("metricsBufferTimeMillis", "metricsMaxQueueSize", "metricsEnabledDimensions"):
+            if key in self.values and level in ("", "NONE"):
+                self.note(self.values[key], "no effect", "metricsLevel is not SUMMARY or DETAILED")
+        if level in ("", "NONE"):
+            return None
+        settings: dict[str, Any] = {"level": level}
+        interval = self.number("metricsBufferTimeMillis", minimum=1)
+        if interval is not None:
+            settings["interval"] = interval / 1000
+        queue = self.number("metricsMaxQueueSize", minimum=1)
+        if queue is not None:
+            settings["max_datums"] = queue
+        dimensions = self.text("metricsEnabledDimensions")
+        if dimensions is not None and dimensions.strip().upper() != "ALL":
+            wanted = {d.strip() for d in re.split(r"[,|]", dimensions) if d.strip()}
+            unknown = wanted - KCL_DIMENSIONS
+            if unknown:
+                prop = self.values["metricsEnabledDimensions"]
+                raise PropertiesError(
+                    f"unknown dimensions {sorted(unknown)} (known: {sorted(KCL_DIMENSIONS)})",
+                    key=prop.key,
+                    line=prop.line,
+                )
+            settings["dimensions"] = frozenset(wanted)
+        return CloudWatch(**settings)
 
     def _consumer_arn(self, prop: Property) -> None:
         self.note(
@@ -414,6 +444,7 @@ class _Reader:
             or DEFAULT_SHUTDOWN_GRACE,
             response_timeout=self._response_timeout(),
             empty_batches=bool(empty),
+            metrics=self._metrics(),
             notes=tuple(self.notes),
         )
 

@@ -179,18 +179,37 @@ def test_at_timestamp_takes_epoch_seconds_from_the_extended_key() -> None:
 def test_unknown_and_unhonoured_keys_are_named_with_their_line() -> None:
     got = config(
         BASE
-        + "metricsLevel = DETAILED\nmaxActiveThreads = 4\nstreamNmae = typo\n"
+        + "metricsBufferTimeMillis = 1000\nmaxActiveThreads = 4\nstreamNmae = typo\n"
         + "fanoutConfig.consumerArn = arn:aws:kinesis:us-east-1:1:stream/s/consumer/c:1\n"
         + "workerMetricsTableName = x\n"
     )
     notes = {note.key: note for note in got.notes}
-    assert notes["metricsLevel"].kind == "no effect"
+    assert notes["metricsBufferTimeMillis"].kind == "no effect"  # no metricsLevel: no metrics
     assert notes["maxActiveThreads"].kind == "no effect"
     assert notes["streamNmae"].kind == "unknown"
     assert notes["streamNmae"].line == 6
     assert notes["fanoutConfig.consumerArn"].kind == "differs"
     assert notes["workerMetricsTableName"].kind == "no effect"
     assert "streamNmae (line 6): unknown" in str(notes["streamNmae"])
+
+
+def test_the_metrics_keys_ask_for_cloudwatch_under_the_kcls_names() -> None:
+    assert config(BASE).metrics is None  # unset: nothing is published (the KCL: DETAILED)
+    assert config(BASE + "metricsLevel = NONE\n").metrics is None
+    got = config(
+        BASE
+        + "metricsLevel = summary\nmetricsBufferTimeMillis = 10000\n"
+        + "metricsMaxQueueSize = 500\nmetricsEnabledDimensions = Operation|ShardId\n"
+    )
+    assert got.notes == ()
+    assert got.metrics is not None
+    assert got.metrics.level == "SUMMARY"
+    assert got.metrics.interval == 10.0
+    assert got.metrics.max_datums == 500
+    assert got.metrics.dimensions == frozenset({"Operation", "ShardId"})
+    assert got.consumer_settings().metrics == got.metrics
+    with pytest.raises(PropertiesError, match="unknown dimensions"):
+        config(BASE + "metricsLevel = DETAILED\nmetricsEnabledDimensions = Shard\n")
 
 
 def test_credentials_providers_the_standard_chain_covers_and_those_it_does_not() -> None:
