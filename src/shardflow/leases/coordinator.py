@@ -77,7 +77,7 @@ from typing import Any, Self
 
 from shardflow.aws.kinesis import list_shards
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.errors import ShardflowError
+from shardflow.errors import AwsError, ShardflowError
 from shardflow.events import (
     EventCallback,
     EventEmitter,
@@ -108,6 +108,9 @@ from shardflow.shards import ChildShard
 from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.leases")
+
+_RETRY_PAUSE = 1.0
+"""Seconds before a failed take cycle is tried again (doubling, up to the take interval)."""
 
 
 class LeaseCoordinator:
@@ -297,11 +300,15 @@ class LeaseCoordinator:
         return True
 
     async def wait_parents_done(self, owned: OwnedLease) -> bool:
-        """Wait until :meth:`parents_done` (True), re-reading every ``parent_poll_interval``;
-        False as soon as ``owned`` is lost or the coordinator stops."""
+        """Wait until :meth:`parents_done` (True), re-reading every ``parent_poll_interval``
+        (a read that fails is tried again then); False as soon as ``owned`` is lost or the
+        coordinator stops."""
         while not owned.lost.is_set() and not self._stopped.is_set():
-            if await self.parents_done(owned):
-                return True
+            try:
+                if await self.parents_done(owned):
+                    return True
+            except AwsError as exc:
+                log.info("reading the parents of %s failed; read again: %s", owned.lease_key, exc)
             await self._sleep_unless(owned.lost, self._settings.parent_poll_interval)
         return False
 
@@ -466,18 +473,26 @@ class LeaseCoordinator:
 
     async def _take_loop(self) -> None:
         """A take cycle every ``take_interval``, and sooner: when pick-up saw a lease move,
-        when an observed lease expires, when a handoff becomes overdue."""
+        when an observed lease expires, when a handoff becomes overdue. A cycle that failed
+        (the table did not answer) is tried again after a pause that doubles with each
+        failure, up to the take interval: the early moments above are planned from the last
+        scan that succeeded and lie in the past by then (once retried at once, in a loop,
+        through a whole brownout)."""
         next_cycle = self._clock.monotonic() + self._settings.take_every
+        failures = 0
         while True:
             wake = next_cycle
             early = self._taker.next_wake()
             if early is not None:
                 wake = min(wake, early + 0.01)  # just after: the lease is expired by then
+            if failures:
+                pause = min(_RETRY_PAUSE * 2 ** (failures - 1), self._settings.take_every)
+                wake = max(wake, self._clock.monotonic() + pause)
             await self._sleep_unless(self._take_soon, max(wake - self._clock.monotonic(), 0.0))
             self._take_soon.clear()
             if self._moves.leaving:
                 return
-            await self._guarded("take cycle", self.take_cycle())
+            failures = 0 if await self._guarded("take cycle", self.take_cycle()) else failures + 1
             next_cycle = self._clock.monotonic() + self._settings.take_every
 
     async def _sync_loop(self, *, listed: bool) -> None:
@@ -517,13 +532,19 @@ class LeaseCoordinator:
         self._tasks = [task for task in self._tasks if not task.done()]
         self._tasks.append(asyncio.create_task(work, name=f"shardflow-lease-{name}"))
 
-    async def _guarded(self, what: str, work: Coroutine[Any, Any, object]) -> None:
+    async def _guarded(self, what: str, work: Coroutine[Any, Any, object]) -> bool:
+        """Run ``work``; False (logged) if it failed."""
         try:
             await work
         except asyncio.CancelledError:
             raise
+        except AwsError as exc:
+            log.warning("%s of worker %s failed; tried again later: %s", what, self._worker_id, exc)
+            return False
         except Exception:
             log.exception("%s of worker %s failed; tried again later", what, self._worker_id)
+            return False
+        return True
 
     async def _sleep_unless(self, event: asyncio.Event, seconds: float) -> None:
         """Sleep ``seconds`` on the coordinator's clock, or until ``event`` is set."""

@@ -37,6 +37,7 @@ from shardflow.leases.model import (
     AttributeValue,
     Item,
     Lease,
+    ParsedItem,
     is_lease_item,
     lease_from_item,
 )
@@ -92,6 +93,25 @@ class _Change:
     key: str
     old: Item | None
     new: Item | None
+    _record: dict[str, Any] | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The change as GetRecords returns it (made once, shared by every reader)."""
+        if self._record is None:
+            change: dict[str, Any] = {"Keys": {LEASE_KEY: {"S": self.key}}}
+            if self.old is not None:
+                change["OldImage"] = self.old
+            if self.new is not None:
+                change["NewImage"] = self.new
+            change["SequenceNumber"] = str(self.sequence)
+            change["StreamViewType"] = "NEW_AND_OLD_IMAGES"
+            self._record = {
+                "eventID": str(self.sequence),
+                "eventName": self.event,
+                "eventSource": "aws:dynamodb",
+                "dynamodb": change,
+            }
+        return self._record
 
 
 @dataclass
@@ -117,9 +137,12 @@ class _Table:
         size = item_size(item) if size is None else size
         self.bytes += size - self.sizes.get(key, 0)
         self.sizes[key] = size
-        self._log("INSERT" if old is None else "MODIFY", key, old, item)
         found = self.lease(key)
-        return found if isinstance(found, Lease) else None
+        lease = found if isinstance(found, Lease) else None
+        if self.stream_view:
+            image = ParsedItem(item, lease) if lease is not None else item
+            self._log("INSERT" if old is None else "MODIFY", key, old, image)
+        return lease
 
     def remove(self, key: str) -> None:
         old = self.items.pop(key, None)
@@ -473,20 +496,6 @@ class InMemoryLeaseStreams:
             )
         start = position - first
         page = changes[start : start + min(int(params.get("Limit", _STREAM_PAGE)), _STREAM_PAGE)]
-        records = [
-            {
-                "eventID": str(change.sequence),
-                "eventName": change.event,
-                "eventSource": "aws:dynamodb",
-                "dynamodb": {
-                    "Keys": {LEASE_KEY: {"S": change.key}},
-                    **({"OldImage": change.old} if change.old is not None else {}),
-                    **({"NewImage": change.new} if change.new is not None else {}),
-                    "SequenceNumber": str(change.sequence),
-                    "StreamViewType": "NEW_AND_OLD_IMAGES",
-                },
-            }
-            for change in page
-        ]
+        records = [change.record() for change in page]
         following = page[-1].sequence + 1 if page else position
         return {"Records": records, "NextShardIterator": f"{following}|{arn}"}

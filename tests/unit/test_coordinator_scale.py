@@ -1,0 +1,63 @@
+"""What bench/simulate.py found the coordinator doing at scale (10,000 shards, 100 workers), each
+a test that failed before its fix: the behaviour of one worker or a few, at the size where it
+showed, on a ManualClock and the in-memory store."""
+
+from __future__ import annotations
+
+import asyncio
+
+from shardflow.errors import TransientError
+from shardflow.leases.settings import LeaseSettings
+from shardflow.records import SHARD_END, ExtendedSequenceNumber
+from support.coordinator_fakes import run_for, shard, sid, world
+
+
+class Failing:
+    """A fault for the in-memory store: fails chosen operations while on; counts calls."""
+
+    def __init__(self, *operations: str) -> None:
+        self.operations = set(operations)
+        self.on = False
+        self.calls: dict[str, int] = {}
+
+    def __call__(self, operation: str) -> None:
+        self.calls[operation] = self.calls.get(operation, 0) + 1
+        if self.on and operation in self.operations:
+            raise TransientError("brownout", operation=operation, code="InternalServerError")
+
+
+async def test_a_failing_take_cycle_is_retried_after_a_pause_not_at_once() -> None:
+    # The take loop woke "just after" the next moment it had planned from its last successful
+    # scan; once scans failed that moment was in the past, and it scanned again at once, in a
+    # loop, for as long as the table failed (in the simulation: every worker, every turn of
+    # the loop, through a brownout).
+    async with world([shard(i) for i in range(4)]) as w:
+        table = Failing("Scan")
+        settings = LeaseSettings(pickup="poll", pickup_poll_interval=1.0, max_leases_per_worker=1)
+        a = await w.start("a", settings=settings, store=w.store(fault=table))
+        assert len(a.owned()) == 1  # free leases left: the loop plans a cycle 1 s later
+        table.on = True
+        before = table.calls.get("Scan", 0)
+        await run_for(10.0, w.clock)
+        scans = table.calls["Scan"] - before
+        # Pick-up polls once a second (10); the take loop retries with a growing pause.
+        assert scans <= 20, scans
+
+
+async def test_waiting_for_parents_survives_a_failed_read() -> None:
+    # A child's wait for its parents raised on the first failed GetItem; the consumer then
+    # let the lease go (to be taken again) although nothing was wrong with it. Through a
+    # brownout every child shard waiting for its parents did that.
+    async with world([shard(0, closed=True), shard(1, 0)]) as w:
+        table = Failing("GetItem")
+        a = await w.start("a", store=w.store(fault=table))
+        parent, child = a.owned()[sid(0)], a.owned()[sid(1)]
+        table.on = True
+        waiting = asyncio.ensure_future(a.wait_parents_done(child))
+        await run_for(25.0, w.clock)
+        assert not waiting.done(), waiting
+        table.on = False
+        await parent.writer.write(ExtendedSequenceNumber(SHARD_END))
+        await run_for(11.0, w.clock)
+        assert waiting.done()
+        assert waiting.result() is True
