@@ -87,6 +87,7 @@ from typing import Any
 from shardflow.aws.kinesis import list_shards
 from shardflow.clock import ManualClock
 from shardflow.errors import ShardflowError, TransientError
+from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.memory import InMemoryLeaseStreams, LeaseWriteSeen
@@ -244,7 +245,11 @@ class Tally:
     two_owners: list[dict[str, Any]] = field(default_factory=list)
     two_processing: int = 0
     gaps: list[float] = field(default_factory=list)
+    longest: tuple[float, str, float] = (0.0, "", 0.0)
+    """The longest gap that ended in the phase: seconds, lease key, when it began."""
     worker_seconds: float = 0.0
+    acquired: Counter[str] = field(default_factory=Counter)
+    lost: Counter[str] = field(default_factory=Counter)
 
 
 class Ledger:
@@ -362,6 +367,7 @@ class SimWorker:
             clock=sim.clock,
             rng=random.Random(seed),
             lease_streams=streams,
+            on_event=sim.event,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._acceptor: asyncio.Task[None] | None = None
@@ -507,6 +513,12 @@ class Simulation:
             if operation == "GetItem":
                 tally.read_units += 1
 
+    def event(self, event: DiagnosticEvent) -> None:
+        if isinstance(event, LeaseAcquired):
+            self.tally.acquired[event.how] += 1
+        elif isinstance(event, LeaseLost):
+            self.tally.lost[event.why] += 1
+
     def closed_event(self, shard_id: str) -> asyncio.Event:
         event = self._closed.get(shard_id)
         if event is None:
@@ -547,6 +559,8 @@ class Simulation:
             since = self._idle_since.pop(key, None)
             if since is not None:
                 self.tally.gaps.append(now - since)
+                if now - since > self.tally.longest[0]:
+                    self.tally.longest = (now - since, key, since)
             return
         if self._processor.get(key) != worker:
             return
@@ -716,6 +730,12 @@ class Simulation:
             "moves": tally.assignments,
             "minimum_moves": minimum,
             "longest_without_owner": round(max(gaps), 2) if gaps else 0.0,
+            "without_owner_p99": round(percentile(gaps, 0.99), 2) if gaps else 0.0,
+            "longest_gap": {
+                "lease": tally.longest[1],
+                "from": round(tally.longest[2], 1),
+                "seconds": round(tally.longest[0], 2),
+            },
             "shards_waited": len(gaps),
             "still_without_owner": len(open_gaps),
             "two_owners": len(tally.two_owners),
@@ -730,6 +750,8 @@ class Simulation:
             "read_units_per_worker_minute": round(tally.read_units / minutes, 1)
             if minutes
             else None,
+            "acquired": dict(sorted(tally.acquired.items())),
+            "lost": dict(sorted(tally.lost.items())),
             "writes": dict(sorted(tally.writes.items())),
             "refused": dict(sorted(tally.refused.items())),
             "list_shards_calls": self._list_calls() - tally.list_shards,
@@ -834,6 +856,11 @@ class Simulation:
 # --- the report ----------------------------------------------------------------------------------
 
 
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(fraction * len(ordered)) - 1)]
+
+
 def describe(phase: dict[str, Any]) -> str:
     converged = (
         f"converged after {phase['converged_after']:.1f} s"
@@ -844,9 +871,11 @@ def describe(phase: dict[str, Any]) -> str:
         f"  {phase['name']:<10} {phase['seconds']:>7.1f} s simulated ({phase['wall_seconds']} s "
         f"wall): {phase['live_workers']} workers, {phase['leases']:,} leases, {converged}; "
         f"moves {phase['moves']:,} (minimum {phase['minimum_moves']:,}); longest without owner "
-        f"{phase['longest_without_owner']:.1f} s; two owners {phase['two_owners']} "
+        f"{phase['longest_without_owner']:.1f} s (p99 {phase['without_owner_p99']:.1f} s, "
+        f"{phase['longest_gap']}); two owners {phase['two_owners']} "
         f"(processing {phase['two_processing']}); {phase['requests_per_worker_minute']} "
-        f"lease-table requests/worker/min {phase['requests_by_operation']}"
+        f"lease-table requests/worker/min {phase['requests_by_operation']}; acquired "
+        f"{phase['acquired']}, lost {phase['lost']}"
     )
 
 

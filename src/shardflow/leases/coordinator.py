@@ -110,7 +110,7 @@ from shardflow.waits import first_of
 log = logging.getLogger("shardflow.leases")
 
 _RETRY_PAUSE = 1.0
-"""Seconds before a failed take cycle is tried again (doubling, up to the take interval)."""
+"""Seconds before a failed take cycle is tried again (doubling, up to failover_time / 4)."""
 
 
 class LeaseCoordinator:
@@ -148,7 +148,11 @@ class LeaseCoordinator:
         self.acquired: asyncio.Queue[OwnedLease] = asyncio.Queue()
         """Every lease this worker takes, as it is taken (it may be lost by the time it is read)."""
         self._renewer = LeaseRenewer(
-            self._owned, settings=self._settings, clock=clock, on_renewed=self._renewed
+            self._owned,
+            settings=self._settings,
+            clock=clock,
+            on_renewed=self._renewed,
+            on_failed=self._renew_failed,
         )
         self._taker = LeaseTaker(
             store,
@@ -408,6 +412,12 @@ class LeaseCoordinator:
             duration=duration,
         )
 
+    def _renew_failed(self, owned: OwnedLease) -> None:
+        """The table did not answer a renewal: what this worker sees of others' leases until
+        its next complete scan does not count towards their expiry (others could not write
+        either); see :meth:`ExpiryTracker.blind`."""
+        self._taker.tracker.blind(self._clock.monotonic())
+
     def _ended(self, owned: OwnedLease) -> None:
         """An owned lease ended (lost or released): forget it and say so."""
         if self._owned.get(owned.lease_key) is owned:
@@ -423,6 +433,11 @@ class LeaseCoordinator:
                 # A handler of the shard still runs here: neither claimed again nor released
                 # by this worker (see pass_on_inbound); others take it once it expired.
                 self._taker.expiring.add(owned.lease_key)
+            elif why == "expired" and self.running:
+                # Lapsed here (the table did not answer renewals), taken by nobody yet: claim
+                # it again as soon as the table answers (the take cycle resumes leases that
+                # name this worker) rather than leave it to expire for the others.
+                self._take_soon.set()
             events.emit(LeaseLost, lease_key=owned.lease_key, why=why, new_owner=owned.new_owner)
 
     async def _release_quietly(self, owned: OwnedLease) -> None:
@@ -475,9 +490,10 @@ class LeaseCoordinator:
         """A take cycle every ``take_interval``, and sooner: when pick-up saw a lease move,
         when an observed lease expires, when a handoff becomes overdue. A cycle that failed
         (the table did not answer) is tried again after a pause that doubles with each
-        failure, up to the take interval: the early moments above are planned from the last
-        scan that succeeded and lie in the past by then (once retried at once, in a loop,
-        through a whole brownout)."""
+        failure, up to a quarter of failover_time: the early moments above are planned from
+        the last scan that succeeded and lie in the past by then (once retried at once, in a
+        loop, through a whole brownout); and leases that lapsed here meanwhile are claimed
+        again by the first cycle that gets through, before the others may take them."""
         next_cycle = self._clock.monotonic() + self._settings.take_every
         failures = 0
         while True:
@@ -486,7 +502,11 @@ class LeaseCoordinator:
             if early is not None:
                 wake = min(wake, early + 0.01)  # just after: the lease is expired by then
             if failures:
-                pause = min(_RETRY_PAUSE * 2 ** (failures - 1), self._settings.take_every)
+                pause = min(
+                    _RETRY_PAUSE * 2 ** min(failures - 1, 8),
+                    self._settings.take_every,
+                    self._settings.failover_time / 4,
+                )
                 wake = max(wake, self._clock.monotonic() + pause)
             await self._sleep_unless(self._take_soon, max(wake - self._clock.monotonic(), 0.0))
             self._take_soon.clear()

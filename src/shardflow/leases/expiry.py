@@ -4,6 +4,12 @@ A held lease is expired when its ``leaseCounter`` has not changed for ``failover
 this observer first saw that counter value; a lease nobody holds is free at once. The first
 sighting of a lease starts its clock, so after a restart a crashed worker's leases are taken
 one failover time later, as in KCL.
+
+Time during which this observer could not read the table does not count against a lease:
+after an outage of the lease table every lease looks unchanged for longer than failover_time
+(nobody could write), although their owners only could not renew. Silence that this
+observer could not have seen is no evidence that an owner died; a lease expires once it has
+stayed unchanged for failover_time of the time this observer could read (:meth:`blind`).
 """
 
 from __future__ import annotations
@@ -34,12 +40,34 @@ class ExpiryTracker:
         self._failover = failover_time
         self._seen: dict[str, _Sighting] = {}
         self._renewed: dict[str, float] = {}
+        self._blind_since: float | None = None
+
+    def blind(self, now: float) -> None:
+        """A read of the table failed at ``now``: until the next complete scan succeeds, this
+        observer sees nothing, and that stretch does not count towards any lease's expiry."""
+        if self._blind_since is None:
+            self._blind_since = now
+
+    def _excuse(self, now: float) -> None:
+        """The blind stretch ended at ``now``: move every sighting's clock on by its length."""
+        since, self._blind_since = self._blind_since, None
+        if since is None or now <= since:
+            return
+        shift = now - since
+        self._seen = {
+            key: replace(sighting, since=sighting.since + shift)
+            for key, sighting in self._seen.items()
+        }
+        self._renewed = {worker: at + shift for worker, at in self._renewed.items()}
 
     def observe(self, leases: Iterable[Lease], now: float, *, complete: bool = True) -> None:
         """Record a table scan taken at ``now`` (monotonic seconds of this observer).
 
-        With ``complete`` the scan is the whole table: leases missing from it are forgotten.
+        With ``complete`` the scan is the whole table: leases missing from it are forgotten
+        (and a blind stretch before it ends, see :meth:`blind`).
         """
+        if complete and self._blind_since is not None:
+            self._excuse(now)
         present: set[str] = set()
         for lease in leases:
             present.add(lease.lease_key)

@@ -120,7 +120,14 @@ class LeaseTaker:
             return await self._cycle(leases)
 
     async def _cycle(self, scanned: list[Lease] | None) -> list[OwnedLease]:
-        leases = await self._store.list_leases() if scanned is None else scanned
+        if scanned is None:
+            try:
+                leases = await self._store.list_leases()
+            except ShardflowError:
+                self._tracker.blind(self._clock.monotonic())
+                raise
+        else:
+            leases = scanned
         now = self._clock.monotonic()  # after the scan: no item was read later than this
         self._last_cycle = now
         self._tracker.observe(leases, now)
