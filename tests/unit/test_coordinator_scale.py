@@ -118,3 +118,23 @@ async def test_after_a_table_outage_each_worker_resumes_its_own_leases_and_none_
         acquired = w.recorders["a"].of(LeaseAcquired) + w.recorders["b"].of(LeaseAcquired)
         assert [event.how for event in acquired[taken_before:]].count("expired") == 0
         assert len(a.owned()) == len(b.owned()) == 4
+
+
+async def test_workers_starting_together_on_a_new_application_create_each_lease_once() -> None:
+    # Every worker that started on an empty table created every lease (the others' creations
+    # refused, each a conditional write all the same): 100 workers on 10,000 shards sent
+    # 1,000,000 PutItems in the first second. The first lease of the plan goes alone: the
+    # worker whose creation of it lands creates the rest; the others leave it to that worker
+    # (and check for gaps one failover time later).
+    async with world([shard(i) for i in range(64)]) as w:
+        counts = [Failing() for _ in range(4)]
+        workers = [
+            w.worker(name, settings=LeaseSettings(), store=w.store(fault=count))
+            for name, count in zip("abcd", counts, strict=True)
+        ]
+        await asyncio.gather(*(worker.start() for worker in workers))
+        puts = sum(count.calls.get("PutItem", 0) for count in counts)
+        assert len(await w.leases()) == 64
+        assert puts <= 64 + 3, puts
+        await run_for(12.0, w.clock)  # the others' follow-up syncs find nothing missing
+        assert sum(count.calls.get("PutItem", 0) for count in counts) == puts

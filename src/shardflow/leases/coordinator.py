@@ -184,6 +184,8 @@ class LeaseCoordinator:
         self._taker.defers = self._defers_to_kcl
         self._moves.kcl_workers = self._live_kcl_workers
         self._sync_wanted = asyncio.Event()
+        self._sync_contended = False
+        """A shard sync met another worker creating the same leases (see create_in_order)."""
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -252,7 +254,10 @@ class LeaseCoordinator:
             await self.stop(release=True)
             raise
         self._spawn(self._take_loop(), "take")
-        self._spawn(self._sync_loop(listed=len(empty) == len(specs)), "shard-sync")
+        self._spawn(
+            self._sync_loop(listed=len(empty) == len(specs), contended=self._sync_contended),
+            "shard-sync",
+        )
         if changes is not None:
             self._spawn(self._pickup_loop(changes), "pickup")
         if self._fleet is not None and self._fleet.kcl3:
@@ -515,8 +520,14 @@ class LeaseCoordinator:
             failures = 0 if await self._guarded("take cycle", self.take_cycle()) else failures + 1
             next_cycle = self._clock.monotonic() + self._settings.take_every
 
-    async def _sync_loop(self, *, listed: bool) -> None:
-        if not listed:
+    async def _sync_loop(self, *, listed: bool, contended: bool) -> None:
+        if contended:
+            # Another worker was creating the new application's leases as this one started:
+            # look for what it left out once it had the time to finish (or had crashed).
+            await self._sleep_unless(self._sync_wanted, self._settings.failover_time)
+            self._sync_wanted.clear()
+            await self._guarded("shard sync", self.sync_shards())
+        elif not listed:
             # Streams that had leases at start: look for shards created meanwhile, soon.
             await self._guarded("shard sync", self.sync_shards())
         while True:
@@ -536,7 +547,11 @@ class LeaseCoordinator:
             initial=spec.initial_position or self._initial,
             stream_identifier=self._streams.identifier_of(spec),
             concurrency=self._settings.renew_concurrency,
+            on_contended=self._contended,
         )
+
+    def _contended(self) -> None:
+        self._sync_contended = True
 
     async def _children_from_listing(self, spec: StreamSpec, shard_id: str) -> list[ChildShard]:
         shards = await list_shards(self._kinesis, spec.name)
