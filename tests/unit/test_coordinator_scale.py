@@ -138,3 +138,26 @@ async def test_workers_starting_together_on_a_new_application_create_each_lease_
         assert puts <= 64 + 3, puts
         await run_for(12.0, w.clock)  # the others' follow-up syncs find nothing missing
         assert sum(count.calls.get("PutItem", 0) for count in counts) == puts
+
+
+async def test_workers_starting_together_take_their_share_not_every_free_lease() -> None:
+    # A worker starting on a table of free leases counts only itself as live (nobody holds
+    # anything yet) and planned to take them all: 100 workers on 10,000 shards sent 1,000,000
+    # takes, 990,000 of them refused. A refused take names who got the lease; once the
+    # leases taken reach the share of the workers known so, the worker stops. (The table of
+    # a fleet that was stopped as a whole: every lease free.)
+    async with world([shard(i) for i in range(64)]) as w:
+        first = await w.start("first", settings=LeaseSettings())
+        await first.stop(release=True)
+        assert set((await w.owners()).elements()) == {None}
+        counts = [Failing() for _ in range(4)]
+        workers = [
+            w.worker(name, settings=LeaseSettings(renew_concurrency=4), store=w.store(fault=count))
+            for name, count in zip("abcd", counts, strict=True)
+        ]
+        await asyncio.gather(*(worker.start() for worker in workers))
+        await run_for(3.0, w.clock)  # a few take cycles, before the first renewal
+        updates = sum(count.calls.get("UpdateItem", 0) for count in counts)
+        assert sum(len(worker.owned()) for worker in workers) == 64
+        # Before: every worker tried every lease (4 x 64 = 256).
+        assert updates <= 64 + 32, updates

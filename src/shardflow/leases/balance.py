@@ -17,6 +17,11 @@ The rules follow KCL 2.x's lease taker, with one difference noted below:
   target: workers that join together (each counts only itself among those holding nothing, so
   the target looks met by everyone else) still get their share, and the fleet ends within one
   lease of even.
+- With ``max_takes`` a worker takes at most that many free and expired leases at once (the
+  taker passes what it holds, at least one batch of writes): a worker that sees nobody else
+  live (every lease free: a new application, a fleet started again) cannot tell whether it
+  is alone or one of a hundred starting together. Alone, it doubles what it holds every
+  cycle; among a hundred, the next scan shows the others, and their share is the target.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ def plan_takes(
     rng: random.Random | None = None,
     orphans_beyond_target: bool = False,
     even_out: bool = False,
+    max_takes: int | None = None,
 ) -> TakePlan:
     """The leases ``worker_id`` should take now.
 
@@ -82,8 +88,8 @@ def plan_takes(
     starting together do not all race for the same leases. ``orphans_beyond_target`` takes
     every free and expired lease up to ``max_leases_per_worker`` whatever the target (in a
     KCL 3.x fleet, whose leader spreads them again by graceful handoff: a dead worker's shards
-    then wait no longer than its failover time for the leader's next pass). ``even_out``: see
-    the module doc.
+    then wait no longer than its failover time for the leader's next pass). ``even_out`` and
+    ``max_takes``: see the module doc.
     """
     chooser = rng or random.Random()
     held_keys = set(held)
@@ -125,7 +131,8 @@ def plan_takes(
         chooser.shuffle(expired)
         takes = [PlannedTake(lease, "free") for lease in free]
         takes += [PlannedTake(lease, "expired") for lease in expired]
-        return plan(takes[:need])
+        limit = need if max_takes is None else min(need, max(max_takes, 1))
+        return plan(takes[:limit])
     floor = min(target, mine + 1) if even_out else target
     return plan(_steals(alive_by_owner, floor, need, max_steal, chooser))
 

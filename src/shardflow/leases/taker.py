@@ -23,7 +23,7 @@ from typing import Final
 from shardflow.clock import Clock
 from shardflow.errors import ShardflowError
 from shardflow.events import AcquiredHow, EventEmitter, WorkerJoined, WorkerLeft
-from shardflow.leases.balance import PlannedTake, plan_takes
+from shardflow.leases.balance import PlannedTake, plan_takes, target_for
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.expiry import ExpiryTracker
@@ -79,6 +79,8 @@ class LeaseTaker:
         self._claiming: set[str] = set()
         self._last_cycle: float | None = None
         self._free_left = False
+        """Free or expired leases were left that this worker may still want: another cycle
+        soon (see next_wake)."""
         self.enabled = True
         """False stops taking (at shutdown), even in a cycle under way."""
         self.expiring: set[str] = set()
@@ -158,25 +160,57 @@ class LeaseTaker:
             rng=self._rng,
             orphans_beyond_target=defers,
             even_out=handoff and not defers,
+            max_takes=self._max_takes(defers),
         )
         self._note_peers(plan.live_workers)
         planned_keys = {planned.lease.lease_key for planned in plan.takes}
+        capped = len(plan.takes) < plan.target - plan.held  # max_takes: more wanted soon
         self._free_left = any(
-            lease.is_free and lease.lease_key not in planned_keys for lease in active
+            lease.lease_key not in planned_keys
+            and (lease.is_free or (capped and self._tracker.is_expired(lease, now)))
+            for lease in active
         )
 
+        # Refused takes of free or expired leases name who got them: workers this scan could
+        # not show (they held nothing yet). Once the leases taken here reach the share the
+        # fleet known now allows, the cycle stops taking; the rest goes to the others (100
+        # workers starting together on 10,000 shards each tried to take all 10,000).
+        revealed: set[str] = set()
+        got = 0
+
+        def enough() -> bool:
+            if defers or not revealed:
+                return False
+            known = len(plan.live_workers | revealed)
+            share = target_for(len(active), known, self._settings.max_leases_per_worker)
+            return plan.held + got >= share
+
         async def take(planned: PlannedTake) -> None:
+            nonlocal got
             if handoff and planned.how == "stolen":
                 await self._request(planned.lease)
                 return
-            owned = await self._take(planned)
+            if planned.how in ("free", "expired") and enough():
+                self._free_left = True
+                return
+            owned = await self._take(planned, revealed)
             if owned is not None:
                 taken.append(owned)
+                got += 1
 
         await run_bounded(plan.takes, take, concurrency=self._settings.renew_concurrency)
         if finished and self._settings.cleanup_finished_leases:
             await self._clean_up(finished, ours, children)
         return taken
+
+    def _max_takes(self, defers: bool) -> int | None:
+        """At most what this worker holds (at least one batch of writes) per cycle, so that a
+        hundred workers starting together do not each try every free lease (see
+        :func:`plan_takes`); only where the next cycle comes soon (pick-up on: a cycle a
+        second while leases are left), not in KCL's rhythm of a cycle per take interval."""
+        if defers or self._settings.pickup == "off":
+            return None
+        return max(len(self._owned), self._settings.renew_concurrency)
 
     async def _request(self, lease: Lease) -> None:
         """Ask the owner for ``lease`` instead of stealing it (see handoff_request)."""
@@ -233,14 +267,23 @@ class LeaseTaker:
                 taken.append(owned)
         return taken
 
-    async def _take(self, planned: PlannedTake) -> OwnedLease | None:
+    async def _take(
+        self, planned: PlannedTake, revealed: set[str] | None = None
+    ) -> OwnedLease | None:
+        """Take ``planned``; None if that failed. A take refused because another worker got
+        the lease first adds that worker to ``revealed``."""
         if not self.enabled:
             return None
         sent = self._clock.monotonic()
         try:
             lease = await self._store.take(planned.lease, self._worker_id)
-        except LeaseConditionFailedError:
-            return None  # another worker was quicker, or the owner renewed meanwhile
+        except LeaseConditionFailedError as exc:
+            # Another worker was quicker, or the owner renewed meanwhile.
+            holder = exc.current.actual_owner if exc.current is not None else None
+            if revealed is not None and holder not in (None, self._worker_id):
+                assert holder is not None
+                revealed.add(holder)
+            return None
         except ShardflowError as exc:
             log.warning("taking lease %s failed: %s", planned.lease.lease_key, exc)
             return None
