@@ -5,10 +5,12 @@ showed, on a ManualClock and the in-memory store."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from shardflow.errors import TransientError
 from shardflow.events import LeaseAcquired
 from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.memory import InMemoryLeaseStreams
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
@@ -161,3 +163,37 @@ async def test_workers_starting_together_take_their_share_not_every_free_lease()
         assert sum(len(worker.owned()) for worker in workers) == 64
         # Before: every worker tried every lease (4 x 64 = 256).
         assert updates <= 64 + 32, updates
+
+
+async def test_lease_moves_seen_on_the_stream_do_not_make_every_worker_scan_the_table() -> None:
+    # Every lease change read from the table's stream that moved a lease woke every worker's
+    # take cycle, and each cycle scanned the whole table: while leases moved (a worker
+    # joining, leaving, a deploy) every worker scanned the table about twice a second, as
+    # if it polled (10,000 leases: 3 pages and 750 read units a scan, per worker). A cycle
+    # woken by the stream plans on the table as the stream has shown it since the last
+    # scan; the table is scanned on the take interval only.
+    async with world([shard(i) for i in range(64)]) as w:
+        tables = w.tables
+        counts = {name: Failing() for name in "ab"}
+
+        def start(name: str) -> Awaitable[LeaseCoordinator]:
+            return w.start(
+                name,
+                settings=LeaseSettings(),
+                store=w.store(fault=counts[name]),
+                lease_streams=InMemoryLeaseStreams(tables),
+            )
+
+        a = await start("a")
+        honour_handoffs(a)
+        await run_for(10.0, w.clock)
+        assert a.pickup_source == "stream"
+        assert len(a.owned()) == 64
+        b = await start("b")
+        honour_handoffs(b)
+        scans = {name: count.calls.get("Scan", 0) for name, count in counts.items()}
+        await run_for(41.0, w.clock)
+        assert len(a.owned()) == len(b.owned()) == 32, "b got its share, by 32 moves"
+        # Two take intervals (20.05 s): two scans each; b also reads the table for the shard
+        # sync a worker joining a running application makes after its start.
+        assert {n: c.calls["Scan"] - scans[n] for n, c in counts.items()} == {"a": 2, "b": 3}

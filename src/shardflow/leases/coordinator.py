@@ -517,8 +517,14 @@ class LeaseCoordinator:
             self._take_soon.clear()
             if self._moves.leaving:
                 return
-            failures = 0 if await self._guarded("take cycle", self.take_cycle()) else failures + 1
-            next_cycle = self._clock.monotonic() + self._settings.take_every
+            # Woken early with the table's stream read: plan on what the stream showed since
+            # the last scan; the table itself is scanned on the take interval.
+            periodic = self._clock.monotonic() >= next_cycle
+            from_view = not periodic and self._moves.pickup_source == "stream"
+            cycle = self._taker.take_cycle(from_view=from_view)
+            failures = 0 if await self._guarded("take cycle", cycle) else failures + 1
+            if not from_view:
+                next_cycle = self._clock.monotonic() + self._settings.take_every
 
     async def _sync_loop(self, *, listed: bool, contended: bool) -> None:
         if contended:

@@ -42,6 +42,11 @@ class ExpiryTracker:
         self._renewed: dict[str, float] = {}
         self._blind_since: float | None = None
 
+    @property
+    def is_blind(self) -> bool:
+        """A read failed since the last complete scan (see :meth:`blind`)."""
+        return self._blind_since is not None
+
     def blind(self, now: float) -> None:
         """A read of the table failed at ``now``: until the next complete scan succeeds, this
         observer sees nothing, and that stretch does not count towards any lease's expiry."""
@@ -68,29 +73,37 @@ class ExpiryTracker:
         """
         if complete and self._blind_since is not None:
             self._excuse(now)
+        seen = self._seen
         present: set[str] = set()
         for lease in leases:
-            present.add(lease.lease_key)
-            previous = self._seen.get(lease.lease_key)
+            key = lease.lease_key
+            if complete:
+                present.add(key)
+            previous = seen.get(key)
             # Owner changes are counted as changes too: a handoff moves the lease without
             # bumping the counter, and the new holder deserves a fresh failover time.
-            request = lease.extra.get(HANDOFF_REQUEST)
-            if previous is not None:
+            request = lease.extra.get(HANDOFF_REQUEST) if lease.extra else None
+            counter = lease.lease_counter
+            if previous is None:
+                seen[key] = _Sighting(
+                    counter, lease.lease_owner, lease.checkpoint_owner, now, request
+                )
+                continue
+            if previous.counter != counter or request is not None:
                 self._note_writers(previous, lease, request, now)
             if (
-                previous is None
-                or previous.counter != lease.lease_counter
+                previous.counter != counter
                 or previous.owner != lease.lease_owner
                 or previous.checkpoint_owner != lease.checkpoint_owner
             ):
-                self._seen[lease.lease_key] = _Sighting(
-                    lease.lease_counter, lease.lease_owner, lease.checkpoint_owner, now, request
+                seen[key] = _Sighting(
+                    counter, lease.lease_owner, lease.checkpoint_owner, now, request
                 )
             elif request != previous.request:
-                self._seen[lease.lease_key] = replace(previous, request=request)
+                seen[key] = replace(previous, request=request)
         if complete:
-            for key in self._seen.keys() - present:
-                del self._seen[key]
+            for key in seen.keys() - present:
+                del seen[key]
 
     def _note_writers(self, previous: _Sighting, lease: Lease, request: object, now: float) -> None:
         """Who must have been alive for ``lease`` to change from ``previous``: proof of life

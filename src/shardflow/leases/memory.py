@@ -86,32 +86,21 @@ class LeaseWriteSeen:
 WriteWatcher = Callable[[LeaseWriteSeen], None]
 
 
-@dataclass(slots=True)
-class _Change:
-    sequence: int
-    event: str  # INSERT, MODIFY, REMOVE
-    key: str
-    old: Item | None
-    new: Item | None
-    _record: dict[str, Any] | None = None
-
-    def record(self) -> dict[str, Any]:
-        """The change as GetRecords returns it (made once, shared by every reader)."""
-        if self._record is None:
-            change: dict[str, Any] = {"Keys": {LEASE_KEY: {"S": self.key}}}
-            if self.old is not None:
-                change["OldImage"] = self.old
-            if self.new is not None:
-                change["NewImage"] = self.new
-            change["SequenceNumber"] = str(self.sequence)
-            change["StreamViewType"] = "NEW_AND_OLD_IMAGES"
-            self._record = {
-                "eventID": str(self.sequence),
-                "eventName": self.event,
-                "eventSource": "aws:dynamodb",
-                "dynamodb": change,
-            }
-        return self._record
+def _stream_record(sequence: int, event: str, key: str, old: Item | None, new: Item | None) -> Any:
+    """A change as GetRecords returns it (made once, shared by every reader)."""
+    change: dict[str, Any] = {"Keys": {LEASE_KEY: {"S": key}}}
+    if old is not None:
+        change["OldImage"] = old
+    if new is not None:
+        change["NewImage"] = new
+    change["SequenceNumber"] = str(sequence)
+    change["StreamViewType"] = "NEW_AND_OLD_IMAGES"
+    return {
+        "eventID": str(sequence),
+        "eventName": event,
+        "eventSource": "aws:dynamodb",
+        "dynamodb": change,
+    }
 
 
 @dataclass
@@ -124,7 +113,9 @@ class _Table:
     """The keys sorted (None: to sort again; a write of a new key or a delete resets it)."""
     bytes: int = 0
     sizes: dict[str, int] = field(default_factory=dict)
-    changes: list[_Change] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    """The stream's records kept, oldest first; the first has sequence ``first_sequence``."""
+    first_sequence: int = 1
     next_sequence: int = 1
 
     def store(self, key: str, item: Item, size: int | None = None) -> Lease | None:
@@ -175,10 +166,14 @@ class _Table:
     def _log(self, event: str, key: str, old: Item | None, new: Item | None) -> None:
         if not self.stream_view:
             return
-        self.changes.append(_Change(self.next_sequence, event, key, old, new))
+        if not self.changes:
+            self.first_sequence = self.next_sequence
+        self.changes.append(_stream_record(self.next_sequence, event, key, old, new))
         self.next_sequence += 1
         if len(self.changes) > STREAM_RECORDS_KEPT:
-            del self.changes[: len(self.changes) - STREAM_RECORDS_KEPT // 2]
+            dropped = len(self.changes) - STREAM_RECORDS_KEPT // 2
+            del self.changes[:dropped]
+            self.first_sequence += dropped
 
 
 class InMemoryLeaseTables:
@@ -476,7 +471,7 @@ class InMemoryLeaseStreams:
         if kind == "LATEST":
             position = table.next_sequence
         elif kind == "TRIM_HORIZON":
-            position = table.changes[0].sequence if table.changes else table.next_sequence
+            position = table.first_sequence if table.changes else table.next_sequence
         else:
             number = int(params["SequenceNumber"])
             position = number + 1 if kind == "AFTER_SEQUENCE_NUMBER" else number
@@ -489,13 +484,13 @@ class InMemoryLeaseStreams:
         table = self._stream_table(arn, "GetRecords")
         position = int(position_text)
         changes = table.changes
-        first = changes[0].sequence if changes else table.next_sequence
+        first = table.first_sequence if changes else table.next_sequence
         if position < first:
             raise _stream_error(
                 "ExpiredIteratorException", "the iterator is behind the stream", "GetRecords"
             )
         start = position - first
-        page = changes[start : start + min(int(params.get("Limit", _STREAM_PAGE)), _STREAM_PAGE)]
-        records = [change.record() for change in page]
-        following = page[-1].sequence + 1 if page else position
+        limit = min(int(params.get("Limit", _STREAM_PAGE)), _STREAM_PAGE)
+        records = changes[start : start + limit]
+        following = position + len(records)
         return {"Records": records, "NextShardIterator": f"{following}|{arn}"}

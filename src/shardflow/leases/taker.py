@@ -77,6 +77,8 @@ class LeaseTaker:
         self._book = HandoffBook(worker_id, settings.handoff_timeout)
         self._lock = asyncio.Lock()
         self._claiming: set[str] = set()
+        self._view: dict[str, Lease] | None = None
+        """The table as the last complete scan showed it, with the stream's changes since."""
         self._last_cycle: float | None = None
         self._free_left = False
         """Free or expired leases were left that this worker may still want: another cycle
@@ -95,9 +97,19 @@ class LeaseTaker:
         return self._tracker
 
     def observe(self, leases: list[Lease], removed: list[str]) -> None:
-        """Leases that changed (a stream), as seen now: expiry clocks restart on changes."""
+        """Leases that changed (a stream), as seen now: expiry clocks restart on changes, and
+        the table as last scanned is brought up to date (see :meth:`take_cycle`)."""
         self._tracker.observe(leases, self._clock.monotonic(), complete=False)
         self._tracker.forget(removed)
+        view = self._view
+        if view is not None:
+            for lease in leases:
+                known = view.get(lease.lease_key)
+                # An image older than the scan (the stream lags) leaves the scan's lease.
+                if known is None or lease.lease_counter >= known.lease_counter:
+                    view[lease.lease_key] = lease
+            for key in removed:
+                view.pop(key, None)
 
     def next_wake(self) -> float | None:
         """When a cycle should run before the next periodic one: when an observed lease
@@ -115,13 +127,25 @@ class LeaseTaker:
             moments.append(after + max(1.0, self._settings.pickup_poll_interval))
         return min((m for m in moments if m is not None), default=None)
 
-    async def take_cycle(self, leases: list[Lease] | None = None) -> list[OwnedLease]:
+    async def take_cycle(
+        self, leases: list[Lease] | None = None, *, from_view: bool = False
+    ) -> list[OwnedLease]:
         """Scan once (or use ``leases``, a complete scan just made) and take what the balance
-        rules allow; the leases taken."""
+        rules allow; the leases taken.
+
+        ``from_view``: plan on the table as the last scan showed it, brought up to date by
+        the changes read from the table's stream since (:meth:`observe`), without a scan:
+        for the cycles lease pick-up wakes whenever a lease moved (while leases move, every
+        worker would otherwise scan the whole table a few times a second). Scans once the
+        view is missing, or while reads fail (this worker cannot tell what it missed).
+        """
         async with self._lock:
+            if from_view and leases is None and self._view is not None:
+                if not self._tracker.is_blind:
+                    return await self._cycle(list(self._view.values()), fresh=False)
             return await self._cycle(leases)
 
-    async def _cycle(self, scanned: list[Lease] | None) -> list[OwnedLease]:
+    async def _cycle(self, scanned: list[Lease] | None, *, fresh: bool = True) -> list[OwnedLease]:
         if scanned is None:
             try:
                 leases = await self._store.list_leases()
@@ -132,7 +156,9 @@ class LeaseTaker:
             leases = scanned
         now = self._clock.monotonic()  # after the scan: no item was read later than this
         self._last_cycle = now
-        self._tracker.observe(leases, now)
+        if fresh:
+            self._tracker.observe(leases, now)
+            self._view = {lease.lease_key: lease for lease in leases}
         ours = self._streams.ours(leases)
         children = self._children_of(ours)
         active, finished = self._split_finished(ours, children)
