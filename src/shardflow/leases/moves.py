@@ -352,6 +352,8 @@ class LeaseMoves:
             for lease in view.leases:
                 self.consider(lease)
             return
+        if view.resumed:
+            self._taker.forget_view()  # changes were missed: the next cycle scans
         self._taker.observe(list(view.leases), list(view.removed))
         if self.leaving:
             self._see(view.leases)

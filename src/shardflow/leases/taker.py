@@ -127,6 +127,11 @@ class LeaseTaker:
             moments.append(after + max(1.0, self._settings.pickup_poll_interval))
         return min((m for m in moments if m is not None), default=None)
 
+    def forget_view(self) -> None:
+        """Changes to the table may have been missed (the stream is read again from its latest
+        change): the next cycle scans."""
+        self._view = None
+
     async def take_cycle(
         self, leases: list[Lease] | None = None, *, from_view: bool = False
     ) -> list[OwnedLease]:
