@@ -47,8 +47,9 @@ def test_a_simulated_fleet_converges_after_every_phase_and_never_has_two_owners(
     assert phases["startup"]["leases"] == 200
     assert phases["split"]["leases"] == 400, "every shard split: twice the leases"
     assert phases["crash"]["live_workers"] == CONFIG.workers - CONFIG.crash
-    # A crashed worker's shards wait about failover_time (10 s), not a take interval more.
-    assert 9.0 <= phases["crash"]["longest_without_owner"] <= 16.0, report
+    # A crashed worker's shards wait failover_time after its last renewal (10 s, renewals
+    # 3.3 s apart), not a take interval more.
+    assert 6.5 <= phases["crash"]["longest_without_owner"] <= 16.0, report
     # Planned moves (scale-in, a rolling deploy) leave no shard unprocessed for long.
     assert phases["scale_in"]["longest_without_owner"] < 2.0, report
     assert phases["rolling"]["longest_without_owner"] < 2.0, report

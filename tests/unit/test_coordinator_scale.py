@@ -198,3 +198,26 @@ async def test_lease_moves_seen_on_the_stream_do_not_make_every_worker_scan_the_
         # sync a worker joining a running application makes after its start, and once its
         # stream reader has started (what changed between its first scan and then is unseen).
         assert {n: c.calls["Scan"] - scans[n] for n, c in counts.items()} == {"a": 2, "b": 4}
+
+
+async def test_a_joiner_asks_for_its_whole_share_at_once() -> None:
+    # A joining worker asked for one lease at a time (one handoff request open, the next once
+    # it was answered): a worker joining 100 others on 10,000 shards needs 91 leases, one
+    # round trip each (the owner sees the request, drains, hands over; the joiner sees it),
+    # 45 s in the simulation without any latency. Requests are answered gracefully, so after
+    # a failover time (a deploy's leaver hands it leases meanwhile) it asks every worker above
+    # its share for its surplus at once; an owner answers only while it keeps its own share.
+    async with world([shard(i) for i in range(200)]) as w:
+        settings = LeaseSettings(pickup="poll", pickup_poll_interval=0.25)
+        a = await w.start("a", settings=settings)
+        honour_handoffs(a)
+        await run_for(5.0, w.clock)
+        assert len(a.owned()) == 200
+        b = await w.start("b", settings=settings)
+        honour_handoffs(b)
+        await run_for(settings.failover_time + 3.0, w.clock)
+        assert (len(a.owned()), len(b.owned())) == (100, 100)
+        acquired = w.recorders["b"].of(LeaseAcquired)
+        assert {event.how for event in acquired} == {"handoff"}
+        await run_for(30.0, w.clock)
+        assert (len(a.owned()), len(b.owned())) == (100, 100), "and nothing moves back"

@@ -72,6 +72,14 @@ class HandoffBook:
                 )
         self._inbound = inbound
 
+    def requested_of(self) -> dict[str, str]:
+        """Open requests: lease key -> the owner asked."""
+        return {key: sighting.worker for key, sighting in self._requested.items()}
+
+    def forget_request(self, lease_key: str) -> None:
+        """Stop waiting for an answer to the request for ``lease_key`` (nothing is stolen)."""
+        self._requested.pop(lease_key, None)
+
     @property
     def open_requests(self) -> int:
         return len(self._requested)

@@ -301,6 +301,7 @@ class LeaseMoves:
             or lease.handoff_pending
             or owned.giving_up.is_set()
             or lease.lease_key in self._handing
+            or not self._taker.may_give(request.requester, self._handing)
         ):
             return
         self._handing.add(lease.lease_key)

@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from typing import Final
 
 from shardflow.clock import Clock
 from shardflow.errors import ShardflowError
 from shardflow.events import AcquiredHow, EventEmitter, WorkerJoined, WorkerLeft
-from shardflow.leases.balance import PlannedTake, plan_takes, target_for
+from shardflow.leases.balance import PlannedTake, TakePlan, may_give, plan_takes, target_for
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.expiry import ExpiryTracker
@@ -77,6 +78,7 @@ class LeaseTaker:
         self._book = HandoffBook(worker_id, settings.handoff_timeout)
         self._lock = asyncio.Lock()
         self._claiming: set[str] = set()
+        self._started_at: float | None = None
         self._view: dict[str, Lease] | None = None
         """The table as the last complete scan showed it, with the stream's changes since."""
         self._last_cycle: float | None = None
@@ -88,6 +90,8 @@ class LeaseTaker:
         self.expiring: set[str] = set()
         """Leases this worker left to expire (:meth:`OwnedLease.let_expire`): never claimed
         again here, although they still name this worker."""
+        self.last_plan: TakePlan | None = None
+        """The last cycle's balancing decision (its target and the loads it saw)."""
         self.defers: Callable[[], bool] = lambda: False
         """True while a KCL 3.x leader assigns leases: take free and expired leases only,
         never steal or ask for a live one (see :mod:`shardflow.leases.fleet`)."""
@@ -177,7 +181,7 @@ class LeaseTaker:
         if handoff:
             self._book.update({lease.lease_key: lease for lease in active}, now)
             taken += await self._take_overdue(active, now)
-            max_steal = max(max_steal - self._book.open_requests, 0)
+            max_steal = max(self._request_budget(now) - self._book.open_requests, 0)
         defers = self.defers()
         if defers:
             max_steal = 0  # the KCL leader balances; a steal would fight it
@@ -192,8 +196,12 @@ class LeaseTaker:
             orphans_beyond_target=defers,
             even_out=handoff and not defers,
             max_takes=self._max_takes(defers),
+            asked=self._book.open_requests if handoff else 0,
         )
+        self.last_plan = plan
         self._note_peers(plan.live_workers)
+        if handoff:
+            self._drop_declined(plan)
         planned_keys = {planned.lease.lease_key for planned in plan.takes}
         capped = len(plan.takes) < plan.target - plan.held  # max_takes: more wanted soon
         self._free_left = any(
@@ -233,6 +241,44 @@ class LeaseTaker:
         if finished and self._settings.cleanup_finished_leases:
             await self._clean_up(finished, ours, children)
         return taken
+
+    def may_give(self, requester: str, handing: Collection[str] = ()) -> bool:
+        """Whether to answer ``requester``'s request for one of this worker's leases: only
+        while this worker keeps its share (see :func:`~shardflow.leases.balance.may_give`).
+        ``handing``: leases whose handoff is being begun (counted as given to ``requester``)."""
+        mine = 0
+        to_them = 0
+        for key, owned in self._owned.items():
+            if key in handing:
+                to_them += 1
+            elif not owned.giving_up.is_set():
+                mine += 1
+            elif owned.lease.lease_owner == requester:
+                to_them += 1
+        plan = self.last_plan
+        holds = (plan.loads.get(requester, 0) if plan is not None else 0) + to_them
+        return may_give(plan, mine, holds)
+
+    def _request_budget(self, now: float) -> int:
+        """Handoff requests open at once. Requests are answered gracefully, so many may be
+        (a joiner needing 91 leases asked for one at a time: 91 round trips); but only once
+        this worker has run for failover_time: in a deploy a new worker starts as an old one
+        leaves and the leaver hands it its leases, and a burst of requests to everyone else
+        before that would move twice as many leases as the deploy needs."""
+        if self._started_at is None:
+            self._started_at = now
+        patient = now - self._started_at < self._settings.failover_time
+        steal = self._settings.max_leases_to_steal_at_once
+        return steal if patient else max(steal, self._settings.renew_concurrency)
+
+    def _drop_declined(self, plan: TakePlan) -> None:
+        """Forget open requests of owners that, as ``plan`` shows them, no longer hold more
+        than their share (they decline them, see :meth:`may_give`): the budget goes to
+        requests others can answer, and nothing is stolen when they time out."""
+        for key, owner in self._book.requested_of().items():
+            load = plan.loads.get(owner, 0)
+            if not (load > plan.target or load >= plan.held + 2):
+                self._book.forget_request(key)
 
     def _max_takes(self, defers: bool) -> int | None:
         """At most what this worker holds (at least one batch of writes) per cycle, so that a
@@ -284,10 +330,24 @@ class LeaseTaker:
             owned = await self._take(PlannedTake(lease, "expired"))
             if owned is not None:
                 taken.append(owned)
-        for key in self._book.overdue_requests(now):
+        overdue = self._book.overdue_requests(now)
+        if overdue:
+            loads = Counter(
+                lease.lease_owner
+                for lease in leases
+                if lease.lease_owner is not None and not self._tracker.is_expired(lease, now)
+            )
+            mine = loads[self._worker_id]
+            share = target_for(
+                len(leases), len(set(loads) | {self._worker_id}), self._settings.max_leases_per_worker
+            )
+        for key in overdue:
             lease = by_key.get(key)
-            if lease is None or lease.handoff_pending:
+            if lease is None or lease.handoff_pending or lease.lease_owner is None:
                 continue
+            load = loads[lease.lease_owner]
+            if not (load > share or load >= mine + 2):
+                continue  # the owner holds no more than its share: it declined, rightly
             log.warning(
                 "lease %s: handoff request not answered within %.1fs; taking it",
                 key,
