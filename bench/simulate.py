@@ -441,10 +441,8 @@ class SimWorker:
 
     async def leave(self) -> None:
         """A graceful stop, as the consumer's: hand over, drain, release the rest, stop."""
-        try:
+        with contextlib.suppress(ShardflowError):
             await self.coordinator.leave()
-        except ShardflowError:
-            pass
         self.stopping.set()
         if self._acceptor is not None:
             self._acceptor.cancel()
@@ -505,7 +503,7 @@ class Simulation:
     def count(self, operation: str) -> None:
         tally = self.tally
         if operation == "Scan":
-            items, size = self.tables.size(APPLICATION)
+            _, size = self.tables.size(APPLICATION)
             tally.requests["Scan"] += max(1, math.ceil(size / SCAN_PAGE))
             tally.read_units += max(1.0, math.ceil(size / READ_UNIT))
         else:
@@ -788,7 +786,11 @@ class Simulation:
             held = sum(self.ledger.loads[w.worker_id] for w in group)
             minimum += held
             tasks = self.leave(group)
-            await self.until(lambda: all(task.done() for task in tasks), self.config.max_phase)
+
+            def exited(tasks: list[asyncio.Task[Any]] = tasks) -> bool:
+                return all(task.done() for task in tasks)
+
+            await self.until(exited, self.config.max_phase)
         return minimum
 
     async def crash(self) -> int | None:
@@ -879,39 +881,90 @@ def describe(phase: dict[str, Any]) -> str:
     )
 
 
+def _event(name: str, config: dict[str, Any]) -> str:
+    """What a phase did, in words, from the run's configuration."""
+    workers, join, crash = config["workers"], config["join"], config["crash"]
+    return {
+        "startup": f"{workers} workers start at once on {config['shards']:,} new shards",
+        "steady": f"nothing happens for {config['steady']:g} s",
+        "scale_out": f"{join} workers join ({workers} → {workers + join})",
+        "scale_in": f"the {join} newest leave gracefully ({workers + join} → {workers})",
+        "rolling": (
+            f"deploy: {config['rolling']} workers replaced, {config['rolling_batch']} at a time"
+        ),
+        "crash": f"{crash} workers crash ({workers} → {workers - crash})",
+        "replace": f"{crash} new workers join ({workers - crash} → {workers})",
+        "split": "every shard split in two at once",
+        "brownout": (
+            f"lease table fails {config['brownout_fraction']:.0%} of calls for "
+            f"{config['brownout']:g} s, then all for {config['outage']:g} s"
+        ),
+    }.get(name, name)
+
+
+def _footer(result: dict[str, Any]) -> str:
+    config = result["config"]
+    settings = result["settings"]
+    simulated = sum(run["simulated_seconds"] for run in result["runs"])
+    wall = sum(run["wall_seconds"] for run in result["runs"])
+    return (
+        f"`bench/simulate.py` at commit {result['commit']}: {config['shards']:,} shards, "
+        f"{config['workers']} workers, lease pick-up from the table's {settings['pickup']} "
+        f"(in-memory DynamoDB stream), failover {settings['failover_time']:g} s, renew every "
+        f"{settings['renew_every']:g} s, take cycle {settings['take_every']:g} s; "
+        f"{simulated / 60:.1f} simulated minutes in {wall / 60:.1f} minutes of "
+        f"{result['machine']}."
+    )
+
+
 def render(result: dict[str, Any]) -> str:
     """The table of bench/results/simulate.json."""
     lines = [
-        "| lease mode | phase | workers | leases | converged after | moves (minimum) "
-        "| longest without owner | two owners | requests / worker / min |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| lease mode | phase | leases | converged after | moves (minimum) "
+        "| longest without owner (p99) | two owners | lease-table requests / worker / min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for run in result["runs"]:
         for phase in run["phases"]:
-            converged = (
-                f"{phase['converged_after']:.1f} s"
-                if phase["converged"]
-                else f"not in {phase['seconds']:.0f} s"
-            )
             if phase["name"] == "steady":
                 converged = "—"
+            elif phase["converged"]:
+                converged = f"{phase['converged_after']:.1f} s"
+            else:
+                converged = f"not in {phase['seconds']:.0f} s"
+            lines.append(
+                f"| {run['mode']} | {_event(phase['name'], result['config'])} | "
+                f"{phase['leases']:,} | {converged} | "
+                f"{phase['moves']:,} ({phase['minimum_moves']:,}) | "
+                f"{phase['longest_without_owner']:.1f} s ({phase['without_owner_p99']:.1f} s) | "
+                f"{phase['two_owners']} | {phase['requests_per_worker_minute']:,.0f} |"
+            )
+    lines.append("")
+    lines.append(_footer(result))
+    return "\n".join(lines)
+
+
+def render_requests(result: dict[str, Any]) -> str:
+    """Lease-table requests per worker per minute, by operation and phase."""
+    operations = ("UpdateItem", "Scan", "GetItem", "PutItem", "DeleteItem", "GetRecords")
+    lines = [
+        "| lease mode | phase | all | "
+        + " | ".join("Scan (1 MB pages)" if op == "Scan" else op for op in operations)
+        + " | other | read units |",
+        "|---|---|---:|" + "---:|" * (len(operations) + 2),
+    ]
+    for run in result["runs"]:
+        for phase in run["phases"]:
+            by = phase["requests_by_operation"]
+            other = sum(v for k, v in by.items() if k not in operations)
+            cells = " | ".join(f"{by.get(op, 0.0):,.1f}" for op in operations)
             lines.append(
                 f"| {run['mode']} | {phase['name'].replace('_', ' ')} | "
-                f"{phase['live_workers']} | {phase['leases']:,} | {converged} | "
-                f"{phase['moves']:,} ({phase['minimum_moves']:,}) | "
-                f"{phase['longest_without_owner']:.1f} s | {phase['two_owners']} | "
-                f"{phase['requests_per_worker_minute']:,.1f} |"
+                f"{phase['requests_per_worker_minute']:,.0f} | {cells} | {other:,.1f} | "
+                f"{phase['read_units_per_worker_minute']:,.0f} |"
             )
-    config = result["config"]
-    simulated = sum(run["simulated_seconds"] for run in result["runs"])
-    wall = sum(run["wall_seconds"] for run in result["runs"])
     lines.append("")
-    lines.append(
-        f"`bench/simulate.py` at commit {result['commit']}: {config['shards']:,} shards, "
-        f"{config['workers']} workers, lease pick-up from the table's stream, shardflow's "
-        f"default timings (failover 10 s); {simulated / 3600:.1f} simulated hours in "
-        f"{wall / 60:.1f} minutes; {result['machine']}."
-    )
+    lines.append(_footer(result))
     return "\n".join(lines)
 
 

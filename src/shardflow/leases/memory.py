@@ -158,7 +158,7 @@ class _Table:
         self.parsed[key] = found
         return found
 
-    def keys(self) -> list[str]:
+    def sorted_keys(self) -> list[str]:
         if self.order is None:
             self.order = sorted(self.items)
         return self.order
@@ -348,7 +348,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
         await asyncio.sleep(0)  # a real store yields here; so does this one, for fair races
         table = self._table("Scan")
         leases = []
-        for key in table.keys():
+        for key in table.sorted_keys():
             found = table.lease(key)
             if isinstance(found, Lease):
                 leases.append(found)

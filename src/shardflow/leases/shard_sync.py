@@ -201,10 +201,9 @@ async def create_in_order(
         await create(lease)
 
     generations = [list(generation) for generation in plan.generations if generation]
-    if on_contended is not None and generations:
-        if not await create(generations[0].pop(0)):
-            on_contended()
-            return created
+    if on_contended is not None and generations and not await create(generations[0].pop(0)):
+        on_contended()
+        return created
     for generation in generations:
         await run_bounded(generation, create_quietly, concurrency=concurrency)
     return created
@@ -229,9 +228,7 @@ async def sync_stream(
     shards = await list_shards(kinesis, stream)
     leased = {lease.shard_id for lease in existing}
     plan = plan_leases(shards, leased, initial=initial, stream_identifier=stream_identifier)
-    created = await create_in_order(
-        store, plan, concurrency=concurrency, on_contended=on_contended
-    )
+    created = await create_in_order(store, plan, concurrency=concurrency, on_contended=on_contended)
     if created:
         log.info("created %d leases for stream %s", len(created), stream)
     return created

@@ -149,9 +149,9 @@ class LeaseTaker:
         view is missing, or while reads fail (this worker cannot tell what it missed).
         """
         async with self._lock:
-            if from_view and leases is None and self._view is not None:
-                if not self._tracker.is_blind:
-                    return await self._cycle(list(self._view.values()), fresh=False)
+            view = self._view
+            if from_view and leases is None and view is not None and not self._tracker.is_blind:
+                return await self._cycle(list(view.values()), fresh=False)
             return await self._cycle(leases)
 
     async def _cycle(self, scanned: list[Lease] | None, *, fresh: bool = True) -> list[OwnedLease]:
@@ -339,7 +339,9 @@ class LeaseTaker:
             )
             mine = loads[self._worker_id]
             share = target_for(
-                len(leases), len(set(loads) | {self._worker_id}), self._settings.max_leases_per_worker
+                len(leases),
+                len(set(loads) | {self._worker_id}),
+                self._settings.max_leases_per_worker,
             )
         for key in overdue:
             lease = by_key.get(key)
