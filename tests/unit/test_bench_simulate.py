@@ -57,4 +57,5 @@ def test_a_simulated_fleet_converges_after_every_phase_and_never_has_two_owners(
     assert steady["moves"] == 0
     # Each worker renews its ~33 leases every 3.3 s (600 a minute) and reads the stream.
     assert 500 < steady["requests_by_operation"]["UpdateItem"] < 700, report
-    assert "| per-lease | scale out |" in simulate.render(result)
+    assert "| per-lease | 2 workers join (6 → 8) |" in simulate.render(result)
+    assert "| per-lease | steady |" in simulate.render_requests(result)
