@@ -146,11 +146,20 @@ class LeaseTaker:
         the changes read from the table's stream since (:meth:`observe`), without a scan:
         for the cycles lease pick-up wakes whenever a lease moved (while leases move, every
         worker would otherwise scan the whole table a few times a second). Scans once the
-        view is missing, or while reads fail (this worker cannot tell what it missed).
+        view is missing, or while reads fail (this worker cannot tell what it missed), or
+        when it shows free leases: those are raced for (a new application, a split), and a
+        picture a moment old shows leases free that others took since and hides who took
+        them, so a worker would count too few peers and take far beyond its share.
         """
         async with self._lock:
             view = self._view
-            if from_view and leases is None and view is not None and not self._tracker.is_blind:
+            if (
+                from_view
+                and leases is None
+                and view is not None
+                and not self._tracker.is_blind
+                and not any(lease.is_free for lease in view.values())
+            ):
                 return await self._cycle(list(view.values()), fresh=False)
             return await self._cycle(leases)
 
