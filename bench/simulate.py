@@ -27,10 +27,10 @@ Phases, one after the other on the same table (``--phases``):
                 leave gracefully, the next batch once they have exited)
     crash       C workers crash at once (no more writes: their leases must expire)
     replace     C new workers join (the crashed ones' replacements)
-    split       every open shard is split in two at once (the shard count doubles)
     brownout    the lease table fails half of all calls for ``--brownout`` s, then every call
                 for ``--outage`` s (longer than failover_time - safety margin: leases lapse),
                 then answers again
+    split       every open shard is split in two at once (the shard count doubles)
 
 A phase lasts until the fleet has converged (every lease of an unfinished shard held by a
 live worker, no handoff under way, every workable shard processed, max - min leases per live
@@ -109,8 +109,8 @@ PHASES = (
     "rolling",
     "crash",
     "replace",
-    "split",
     "brownout",
+    "split",
 )
 SCAN_PAGE = 1024 * 1024  # DynamoDB returns at most 1 MB per Scan page
 READ_UNIT = 4096  # a strongly consistent read unit
@@ -125,11 +125,11 @@ class Config:
     rolling: int = 20
     rolling_batch: int = 5
     crash: int = 5
-    steady: float = 120.0
-    brownout: float = 60.0
+    steady: float = 60.0
+    brownout: float = 30.0
     brownout_fraction: float = 0.5
     outage: float = 20.0
-    settle: float = 30.0
+    settle: float = 20.0
     max_phase: float = 1800.0
     step: float = 0.5
     drain: float = 0.2

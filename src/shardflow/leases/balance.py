@@ -13,7 +13,7 @@ The rules follow KCL 2.x's lease taker, with one difference noted below:
   not above target, so a spread like 3/3/1 of 7 leases may stay as it is.)
 - With ``even_out`` (planned handoff: a "steal" becomes a request the owner answers by a
   graceful handoff, so a move repeats nothing) a worker below target asks every worker above
-  target for its surplus at once (up to ``max_steal`` requests, the most loaded first), not
+  target for its surplus at once (up to ``max_steal`` requests, in random order), not
   one lease a cycle from one worker: a worker joining 100 others on 10,000 shards needs 91
   leases, and one request at a time took 91 round trips. Workers that asked for a lease (a
   fresh request on it) count as live, so that joiners holding nothing yet are in everyone's
@@ -172,15 +172,16 @@ def _requests(
     chooser: random.Random,
 ) -> list[PlannedTake]:
     """Handoff requests (see the module doc): each worker above target asked for at most its
-    surplus, up to ``budget`` in all, the workers with a surplus in random order (joiners that
-    plan at the same moment spread over them); else the evening-out request."""
+    surplus, up to ``budget`` in all, the workers with a surplus in random order (workers
+    that plan at the same moment spread over them rather than all asking the busiest); else
+    the evening-out request."""
     if not alive_by_owner or budget <= 0 or need <= 0:
         return []
     above = [owner for owner, owned in alive_by_owner.items() if len(owned) > target]
     chooser.shuffle(above)
     wanted = min(need, budget)
     takes: list[PlannedTake] = []
-    for owner in sorted(above, key=lambda owner: -len(alive_by_owner[owner])):
+    for owner in above:
         if len(takes) >= wanted:
             break
         movable = [lease for lease in alive_by_owner[owner] if not lease.handoff_pending]

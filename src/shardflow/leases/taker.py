@@ -78,7 +78,7 @@ class LeaseTaker:
         self._book = HandoffBook(worker_id, settings.handoff_timeout)
         self._lock = asyncio.Lock()
         self._claiming: set[str] = set()
-        self._started_at: float | None = None
+        self._patient_until: float | None = None
         self._view: dict[str, Lease] | None = None
         """The table as the last complete scan showed it, with the stream's changes since."""
         self._last_cycle: float | None = None
@@ -190,7 +190,8 @@ class LeaseTaker:
         if handoff:
             self._book.update({lease.lease_key: lease for lease in active}, now)
             taken += await self._take_overdue(active, now)
-            max_steal = max(self._request_budget(now) - self._book.open_requests, 0)
+            budget = self._request_budget(active, now)
+            max_steal = max(budget - self._book.open_requests, 0)
         defers = self.defers()
         if defers:
             max_steal = 0  # the KCL leader balances; a steal would fight it
@@ -268,17 +269,20 @@ class LeaseTaker:
         holds = (plan.loads.get(requester, 0) if plan is not None else 0) + to_them
         return may_give(plan, mine, holds)
 
-    def _request_budget(self, now: float) -> int:
+    def _request_budget(self, active: list[Lease], now: float) -> int:
         """Handoff requests open at once. Requests are answered gracefully, so many may be
-        (a joiner needing 91 leases asked for one at a time: 91 round trips); but only once
-        this worker has run for failover_time: in a deploy a new worker starts as an old one
-        leaves and the leaver hands it its leases, and a burst of requests to everyone else
-        before that would move twice as many leases as the deploy needs."""
-        if self._started_at is None:
-            self._started_at = now
-        patient = now - self._started_at < self._settings.failover_time
+        (a joiner needing 91 leases asked for one at a time: 91 round trips); but a worker
+        that joins a running fleet (its first scan shows no free lease) first waits
+        failover_time: in a deploy a new worker starts as an old one leaves and the leaver
+        hands it its leases, and a burst of requests to everyone else before that would move
+        twice as many leases as the deploy needs."""
+        if self._patient_until is None:
+            joined = not any(lease.is_free for lease in active)
+            self._patient_until = now + (self._settings.failover_time if joined else 0.0)
         steal = self._settings.max_leases_to_steal_at_once
-        return steal if patient else max(steal, self._settings.renew_concurrency)
+        if now < self._patient_until:
+            return steal
+        return max(steal, self._settings.renew_concurrency)
 
     def _drop_declined(self, plan: TakePlan) -> None:
         """Forget open requests of owners that, as ``plan`` shows them, no longer hold more
