@@ -222,3 +222,23 @@ async def test_a_joiner_asks_for_its_whole_share_at_once() -> None:
         assert {event.how for event in acquired} == {"handoff"}
         await run_for(30.0, w.clock)
         assert (len(a.owned()), len(b.owned())) == (100, 100), "and nothing moves back"
+
+
+async def test_a_child_starts_as_soon_as_the_stream_shows_its_parent_finished() -> None:
+    # A child shard's wait for its parents read them every parent_poll_interval (10 s): after
+    # the split wave every child waited up to 10 s after its parent's last checkpoint. The
+    # parent's SHARD_END, seen on the table's stream (or in a scan), wakes its children.
+    async with world([shard(0, closed=True), shard(1, 0)]) as w:
+        a = await w.start(
+            "a", settings=LeaseSettings(), lease_streams=InMemoryLeaseStreams(w.tables)
+        )
+        await run_for(1.0, w.clock)
+        assert a.pickup_source == "stream"
+        parent, child = a.owned()[sid(0)], a.owned()[sid(1)]
+        waiting = asyncio.ensure_future(a.wait_parents_done(child))
+        await run_for(2.0, w.clock)
+        assert not waiting.done()
+        await parent.writer.write(ExtendedSequenceNumber(SHARD_END))
+        await run_for(1.0, w.clock)
+        assert waiting.done()
+        assert waiting.result() is True

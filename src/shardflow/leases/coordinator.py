@@ -183,6 +183,10 @@ class LeaseCoordinator:
         self._fleet: KclFleet | None = None
         self._taker.defers = self._defers_to_kcl
         self._moves.kcl_workers = self._live_kcl_workers
+        self._parent_waiters: dict[str, set[asyncio.Event]] = {}
+        """Parent lease key -> the waits of its children here (see wait_parents_done)."""
+        self._taker.on_finished = self._shard_ended_seen
+        self._moves.on_finished = self._shard_ended_seen
         self._sync_wanted = asyncio.Event()
         self._sync_contended = False
         """A shard sync met another worker creating the same leases (see create_in_order)."""
@@ -310,16 +314,37 @@ class LeaseCoordinator:
 
     async def wait_parents_done(self, owned: OwnedLease) -> bool:
         """Wait until :meth:`parents_done` (True), re-reading every ``parent_poll_interval``
-        (a read that fails is tried again then); False as soon as ``owned`` is lost or the
-        coordinator stops."""
+        and as soon as a parent's lease is seen finished (on the table's stream, or in a
+        scan); a read that fails is tried again then. False as soon as ``owned`` is lost or
+        the coordinator stops."""
+        parents = [self._streams.key_for(owned.lease, p) for p in owned.parent_shard_ids]
         while not owned.lost.is_set() and not self._stopped.is_set():
+            ended = asyncio.Event()  # registered before the read: an end seen meanwhile wakes it
+            for key in parents:
+                self._parent_waiters.setdefault(key, set()).add(ended)
             try:
-                if await self.parents_done(owned):
-                    return True
-            except AwsError as exc:
-                log.info("reading the parents of %s failed; read again: %s", owned.lease_key, exc)
-            await self._sleep_unless(owned.lost, self._settings.parent_poll_interval)
+                try:
+                    if await self.parents_done(owned):
+                        return True
+                except AwsError as exc:
+                    log.info("reading the parents of %s failed; again: %s", owned.lease_key, exc)
+                await first_of(
+                    owned.lost, ended, self._clock.sleep(self._settings.parent_poll_interval)
+                )
+            finally:
+                for key in parents:
+                    waiting = self._parent_waiters.get(key)
+                    if waiting is not None:
+                        waiting.discard(ended)
+                        if not waiting:
+                            del self._parent_waiters[key]
         return False
+
+    def _shard_ended_seen(self, lease_key: str) -> None:
+        """A lease was seen with checkpoint SHARD_END: its children waiting here read again
+        now rather than at their next poll (a child of a split waited up to 10 s)."""
+        for event in self._parent_waiters.pop(lease_key, ()):
+            event.set()
 
     async def leave(self) -> int:
         """Begin leaving: take nothing more and, with ``handoff``, hand every held lease to

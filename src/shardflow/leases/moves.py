@@ -31,6 +31,7 @@ from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore
 from shardflow.leases.streams import StreamSet
 from shardflow.leases.taker import LeaseTaker
+from shardflow.records import SHARD_END
 
 log = logging.getLogger("shardflow.leases")
 
@@ -76,6 +77,8 @@ class LeaseMoves:
         """Set once the worker leaves: nothing is claimed, taken or handed over any more."""
         self.kcl_workers: Callable[[], frozenset[str]] = frozenset
         """Live KCL 3.x workers: candidates to hand leases to even while they hold none."""
+        self.on_finished: Callable[[str], None] = lambda key: None
+        """Called with the key of every finished lease (checkpoint SHARD_END) the stream shows."""
         self.pickup_source = "off"
         """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`changes`)."""
 
@@ -365,6 +368,8 @@ class LeaseMoves:
             return
         moved = False
         for lease in view.leases:
+            if lease.checkpoint.sequence_number == SHARD_END:
+                self.on_finished(lease.lease_key)
             image = (lease.lease_owner, lease.checkpoint_owner)
             previous = self._images.get(lease.lease_key)
             self._images[lease.lease_key] = image

@@ -90,6 +90,8 @@ class LeaseTaker:
         self.expiring: set[str] = set()
         """Leases this worker left to expire (:meth:`OwnedLease.let_expire`): never claimed
         again here, although they still name this worker."""
+        self.on_finished: Callable[[str], None] = lambda key: None
+        """Called with the key of every finished lease (checkpoint SHARD_END) a scan shows."""
         self.last_plan: TakePlan | None = None
         """The last cycle's balancing decision (its target and the loads it saw)."""
         self.defers: Callable[[], bool] = lambda: False
@@ -469,6 +471,7 @@ class LeaseTaker:
                 active.append(lease)
                 continue
             finished.append(lease)
+            self.on_finished(lease.lease_key)
             kids = children.get(lease.lease_key, set())
             if (not kids or not kids <= keys) and lease.lease_key not in self._sync_asked:
                 self._sync_asked.add(lease.lease_key)
