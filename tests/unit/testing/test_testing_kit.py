@@ -265,5 +265,5 @@ async def test_a_lease_table_brownout_fails_the_calls_it_is_told_to() -> None:
     assert not brownout.active
     assert await store.take(lease, "w")
     assert brownout.failed == {"UpdateItem": 1, "Scan": 1, "GetItem": outcomes.count(False)}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="fraction"):
         brownout.start(0.0)
