@@ -12,6 +12,7 @@ may each have chosen the other, and neither may end with the other's leases.
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
@@ -288,7 +289,12 @@ class LeaseMoves:
             seen_alive=lambda worker: tracker.renewed_within(
                 worker, now, self._settings.failover_time * 0.75
             ),
+            tie_break=self._tie_break,
         )
+
+    def _tie_break(self, worker: str) -> int:
+        """This worker's own order among equally loaded candidates (see successors)."""
+        return zlib.crc32(f"{self._worker_id}\n{worker}".encode())
 
     def consider(self, lease: Lease) -> None:
         """A fresh view of ``lease``: honour a handoff request on a lease held here."""
