@@ -434,6 +434,7 @@ class LeaseCoordinator:
         return owned
 
     def _renewed(self, owned: OwnedLease, duration: float) -> None:
+        self._taker.tracker.answered(self._clock.monotonic())
         self._moves.consider(owned.lease)
         self._events.for_shard(owned.stream, owned.shard_id).emit(
             LeaseRenewed,
@@ -443,8 +444,8 @@ class LeaseCoordinator:
         )
 
     def _renew_failed(self, owned: OwnedLease) -> None:
-        """The table did not answer a renewal: what this worker sees of others' leases until
-        its next complete scan does not count towards their expiry (others could not write
+        """The table did not answer a renewal: until a call of this worker succeeds again,
+        the time does not count towards others' expiry (they may not have been able to write
         either); see :meth:`ExpiryTracker.blind`."""
         self._taker.tracker.blind(self._clock.monotonic())
 

@@ -44,14 +44,21 @@ class ExpiryTracker:
 
     @property
     def is_blind(self) -> bool:
-        """A read failed since the last complete scan (see :meth:`blind`)."""
+        """A call failed and none succeeded since (see :meth:`blind`)."""
         return self._blind_since is not None
 
     def blind(self, now: float) -> None:
-        """A read of the table failed at ``now``: until the next complete scan succeeds, this
-        observer sees nothing, and that stretch does not count towards any lease's expiry."""
+        """A call of this observer to the table failed at ``now``: until one succeeds again
+        (:meth:`answered`, or a complete scan), that stretch does not count towards any
+        lease's expiry. A single failure among successes costs nothing: the stretch ends at
+        the next success, moments later."""
         if self._blind_since is None:
             self._blind_since = now
+
+    def answered(self, now: float) -> None:
+        """A call of this observer to the table succeeded at ``now``: a blind stretch ends."""
+        if self._blind_since is not None:
+            self._excuse(now)
 
     def _excuse(self, now: float) -> None:
         """The blind stretch ended at ``now``: move every sighting's clock on by its length."""

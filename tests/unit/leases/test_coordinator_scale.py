@@ -13,6 +13,7 @@ from shardflow.errors import TransientError
 from shardflow.events import LeaseAcquired
 from shardflow.leases import Lease
 from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoffs import successors
 from shardflow.leases.memory import InMemoryLeaseStreams
 from shardflow.leases.owned import OwnedLease
@@ -270,3 +271,20 @@ def test_workers_leaving_together_spread_their_leases_over_the_others() -> None:
     assert max(loads) - min(loads) <= 6, (max(loads), min(loads))
     same = successors(leases, 91, worker_id="x", is_expired=lambda lease: False)
     assert same == stayers[:91], "without a tie-break: by name, every leaver alike"
+
+
+def test_a_single_failed_call_among_successes_does_not_delay_expiry() -> None:
+    # Silence this worker could not see does not count towards expiry; but a call that failed
+    # among successes (sporadic throttling) must not hold a crashed worker's leases back.
+    tracker = ExpiryTracker(10.0)
+    dead = Lease("s1", lease_owner="dead", lease_counter=3)
+    tracker.observe([dead], 0.0)
+    tracker.blind(4.0)  # one renewal throttled
+    tracker.answered(4.1)  # the next one went through
+    assert tracker.is_expired(dead, 10.2)
+    other = Lease("s2", lease_owner="other", lease_counter=1)
+    tracker.observe([other], 11.0, complete=False)
+    tracker.blind(12.0)  # the table stops answering: 8 s without a success
+    tracker.answered(20.0)
+    assert not tracker.is_expired(other, 28.5)
+    assert tracker.is_expired(other, 29.0), "10 s of silence seen, the 8 s unseen not counted"
