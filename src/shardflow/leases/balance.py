@@ -21,7 +21,8 @@ The rules follow KCL 2.x's lease taker, with one difference noted below:
   that one holds at least two more than itself: workers that join together (each counts
   only itself among those holding nothing, so the target looks met by everyone else) still
   get their share, and the fleet ends within one lease of even. (The owner answers a request
-  only while it keeps its own share, :func:`may_give`.)
+  only while it keeps its own share, :func:`may_give`, judged on the table as it sees it
+  now, not as its last take cycle did.)
 - With ``max_takes`` a worker takes at most that many free and expired leases at once (the
   taker passes what it holds, at least one batch of writes): a worker that sees nobody else
   live (every lease free: a new application, a fleet started again) cannot tell whether it
@@ -152,15 +153,18 @@ def plan_takes(
     return plan(_steals(alive_by_owner, target, need, max_steal, chooser))
 
 
-def may_give(plan: TakePlan | None, mine: int, requester_holds: int) -> bool:
-    """Whether a worker holding ``mine`` leases (not counting those it is handing over), whose
-    last balancing decision was ``plan``, should hand one to a worker holding
-    ``requester_holds``: while it stays at its share, or holds two more than the requester
-    (evening out). Several joiners may ask one worker for its surplus at once; what it
-    declines, they ask of others."""
-    if plan is None:
+def may_give(mine: int, requester_holds: int, leases: int, workers: int) -> bool:
+    """Whether a worker holding ``mine`` leases (not counting those it is handing over) should
+    hand one to a worker holding ``requester_holds``, in a fleet of ``workers`` live workers
+    sharing ``leases``: while it holds more than its share (``ceil(leases / workers)``), or,
+    evening out, more than the least share (``floor``) and two more than the requester. Never
+    below the least share: several joiners ask one worker for its surplus at once, and a worker
+    that gave more than its surplus asked others for leases back, which moved again."""
+    if workers <= 0:
         return True
-    return mine > plan.target or mine >= requester_holds + 2
+    least, extra = divmod(leases, workers)
+    share = least + (1 if extra else 0)
+    return mine > share or (mine > least and mine >= requester_holds + 2)
 
 
 def _requests(

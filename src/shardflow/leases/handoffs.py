@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from shardflow.leases.handoff_request import handoff_request_of, leaving_owner_of
 from shardflow.leases.model import Lease
 
+_SEEN_WITHIN = 1.0
+"""Seconds within which a request this worker wrote shows in what it reads (the stream lags):
+missing after that, the owner removed it (declined)."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Sighting:
@@ -57,9 +61,11 @@ class HandoffBook:
                 or lease.lease_owner != request.worker
                 or lease.handoff_pending
                 or asked_by_another(lease, self._me)
+                or (handoff_request_of(lease) is None and now - request.since >= _SEEN_WITHIN)
             ):
-                # Answered, taken, gone, or overwritten by another joiner's request: free to
-                # ask for a different lease now rather than wait out the timeout.
+                # Answered, declined, taken, gone, or overwritten by another joiner's request:
+                # free to ask for a different lease now rather than wait out the timeout (a
+                # declined request is never stolen).
                 del self._requested[key]
         inbound: dict[str, _Sighting] = {}
         for key, lease in leases.items():

@@ -68,6 +68,7 @@ class LeaseMoves:
         self._lease_streams = lease_streams
         self._images: dict[str, tuple[str | None, str | None]] = {}
         self._handing: set[str] = set()
+        self._declining: set[str] = set()
         self._view: dict[str, Lease] = {}
         """While leaving: the table as last seen (the leave's scan, then pick-up's changes),
         for choosing who gets a lease passed on."""
@@ -297,7 +298,8 @@ class LeaseMoves:
         return zlib.crc32(f"{self._worker_id}\n{worker}".encode())
 
     def consider(self, lease: Lease) -> None:
-        """A fresh view of ``lease``: honour a handoff request on a lease held here."""
+        """A fresh view of ``lease``: answer a handoff request on a lease held here, by
+        handing it over while this worker keeps its share, else by declining it."""
         owned = self._owned.get(lease.lease_key)
         if owned is None or not self._settings.handoff or self.leaving:
             return
@@ -310,11 +312,25 @@ class LeaseMoves:
             or lease.handoff_pending
             or owned.giving_up.is_set()
             or lease.lease_key in self._handing
-            or not self._taker.may_give(request.requester, self._handing)
+            or lease.lease_key in self._declining
         ):
             return
-        self._handing.add(lease.lease_key)
         requester = request.requester
+        if not self._taker.may_give(requester, self._handing):
+            self._declining.add(lease.lease_key)
+
+            async def decline() -> None:
+                try:
+                    await self._store.decline_handoff(lease, self._worker_id)
+                    log.info("declined to hand lease %s to %s", lease.lease_key, requester)
+                except ShardflowError as exc:  # a new request meanwhile, or a brownout
+                    log.info("declining lease %s to %s failed: %s", lease.lease_key, requester, exc)
+                finally:
+                    self._declining.discard(lease.lease_key)
+
+            self._spawn(decline(), f"decline-{lease.shard_id}")
+            return
+        self._handing.add(lease.lease_key)
 
         async def hand() -> None:
             try:

@@ -81,6 +81,8 @@ class LeaseTaker:
         self._patient_until: float | None = None
         self._view: dict[str, Lease] | None = None
         """The table as the last complete scan showed it, with the stream's changes since."""
+        self._view_loads: Counter[str] = Counter()
+        """Leases per owner in ``_view`` (kept with it)."""
         self._last_cycle: float | None = None
         self._free_left = False
         """Free or expired leases were left that this worker may still want: another cycle
@@ -109,13 +111,20 @@ class LeaseTaker:
         self._tracker.forget(removed)
         view = self._view
         if view is not None:
+            loads = self._view_loads
             for lease in leases:
                 known = view.get(lease.lease_key)
                 # An image older than the scan (the stream lags) leaves the scan's lease.
                 if known is None or lease.lease_counter >= known.lease_counter:
+                    if known is not None and known.lease_owner is not None:
+                        loads[known.lease_owner] -= 1
+                    if lease.lease_owner is not None:
+                        loads[lease.lease_owner] += 1
                     view[lease.lease_key] = lease
             for key in removed:
-                view.pop(key, None)
+                gone = view.pop(key, None)
+                if gone is not None and gone.lease_owner is not None:
+                    loads[gone.lease_owner] -= 1
 
     def next_wake(self) -> float | None:
         """When a cycle should run before the next periodic one: when an observed lease
@@ -179,6 +188,9 @@ class LeaseTaker:
         if fresh:
             self._tracker.observe(leases, now)
             self._view = {lease.lease_key: lease for lease in leases}
+            self._view_loads = Counter(
+                lease.lease_owner for lease in leases if lease.lease_owner is not None
+            )
         ours = self._streams.ours(leases)
         children = self._children_of(ours)
         active, finished = self._split_finished(ours, children)
@@ -256,20 +268,36 @@ class LeaseTaker:
 
     def may_give(self, requester: str, handing: Collection[str] = ()) -> bool:
         """Whether to answer ``requester``'s request for one of this worker's leases: only
-        while this worker keeps its share (see :func:`~shardflow.leases.balance.may_give`).
+        while this worker keeps its share (see :func:`~shardflow.leases.balance.may_give`),
+        judged on the table as the stream has shown it since the last scan (the last take
+        cycle's picture is seconds old while leases move: an owner that still saw its old
+        share gave joiners more than its surplus, then asked others for leases back).
         ``handing``: leases whose handoff is being begun (counted as given to ``requester``)."""
         mine = 0
-        to_them = 0
+        in_flight = 0
         for key, owned in self._owned.items():
             if key in handing:
-                to_them += 1
+                in_flight += 1
             elif not owned.giving_up.is_set():
                 mine += 1
-            elif owned.lease.lease_owner == requester:
-                to_them += 1
+        view = self._view
+        if view is not None:
+            loads = self._view_loads
+            workers = {owner for owner, count in loads.items() if count > 0}
+            workers |= {self._worker_id, requester}
+            held = sum(count for count in loads.values() if count > 0)  # finished ones: nobody's
+            return may_give(mine, loads[requester] + in_flight, held, len(workers))
         plan = self.last_plan
-        holds = (plan.loads.get(requester, 0) if plan is not None else 0) + to_them
-        return may_give(plan, mine, holds)
+        if plan is None:
+            return True
+        giving = sum(
+            1
+            for owned in self._owned.values()
+            if owned.giving_up.is_set() and owned.lease.lease_owner == requester
+        )
+        holds = plan.loads.get(requester, 0) + giving + in_flight
+        leases = sum(plan.loads.values())
+        return may_give(mine, holds, leases, len(plan.live_workers | {requester}))
 
     def _request_budget(self, active: list[Lease], now: float) -> int:
         """Handoff requests open at once. Requests are answered gracefully, so many may be

@@ -10,10 +10,11 @@ from collections import Counter
 from collections.abc import Awaitable
 
 from shardflow.errors import TransientError
-from shardflow.events import LeaseAcquired
+from shardflow.events import LeaseAcquired, LeaseLost
 from shardflow.leases import Lease
 from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.expiry import ExpiryTracker
+from shardflow.leases.handoff_request import handoff_request_of
 from shardflow.leases.handoffs import successors
 from shardflow.leases.memory import InMemoryLeaseStreams
 from shardflow.leases.owned import OwnedLease
@@ -288,3 +289,27 @@ def test_a_single_failed_call_among_successes_does_not_delay_expiry() -> None:
     tracker.answered(20.0)
     assert not tracker.is_expired(other, 28.5)
     assert tracker.is_expired(other, 29.0), "10 s of silence seen, the 8 s unseen not counted"
+
+
+async def test_an_owner_at_its_share_declines_a_request_and_nothing_is_stolen() -> None:
+    # With joiners asking owners for their surplus, an owner that still saw its old share (its
+    # last take cycle) gave more than its surplus and asked others for leases back; and a
+    # request it did not answer was stolen at the handoff timeout (two workers on one shard),
+    # a fallback meant for KCL workers, which ignore requests. The owner judges on the table
+    # as the stream shows it now and declines explicitly (removes the request).
+    async with world([shard(i) for i in range(8)]) as w:
+        settings = LeaseSettings(handoff_timeout=5.0)
+        streams = {"lease_streams": InMemoryLeaseStreams(w.tables)}
+        a = await w.start("a", settings=settings, **streams)
+        honour_handoffs(a)
+        b = await w.start("b", settings=settings, **streams)
+        honour_handoffs(b)
+        await run_for(15.0, w.clock)
+        assert (len(a.owned()), len(b.owned())) == (4, 4)
+        # b asks a for a lease although a holds only its share.
+        victim = next(iter(a.owned().values()))
+        await w.store().request_handoff(victim.lease, "b")
+        await run_for(settings.handoff_timeout + 5.0, w.clock)
+        assert (len(a.owned()), len(b.owned())) == (4, 4), "declined, not stolen"
+        assert handoff_request_of((await w.leases())[victim.lease_key]) is None
+        assert not w.recorders["a"].of(LeaseLost)
