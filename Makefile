@@ -65,6 +65,7 @@ bench: setup
 	$(SHORT) $(HEAVY) $(BIN)/python bench/kcl_fleet.py --short
 	$(SHORT) $(HEAVY) $(BIN)/python bench/fleet.py --short
 	$(SHORT) $(HEAVY) $(BIN)/python bench/multilang.py --short
+	$(SHORT) $(HEAVY) $(BIN)/python bench/simulate.py --short
 	$(BIN)/python bench/tables.py --print .bench/short
 
 bench-full: setup
@@ -78,6 +79,7 @@ bench-full: setup
 	$(HEAVY) $(BIN)/python bench/kcl_fleet.py
 	$(HEAVY) $(BIN)/python bench/fleet.py
 	$(HEAVY) $(BIN)/python bench/multilang.py
+	$(HEAVY) $(BIN)/python bench/simulate.py
 	$(BIN)/python bench/tables.py
 
 clean:

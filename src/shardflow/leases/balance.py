@@ -12,11 +12,22 @@ The rules follow KCL 2.x's lease taker, with one difference noted below:
   thief needs more than one lease; shardflow never takes a live lease from a worker that is
   not above target, so a spread like 3/3/1 of 7 leases may stay as it is.)
 - With ``even_out`` (planned handoff: a "steal" becomes a request the owner answers by a
-  graceful handoff, so a move repeats nothing) a worker below target also asks the most loaded
-  worker when that one holds at least two more than itself, whether or not it is above
-  target: workers that join together (each counts only itself among those holding nothing, so
-  the target looks met by everyone else) still get their share, and the fleet ends within one
-  lease of even.
+  graceful handoff, so a move repeats nothing) a worker below target asks every worker above
+  target for its surplus at once (up to ``max_steal`` requests, in random order), not
+  one lease a cycle from one worker: a worker joining 100 others on 10,000 shards needs 91
+  leases, and one request at a time took 91 round trips. Workers that asked for a lease (a
+  fresh request on it) count as live, so that joiners holding nothing yet are in everyone's
+  target. When no worker is above target it asks the most loaded worker for one lease if
+  that one holds at least two more than itself: workers that join together (each counts
+  only itself among those holding nothing, so the target looks met by everyone else) still
+  get their share, and the fleet ends within one lease of even. (The owner answers a request
+  only while it keeps its own share, :func:`may_give`, judged on the table as it sees it
+  now, not as its last take cycle did.)
+- With ``max_takes`` a worker takes at most that many free and expired leases at once (the
+  taker passes what it holds, at least one batch of writes): a worker that sees nobody else
+  live (every lease free: a new application, a fleet started again) cannot tell whether it
+  is alone or one of a hundred starting together. Alone, it doubles what it holds every
+  cycle; among a hundred, the next scan shows the others, and their share is the target.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from shardflow.events import AcquiredHow
+from shardflow.leases.handoff_request import handoff_request_of
 from shardflow.leases.model import Lease
 
 
@@ -73,6 +85,8 @@ def plan_takes(
     rng: random.Random | None = None,
     orphans_beyond_target: bool = False,
     even_out: bool = False,
+    max_takes: int | None = None,
+    asked: int = 0,
 ) -> TakePlan:
     """The leases ``worker_id`` should take now.
 
@@ -82,16 +96,22 @@ def plan_takes(
     starting together do not all race for the same leases. ``orphans_beyond_target`` takes
     every free and expired lease up to ``max_leases_per_worker`` whatever the target (in a
     KCL 3.x fleet, whose leader spreads them again by graceful handoff: a dead worker's shards
-    then wait no longer than its failover time for the leader's next pass). ``even_out``: see
-    the module doc.
+    then wait no longer than its failover time for the leader's next pass). ``even_out`` and
+    ``max_takes``: see the module doc; ``asked``: handoff requests of this worker still open
+    (with ``even_out``, fewer new ones are made).
     """
     chooser = rng or random.Random()
     held_keys = set(held)
+    requesters: set[str] = set()
     free: list[Lease] = []
     expired: list[Lease] = []
     alive_by_owner: dict[str, list[Lease]] = {}
     mine = 0
     for lease in leases:
+        if even_out and lease.extra:
+            request = handoff_request_of(lease)
+            if request is not None and request.fresh_for(lease):
+                requesters.add(request.requester)
         if lease.lease_key in held_keys:
             mine += 1
         elif lease.is_free:
@@ -108,7 +128,7 @@ def plan_takes(
 
     loads = Counter({owner: len(owned) for owner, owned in alive_by_owner.items()})
     loads[worker_id] = mine
-    live = frozenset(loads)
+    live = frozenset(loads) | requesters
     target = target_for(len(leases), len(live), max_leases_per_worker)
     need = target - mine
     if orphans_beyond_target:
@@ -125,9 +145,55 @@ def plan_takes(
         chooser.shuffle(expired)
         takes = [PlannedTake(lease, "free") for lease in free]
         takes += [PlannedTake(lease, "expired") for lease in expired]
-        return plan(takes[:need])
-    floor = min(target, mine + 1) if even_out else target
-    return plan(_steals(alive_by_owner, floor, need, max_steal, chooser))
+        limit = need if max_takes is None else min(need, max(max_takes, 1))
+        return plan(takes[:limit])
+    if even_out:
+        wanted = need - asked
+        return plan(_requests(alive_by_owner, target, mine, wanted, max_steal, chooser))
+    return plan(_steals(alive_by_owner, target, need, max_steal, chooser))
+
+
+def may_give(mine: int, requester_holds: int, leases: int, workers: int) -> bool:
+    """Whether a worker holding ``mine`` leases (not counting those it is handing over) should
+    hand one to a worker holding ``requester_holds``, in a fleet of ``workers`` live workers
+    sharing ``leases``: while it holds more than its share (``ceil(leases / workers)``), or,
+    evening out, more than the least share (``floor``) and two more than the requester. Never
+    below the least share: several joiners ask one worker for its surplus at once, and a worker
+    that gave more than its surplus asked others for leases back, which moved again."""
+    if workers <= 0:
+        return True
+    least, extra = divmod(leases, workers)
+    share = least + (1 if extra else 0)
+    return mine > share or (mine > least and mine >= requester_holds + 2)
+
+
+def _requests(
+    alive_by_owner: dict[str, list[Lease]],
+    target: int,
+    mine: int,
+    need: int,
+    budget: int,
+    chooser: random.Random,
+) -> list[PlannedTake]:
+    """Handoff requests (see the module doc): each worker above target asked for at most its
+    surplus, up to ``budget`` in all, the workers with a surplus in random order (workers
+    that plan at the same moment spread over them rather than all asking the busiest); else
+    the evening-out request."""
+    if not alive_by_owner or budget <= 0 or need <= 0:
+        return []
+    above = [owner for owner, owned in alive_by_owner.items() if len(owned) > target]
+    chooser.shuffle(above)
+    wanted = min(need, budget)
+    takes: list[PlannedTake] = []
+    for owner in above:
+        if len(takes) >= wanted:
+            break
+        movable = [lease for lease in alive_by_owner[owner] if not lease.handoff_pending]
+        count = min(len(alive_by_owner[owner]) - target, wanted - len(takes), len(movable))
+        takes += [PlannedTake(lease, "stolen") for lease in chooser.sample(movable, count)]
+    if takes:
+        return takes
+    return _steals(alive_by_owner, min(target, mine + 1), need, 1, chooser)
 
 
 def _steals(

@@ -77,7 +77,7 @@ from typing import Any, Self
 
 from shardflow.aws.kinesis import list_shards
 from shardflow.clock import SYSTEM_CLOCK, Clock
-from shardflow.errors import ShardflowError
+from shardflow.errors import AwsError, ShardflowError
 from shardflow.events import (
     EventCallback,
     EventEmitter,
@@ -108,6 +108,9 @@ from shardflow.shards import ChildShard
 from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.leases")
+
+_RETRY_PAUSE = 1.0
+"""Seconds before a failed take cycle is tried again (doubling, up to failover_time / 4)."""
 
 
 class LeaseCoordinator:
@@ -145,7 +148,11 @@ class LeaseCoordinator:
         self.acquired: asyncio.Queue[OwnedLease] = asyncio.Queue()
         """Every lease this worker takes, as it is taken (it may be lost by the time it is read)."""
         self._renewer = LeaseRenewer(
-            self._owned, settings=self._settings, clock=clock, on_renewed=self._renewed
+            self._owned,
+            settings=self._settings,
+            clock=clock,
+            on_renewed=self._renewed,
+            on_failed=self._renew_failed,
         )
         self._taker = LeaseTaker(
             store,
@@ -176,7 +183,13 @@ class LeaseCoordinator:
         self._fleet: KclFleet | None = None
         self._taker.defers = self._defers_to_kcl
         self._moves.kcl_workers = self._live_kcl_workers
+        self._parent_waiters: dict[str, set[asyncio.Event]] = {}
+        """Parent lease key -> the waits of its children here (see wait_parents_done)."""
+        self._taker.on_finished = self._shard_ended_seen
+        self._moves.on_finished = self._shard_ended_seen
         self._sync_wanted = asyncio.Event()
+        self._sync_contended = False
+        """A shard sync met another worker creating the same leases (see create_in_order)."""
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -245,7 +258,10 @@ class LeaseCoordinator:
             await self.stop(release=True)
             raise
         self._spawn(self._take_loop(), "take")
-        self._spawn(self._sync_loop(listed=len(empty) == len(specs)), "shard-sync")
+        self._spawn(
+            self._sync_loop(listed=len(empty) == len(specs), contended=self._sync_contended),
+            "shard-sync",
+        )
         if changes is not None:
             self._spawn(self._pickup_loop(changes), "pickup")
         if self._fleet is not None and self._fleet.kcl3:
@@ -297,13 +313,38 @@ class LeaseCoordinator:
         return True
 
     async def wait_parents_done(self, owned: OwnedLease) -> bool:
-        """Wait until :meth:`parents_done` (True), re-reading every ``parent_poll_interval``;
-        False as soon as ``owned`` is lost or the coordinator stops."""
+        """Wait until :meth:`parents_done` (True), re-reading every ``parent_poll_interval``
+        and as soon as a parent's lease is seen finished (on the table's stream, or in a
+        scan); a read that fails is tried again then. False as soon as ``owned`` is lost or
+        the coordinator stops."""
+        parents = [self._streams.key_for(owned.lease, p) for p in owned.parent_shard_ids]
         while not owned.lost.is_set() and not self._stopped.is_set():
-            if await self.parents_done(owned):
-                return True
-            await self._sleep_unless(owned.lost, self._settings.parent_poll_interval)
+            ended = asyncio.Event()  # registered before the read: an end seen meanwhile wakes it
+            for key in parents:
+                self._parent_waiters.setdefault(key, set()).add(ended)
+            try:
+                try:
+                    if await self.parents_done(owned):
+                        return True
+                except AwsError as exc:
+                    log.info("reading the parents of %s failed; again: %s", owned.lease_key, exc)
+                await first_of(
+                    owned.lost, ended, self._clock.sleep(self._settings.parent_poll_interval)
+                )
+            finally:
+                for key in parents:
+                    waiting = self._parent_waiters.get(key)
+                    if waiting is not None:
+                        waiting.discard(ended)
+                        if not waiting:
+                            del self._parent_waiters[key]
         return False
+
+    def _shard_ended_seen(self, lease_key: str) -> None:
+        """A lease was seen with checkpoint SHARD_END: its children waiting here read again
+        now rather than at their next poll (a child of a split waited up to 10 s)."""
+        for event in self._parent_waiters.pop(lease_key, ()):
+            event.set()
 
     async def leave(self) -> int:
         """Begin leaving: take nothing more and, with ``handoff``, hand every held lease to
@@ -393,6 +434,7 @@ class LeaseCoordinator:
         return owned
 
     def _renewed(self, owned: OwnedLease, duration: float) -> None:
+        self._taker.tracker.answered(self._clock.monotonic())
         self._moves.consider(owned.lease)
         self._events.for_shard(owned.stream, owned.shard_id).emit(
             LeaseRenewed,
@@ -400,6 +442,12 @@ class LeaseCoordinator:
             counter=owned.lease.lease_counter,
             duration=duration,
         )
+
+    def _renew_failed(self, owned: OwnedLease) -> None:
+        """The table did not answer a renewal: until a call of this worker succeeds again,
+        the time does not count towards others' expiry (they may not have been able to write
+        either); see :meth:`ExpiryTracker.blind`."""
+        self._taker.tracker.blind(self._clock.monotonic())
 
     def _ended(self, owned: OwnedLease) -> None:
         """An owned lease ended (lost or released): forget it and say so."""
@@ -416,6 +464,11 @@ class LeaseCoordinator:
                 # A handler of the shard still runs here: neither claimed again nor released
                 # by this worker (see pass_on_inbound); others take it once it expired.
                 self._taker.expiring.add(owned.lease_key)
+            elif why == "expired" and self.running:
+                # Lapsed here (the table did not answer renewals), taken by nobody yet: claim
+                # it again as soon as the table answers (the take cycle resumes leases that
+                # name this worker) rather than leave it to expire for the others.
+                self._take_soon.set()
             events.emit(LeaseLost, lease_key=owned.lease_key, why=why, new_owner=owned.new_owner)
 
     async def _release_quietly(self, owned: OwnedLease) -> None:
@@ -466,22 +519,47 @@ class LeaseCoordinator:
 
     async def _take_loop(self) -> None:
         """A take cycle every ``take_interval``, and sooner: when pick-up saw a lease move,
-        when an observed lease expires, when a handoff becomes overdue."""
+        when an observed lease expires, when a handoff becomes overdue. A cycle that failed
+        (the table did not answer) is tried again after a pause that doubles with each
+        failure, up to a quarter of failover_time: the early moments above are planned from
+        the last scan that succeeded and lie in the past by then (once retried at once, in a
+        loop, through a whole brownout); and leases that lapsed here meanwhile are claimed
+        again by the first cycle that gets through, before the others may take them."""
         next_cycle = self._clock.monotonic() + self._settings.take_every
+        failures = 0
         while True:
             wake = next_cycle
             early = self._taker.next_wake()
             if early is not None:
                 wake = min(wake, early + 0.01)  # just after: the lease is expired by then
+            if failures:
+                pause = min(
+                    _RETRY_PAUSE * 2 ** min(failures - 1, 8),
+                    self._settings.take_every,
+                    self._settings.failover_time / 4,
+                )
+                wake = max(wake, self._clock.monotonic() + pause)
             await self._sleep_unless(self._take_soon, max(wake - self._clock.monotonic(), 0.0))
             self._take_soon.clear()
             if self._moves.leaving:
                 return
-            await self._guarded("take cycle", self.take_cycle())
-            next_cycle = self._clock.monotonic() + self._settings.take_every
+            # Woken early with the table's stream read: plan on what the stream showed since
+            # the last scan; the table itself is scanned on the take interval.
+            periodic = self._clock.monotonic() >= next_cycle
+            from_view = not periodic and self._moves.pickup_source == "stream"
+            cycle = self._taker.take_cycle(from_view=from_view)
+            failures = 0 if await self._guarded("take cycle", cycle) else failures + 1
+            if not from_view:
+                next_cycle = self._clock.monotonic() + self._settings.take_every
 
-    async def _sync_loop(self, *, listed: bool) -> None:
-        if not listed:
+    async def _sync_loop(self, *, listed: bool, contended: bool) -> None:
+        if contended:
+            # Another worker was creating the new application's leases as this one started:
+            # look for what it left out once it had the time to finish (or had crashed).
+            await self._sleep_unless(self._sync_wanted, self._settings.failover_time)
+            self._sync_wanted.clear()
+            await self._guarded("shard sync", self.sync_shards())
+        elif not listed:
             # Streams that had leases at start: look for shards created meanwhile, soon.
             await self._guarded("shard sync", self.sync_shards())
         while True:
@@ -501,7 +579,11 @@ class LeaseCoordinator:
             initial=spec.initial_position or self._initial,
             stream_identifier=self._streams.identifier_of(spec),
             concurrency=self._settings.renew_concurrency,
+            on_contended=self._contended,
         )
+
+    def _contended(self) -> None:
+        self._sync_contended = True
 
     async def _children_from_listing(self, spec: StreamSpec, shard_id: str) -> list[ChildShard]:
         shards = await list_shards(self._kinesis, spec.name)
@@ -517,13 +599,19 @@ class LeaseCoordinator:
         self._tasks = [task for task in self._tasks if not task.done()]
         self._tasks.append(asyncio.create_task(work, name=f"shardflow-lease-{name}"))
 
-    async def _guarded(self, what: str, work: Coroutine[Any, Any, object]) -> None:
+    async def _guarded(self, what: str, work: Coroutine[Any, Any, object]) -> bool:
+        """Run ``work``; False (logged) if it failed."""
         try:
             await work
         except asyncio.CancelledError:
             raise
+        except AwsError as exc:
+            log.warning("%s of worker %s failed; tried again later: %s", what, self._worker_id, exc)
+            return False
         except Exception:
             log.exception("%s of worker %s failed; tried again later", what, self._worker_id)
+            return False
+        return True
 
     async def _sleep_unless(self, event: asyncio.Event, seconds: float) -> None:
         """Sleep ``seconds`` on the coordinator's clock, or until ``event`` is set."""

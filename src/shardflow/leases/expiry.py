@@ -4,6 +4,12 @@ A held lease is expired when its ``leaseCounter`` has not changed for ``failover
 this observer first saw that counter value; a lease nobody holds is free at once. The first
 sighting of a lease starts its clock, so after a restart a crashed worker's leases are taken
 one failover time later, as in KCL.
+
+Time during which this observer could not read the table does not count against a lease:
+after an outage of the lease table every lease looks unchanged for longer than failover_time
+(nobody could write), although their owners only could not renew. Silence that this
+observer could not have seen is no evidence that an owner died; a lease expires once it has
+stayed unchanged for failover_time of the time this observer could read (:meth:`blind`).
 """
 
 from __future__ import annotations
@@ -34,35 +40,77 @@ class ExpiryTracker:
         self._failover = failover_time
         self._seen: dict[str, _Sighting] = {}
         self._renewed: dict[str, float] = {}
+        self._blind_since: float | None = None
+
+    @property
+    def is_blind(self) -> bool:
+        """A call failed and none succeeded since (see :meth:`blind`)."""
+        return self._blind_since is not None
+
+    def blind(self, now: float) -> None:
+        """A call of this observer to the table failed at ``now``: until one succeeds again
+        (:meth:`answered`, or a complete scan), that stretch does not count towards any
+        lease's expiry. A single failure among successes costs nothing: the stretch ends at
+        the next success, moments later."""
+        if self._blind_since is None:
+            self._blind_since = now
+
+    def answered(self, now: float) -> None:
+        """A call of this observer to the table succeeded at ``now``: a blind stretch ends."""
+        if self._blind_since is not None:
+            self._excuse(now)
+
+    def _excuse(self, now: float) -> None:
+        """The blind stretch ended at ``now``: move every sighting's clock on by its length."""
+        since, self._blind_since = self._blind_since, None
+        if since is None or now <= since:
+            return
+        shift = now - since
+        self._seen = {
+            key: replace(sighting, since=sighting.since + shift)
+            for key, sighting in self._seen.items()
+        }
+        self._renewed = {worker: at + shift for worker, at in self._renewed.items()}
 
     def observe(self, leases: Iterable[Lease], now: float, *, complete: bool = True) -> None:
         """Record a table scan taken at ``now`` (monotonic seconds of this observer).
 
-        With ``complete`` the scan is the whole table: leases missing from it are forgotten.
+        With ``complete`` the scan is the whole table: leases missing from it are forgotten
+        (and a blind stretch before it ends, see :meth:`blind`).
         """
+        if complete and self._blind_since is not None:
+            self._excuse(now)
+        seen = self._seen
         present: set[str] = set()
         for lease in leases:
-            present.add(lease.lease_key)
-            previous = self._seen.get(lease.lease_key)
+            key = lease.lease_key
+            if complete:
+                present.add(key)
+            previous = seen.get(key)
             # Owner changes are counted as changes too: a handoff moves the lease without
             # bumping the counter, and the new holder deserves a fresh failover time.
-            request = lease.extra.get(HANDOFF_REQUEST)
-            if previous is not None:
+            request = lease.extra.get(HANDOFF_REQUEST) if lease.extra else None
+            counter = lease.lease_counter
+            if previous is None:
+                seen[key] = _Sighting(
+                    counter, lease.lease_owner, lease.checkpoint_owner, now, request
+                )
+                continue
+            if previous.counter != counter or request is not None:
                 self._note_writers(previous, lease, request, now)
             if (
-                previous is None
-                or previous.counter != lease.lease_counter
+                previous.counter != counter
                 or previous.owner != lease.lease_owner
                 or previous.checkpoint_owner != lease.checkpoint_owner
             ):
-                self._seen[lease.lease_key] = _Sighting(
-                    lease.lease_counter, lease.lease_owner, lease.checkpoint_owner, now, request
+                seen[key] = _Sighting(
+                    counter, lease.lease_owner, lease.checkpoint_owner, now, request
                 )
             elif request != previous.request:
-                self._seen[lease.lease_key] = replace(previous, request=request)
+                seen[key] = replace(previous, request=request)
         if complete:
-            for key in self._seen.keys() - present:
-                del self._seen[key]
+            for key in seen.keys() - present:
+                del seen[key]
 
     def _note_writers(self, previous: _Sighting, lease: Lease, request: object, now: float) -> None:
         """Who must have been alive for ``lease`` to change from ``previous``: proof of life

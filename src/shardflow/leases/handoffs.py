@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from shardflow.leases.handoff_request import handoff_request_of, leaving_owner_of
 from shardflow.leases.model import Lease
 
+_SEEN_WITHIN = 1.0
+"""Seconds within which a request this worker wrote shows in what it reads (the stream lags):
+missing after that, the owner removed it (declined)."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Sighting:
@@ -57,9 +61,11 @@ class HandoffBook:
                 or lease.lease_owner != request.worker
                 or lease.handoff_pending
                 or asked_by_another(lease, self._me)
+                or (handoff_request_of(lease) is None and now - request.since >= _SEEN_WITHIN)
             ):
-                # Answered, taken, gone, or overwritten by another joiner's request: free to
-                # ask for a different lease now rather than wait out the timeout.
+                # Answered, declined, taken, gone, or overwritten by another joiner's request:
+                # free to ask for a different lease now rather than wait out the timeout (a
+                # declined request is never stolen).
                 del self._requested[key]
         inbound: dict[str, _Sighting] = {}
         for key, lease in leases.items():
@@ -71,6 +77,14 @@ class HandoffBook:
                     seen if seen is not None and seen.worker == old else _Sighting(old, now)
                 )
         self._inbound = inbound
+
+    def requested_of(self) -> dict[str, str]:
+        """Open requests: lease key -> the owner asked."""
+        return {key: sighting.worker for key, sighting in self._requested.items()}
+
+    def forget_request(self, lease_key: str) -> None:
+        """Stop waiting for an answer to the request for ``lease_key`` (nothing is stolen)."""
+        self._requested.pop(lease_key, None)
 
     @property
     def open_requests(self) -> int:
@@ -111,6 +125,7 @@ def successors(
     is_expired: Callable[[Lease], bool],
     also: Iterable[str] = (),
     seen_alive: Callable[[str], bool] | None = None,
+    tie_break: Callable[[str], int] | None = None,
 ) -> list[str]:
     """Who should get ``count`` leases of leaving worker ``worker_id``: least loaded first.
 
@@ -120,7 +135,10 @@ def successors(
     leases away, or having said so on a lease: ``shardflowLeaving``). When ``seen_alive`` confirms some candidates (they were seen
     renewing lately), only those are picked: a KCL worker that stopped keeps its metrics item
     and looks live for a while. Each pick counts towards the picked worker's load. Empty when
-    there is nobody to hand to (the leases are then released).
+    there is nobody to hand to (the leases are then released). Ties go by ``tie_break`` (then
+    by name): a leaver passes its own order, so that workers leaving together do not all
+    hand their leases to the same workers (ten leavers of 110 workers each gave its 91 leases
+    to the same 91 of the 100 that stayed, and the leases moved again to even out).
     """
     leases = list(leases)
     loads: Counter[str] = Counter()
@@ -147,7 +165,10 @@ def successors(
             loads = confirmed
     picks: list[str] = []
     for _ in range(count if loads else 0):
-        chosen = min(loads, key=lambda worker: (loads[worker], worker))
+        chosen = min(
+            loads,
+            key=lambda worker: (loads[worker], tie_break(worker) if tie_break else 0, worker),
+        )
         loads[chosen] += 1
         picks.append(chosen)
     return picks

@@ -12,6 +12,7 @@ may each have chosen the other, and neither may end with the other's leases.
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore
 from shardflow.leases.streams import StreamSet
 from shardflow.leases.taker import LeaseTaker
+from shardflow.records import SHARD_END
 
 log = logging.getLogger("shardflow.leases")
 
@@ -66,6 +68,7 @@ class LeaseMoves:
         self._lease_streams = lease_streams
         self._images: dict[str, tuple[str | None, str | None]] = {}
         self._handing: set[str] = set()
+        self._declining: set[str] = set()
         self._view: dict[str, Lease] = {}
         """While leaving: the table as last seen (the leave's scan, then pick-up's changes),
         for choosing who gets a lease passed on."""
@@ -76,6 +79,8 @@ class LeaseMoves:
         """Set once the worker leaves: nothing is claimed, taken or handed over any more."""
         self.kcl_workers: Callable[[], frozenset[str]] = frozenset
         """Live KCL 3.x workers: candidates to hand leases to even while they hold none."""
+        self.on_finished: Callable[[str], None] = lambda key: None
+        """Called with the key of every finished lease (checkpoint SHARD_END) the stream shows."""
         self.pickup_source = "off"
         """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`changes`)."""
 
@@ -285,10 +290,16 @@ class LeaseMoves:
             seen_alive=lambda worker: tracker.renewed_within(
                 worker, now, self._settings.failover_time * 0.75
             ),
+            tie_break=self._tie_break,
         )
 
+    def _tie_break(self, worker: str) -> int:
+        """This worker's own order among equally loaded candidates (see successors)."""
+        return zlib.crc32(f"{self._worker_id}\n{worker}".encode())
+
     def consider(self, lease: Lease) -> None:
-        """A fresh view of ``lease``: honour a handoff request on a lease held here."""
+        """A fresh view of ``lease``: answer a handoff request on a lease held here, by
+        handing it over while this worker keeps its share, else by declining it."""
         owned = self._owned.get(lease.lease_key)
         if owned is None or not self._settings.handoff or self.leaving:
             return
@@ -301,10 +312,25 @@ class LeaseMoves:
             or lease.handoff_pending
             or owned.giving_up.is_set()
             or lease.lease_key in self._handing
+            or lease.lease_key in self._declining
         ):
             return
-        self._handing.add(lease.lease_key)
         requester = request.requester
+        if not self._taker.may_give(requester, self._handing):
+            self._declining.add(lease.lease_key)
+
+            async def decline() -> None:
+                try:
+                    await self._store.decline_handoff(lease, self._worker_id)
+                    log.info("declined to hand lease %s to %s", lease.lease_key, requester)
+                except ShardflowError as exc:  # a new request meanwhile, or a brownout
+                    log.info("declining lease %s to %s failed: %s", lease.lease_key, requester, exc)
+                finally:
+                    self._declining.discard(lease.lease_key)
+
+            self._spawn(decline(), f"decline-{lease.shard_id}")
+            return
+        self._handing.add(lease.lease_key)
 
         async def hand() -> None:
             try:
@@ -352,6 +378,8 @@ class LeaseMoves:
             for lease in view.leases:
                 self.consider(lease)
             return
+        if view.resumed:
+            self._taker.forget_view()  # changes were missed: the next cycle scans
         self._taker.observe(list(view.leases), list(view.removed))
         if self.leaving:
             self._see(view.leases)
@@ -362,6 +390,8 @@ class LeaseMoves:
             return
         moved = False
         for lease in view.leases:
+            if lease.checkpoint.sequence_number == SHARD_END:
+                self.on_finished(lease.lease_key)
             image = (lease.lease_owner, lease.checkpoint_owner)
             previous = self._images.get(lease.lease_key)
             self._images[lease.lease_key] = image

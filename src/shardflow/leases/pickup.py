@@ -40,11 +40,15 @@ stream shards over about every four hours; a closed shard also triggers one at o
 @dataclass(frozen=True, slots=True)
 class LeaseView:
     """Leases as one read saw them. ``complete``: the whole table (missing keys are gone);
-    otherwise only the leases that changed, and ``removed`` the keys of deleted items."""
+    otherwise only the leases that changed, and ``removed`` the keys of deleted items.
+    ``resumed``: the stream is read again from its latest change (at the start, or after its
+    iterators were lost): changes before this view may never be seen, so a picture of the
+    table kept from earlier views is incomplete."""
 
     leases: tuple[Lease, ...]
     complete: bool
     removed: tuple[str, ...] = ()
+    resumed: bool = False
 
 
 class LeaseChanges(Protocol):
@@ -128,6 +132,7 @@ class StreamChanges:
         self._known.clear()
         self._iterators.clear()
         await self._describe(first=True)
+        yield LeaseView((), complete=False, resumed=True)
         while True:
             started = self._clock.monotonic()
             try:
@@ -135,7 +140,7 @@ class StreamChanges:
             except AwsError as exc:
                 log.warning("reading the lease table's stream failed, tried again: %s", exc)
                 view = None
-            if view is not None and (view.leases or view.removed):
+            if view is not None and (view.leases or view.removed or view.resumed):
                 yield view
             pause = self._interval - (self._clock.monotonic() - started)
             await self._clock.sleep(max(pause, 0.0))
@@ -148,6 +153,7 @@ class StreamChanges:
             await self._describe(first=False)
         leases: dict[str, Lease] = {}
         removed: list[str] = []
+        resumed = False
         for shard_id, iterator in list(self._iterators.items()):
             try:
                 answer = await self._call("get_records", ShardIterator=iterator)
@@ -156,6 +162,7 @@ class StreamChanges:
                 del self._iterators[shard_id]
                 self._known.discard(shard_id)
                 await self._describe(first=True)
+                resumed = True
                 continue
             following = answer.get("NextShardIterator")
             if following:
@@ -175,7 +182,9 @@ class StreamChanges:
                 lease = _lease_of(image)
                 if lease is not None:
                     leases[lease.lease_key] = lease  # the latest image of each lease wins
-        return LeaseView(tuple(leases.values()), complete=False, removed=tuple(removed))
+        return LeaseView(
+            tuple(leases.values()), complete=False, removed=tuple(removed), resumed=resumed
+        )
 
 
 def _lease_of(image: dict[str, Any]) -> Lease | None:

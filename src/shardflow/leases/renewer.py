@@ -30,11 +30,14 @@ class LeaseRenewer:
         settings: LeaseSettings,
         clock: Clock,
         on_renewed: Callable[[OwnedLease, float], None] | None = None,
+        on_failed: Callable[[OwnedLease], None] | None = None,
     ) -> None:
+        """``on_failed``: a renewal failed for now (the table did not answer)."""
         self._owned = owned
         self._settings = settings
         self._clock = clock
         self._on_renewed = on_renewed
+        self._on_failed = on_failed
         self._queue: asyncio.Queue[OwnedLease] = asyncio.Queue()
         self._queued: set[str] = set()
 
@@ -87,5 +90,8 @@ class LeaseRenewer:
 
     async def _renew(self, owned: OwnedLease) -> None:
         started = self._clock.monotonic()
-        if await owned.renew() == "renewed" and self._on_renewed is not None:
+        outcome = await owned.renew()
+        if outcome == "renewed" and self._on_renewed is not None:
             self._on_renewed(owned, self._clock.monotonic() - started)
+        elif outcome == "failed" and self._on_failed is not None:
+            self._on_failed(owned)

@@ -43,7 +43,10 @@ class LeaseSettings:
     max_leases_per_worker: int | None = None
     """Never hold more leases than this (None: no limit)."""
     max_leases_to_steal_at_once: int = 1
-    """Leases taken from a busier live worker per take cycle."""
+    """Leases taken from a busier live worker per take cycle. With ``handoff`` (where a
+    "steal" is a request answered by a graceful handoff): the requests open at once during a
+    worker's first ``failover_time`` in a running fleet; after that up to
+    ``renew_concurrency``."""
     shard_sync_interval: float = 60.0
     """How often shards are listed to create leases for new shards."""
     parent_poll_interval: float = 10.0

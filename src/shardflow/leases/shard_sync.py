@@ -173,24 +173,39 @@ async def create_in_order(
     *,
     concurrency: int,
     on_created: Callable[[Lease], None] | None = None,
+    on_contended: Callable[[], None] | None = None,
 ) -> list[Lease]:
     """Create the planned leases generation by generation; existing ones are left alone.
+
+    With ``on_contended`` the plan's first lease is created alone, first: when that creation
+    is refused, another worker is creating the same leases at this moment (workers that start
+    together on a new application, or whose shard syncs meet), so nothing more is created
+    here and ``on_contended`` is called; that worker creates them, each once, instead of
+    every worker sending every creation.
 
     Returns the leases this call created (another worker may have created the rest).
     """
     created: list[Lease] = []
 
-    async def create(lease: Lease) -> None:
+    async def create(lease: Lease) -> bool:
         try:
             result = await store.create_if_absent(lease)
         except LeaseConditionFailedError:
-            return  # someone else created it first: same shard, same lineage rules
+            return False  # someone else created it first: same shard, same lineage rules
         created.append(result)
         if on_created is not None:
             on_created(result)
+        return True
 
-    for generation in plan.generations:
-        await run_bounded(generation, create, concurrency=concurrency)
+    async def create_quietly(lease: Lease) -> None:
+        await create(lease)
+
+    generations = [list(generation) for generation in plan.generations if generation]
+    if on_contended is not None and generations and not await create(generations[0].pop(0)):
+        on_contended()
+        return created
+    for generation in generations:
+        await run_bounded(generation, create_quietly, concurrency=concurrency)
     return created
 
 
@@ -203,15 +218,17 @@ async def sync_stream(
     initial: StartPosition,
     stream_identifier: str | None = None,
     concurrency: int = 32,
+    on_contended: Callable[[], None] | None = None,
 ) -> list[Lease]:
-    """List ``stream``'s shards and create the leases missing from ``existing`` (its leases).
+    """List ``stream``'s shards and create the leases missing from ``existing`` (its leases);
+    ``on_contended``: see :func:`create_in_order`.
 
     Returns the leases created by this call.
     """
     shards = await list_shards(kinesis, stream)
     leased = {lease.shard_id for lease in existing}
     plan = plan_leases(shards, leased, initial=initial, stream_identifier=stream_identifier)
-    created = await create_in_order(store, plan, concurrency=concurrency)
+    created = await create_in_order(store, plan, concurrency=concurrency, on_contended=on_contended)
     if created:
         log.info("created %d leases for stream %s", len(created), stream)
     return created

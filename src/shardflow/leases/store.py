@@ -120,6 +120,8 @@ class LeaseStore(Protocol):
 
     async def request_handoff(self, lease: Lease, requester: str) -> Lease: ...
 
+    async def decline_handoff(self, lease: Lease, owner: str) -> Lease: ...
+
     async def mark_leaving(self, lease: Lease, owner: str) -> Lease: ...
 
 
@@ -257,6 +259,10 @@ class LeaseStoreBase(abc.ABC):
     async def request_handoff(self, lease: Lease, requester: str) -> Lease:
         """Ask the owner of ``lease`` to hand it to ``requester`` (see writes.request_handoff)."""
         return await self._lease(writes.request_handoff(lease, requester))
+
+    async def decline_handoff(self, lease: Lease, owner: str) -> Lease:
+        """Remove the handoff request seen on ``lease`` (see writes.decline_handoff)."""
+        return await self._lease(writes.decline_handoff(lease, owner))
 
     async def mark_leaving(self, lease: Lease, owner: str) -> Lease:
         """Say on ``lease`` that its owner leaves (see writes.mark_leaving)."""

@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from typing import Final
 
 from shardflow.clock import Clock
 from shardflow.errors import ShardflowError
 from shardflow.events import AcquiredHow, EventEmitter, WorkerJoined, WorkerLeft
-from shardflow.leases.balance import PlannedTake, plan_takes
+from shardflow.leases.balance import PlannedTake, TakePlan, may_give, plan_takes, target_for
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.expiry import ExpiryTracker
@@ -77,13 +78,24 @@ class LeaseTaker:
         self._book = HandoffBook(worker_id, settings.handoff_timeout)
         self._lock = asyncio.Lock()
         self._claiming: set[str] = set()
+        self._patient_until: float | None = None
+        self._view: dict[str, Lease] | None = None
+        """The table as the last complete scan showed it, with the stream's changes since."""
+        self._view_loads: Counter[str] = Counter()
+        """Leases per owner in ``_view`` (kept with it)."""
         self._last_cycle: float | None = None
         self._free_left = False
+        """Free or expired leases were left that this worker may still want: another cycle
+        soon (see next_wake)."""
         self.enabled = True
         """False stops taking (at shutdown), even in a cycle under way."""
         self.expiring: set[str] = set()
         """Leases this worker left to expire (:meth:`OwnedLease.let_expire`): never claimed
         again here, although they still name this worker."""
+        self.on_finished: Callable[[str], None] = lambda key: None
+        """Called with the key of every finished lease (checkpoint SHARD_END) a scan shows."""
+        self.last_plan: TakePlan | None = None
+        """The last cycle's balancing decision (its target and the loads it saw)."""
         self.defers: Callable[[], bool] = lambda: False
         """True while a KCL 3.x leader assigns leases: take free and expired leases only,
         never steal or ask for a live one (see :mod:`shardflow.leases.fleet`)."""
@@ -93,9 +105,26 @@ class LeaseTaker:
         return self._tracker
 
     def observe(self, leases: list[Lease], removed: list[str]) -> None:
-        """Leases that changed (a stream), as seen now: expiry clocks restart on changes."""
+        """Leases that changed (a stream), as seen now: expiry clocks restart on changes, and
+        the table as last scanned is brought up to date (see :meth:`take_cycle`)."""
         self._tracker.observe(leases, self._clock.monotonic(), complete=False)
         self._tracker.forget(removed)
+        view = self._view
+        if view is not None:
+            loads = self._view_loads
+            for lease in leases:
+                known = view.get(lease.lease_key)
+                # An image older than the scan (the stream lags) leaves the scan's lease.
+                if known is None or lease.lease_counter >= known.lease_counter:
+                    if known is not None and known.lease_owner is not None:
+                        loads[known.lease_owner] -= 1
+                    if lease.lease_owner is not None:
+                        loads[lease.lease_owner] += 1
+                    view[lease.lease_key] = lease
+            for key in removed:
+                gone = view.pop(key, None)
+                if gone is not None and gone.lease_owner is not None:
+                    loads[gone.lease_owner] -= 1
 
     def next_wake(self) -> float | None:
         """When a cycle should run before the next periodic one: when an observed lease
@@ -113,17 +142,55 @@ class LeaseTaker:
             moments.append(after + max(1.0, self._settings.pickup_poll_interval))
         return min((m for m in moments if m is not None), default=None)
 
-    async def take_cycle(self, leases: list[Lease] | None = None) -> list[OwnedLease]:
+    def forget_view(self) -> None:
+        """Changes to the table may have been missed (the stream is read again from its latest
+        change): the next cycle scans."""
+        self._view = None
+
+    async def take_cycle(
+        self, leases: list[Lease] | None = None, *, from_view: bool = False
+    ) -> list[OwnedLease]:
         """Scan once (or use ``leases``, a complete scan just made) and take what the balance
-        rules allow; the leases taken."""
+        rules allow; the leases taken.
+
+        ``from_view``: plan on the table as the last scan showed it, brought up to date by
+        the changes read from the table's stream since (:meth:`observe`), without a scan:
+        for the cycles lease pick-up wakes whenever a lease moved (while leases move, every
+        worker would otherwise scan the whole table a few times a second). Scans once the
+        view is missing, or while reads fail (this worker cannot tell what it missed), or
+        when it shows free leases: those are raced for (a new application, a split), and a
+        picture a moment old shows leases free that others took since and hides who took
+        them, so a worker would count too few peers and take far beyond its share.
+        """
         async with self._lock:
+            view = self._view
+            if (
+                from_view
+                and leases is None
+                and view is not None
+                and not self._tracker.is_blind
+                and not any(lease.is_free for lease in view.values())
+            ):
+                return await self._cycle(list(view.values()), fresh=False)
             return await self._cycle(leases)
 
-    async def _cycle(self, scanned: list[Lease] | None) -> list[OwnedLease]:
-        leases = await self._store.list_leases() if scanned is None else scanned
+    async def _cycle(self, scanned: list[Lease] | None, *, fresh: bool = True) -> list[OwnedLease]:
+        if scanned is None:
+            try:
+                leases = await self._store.list_leases()
+            except ShardflowError:
+                self._tracker.blind(self._clock.monotonic())
+                raise
+        else:
+            leases = scanned
         now = self._clock.monotonic()  # after the scan: no item was read later than this
         self._last_cycle = now
-        self._tracker.observe(leases, now)
+        if fresh:
+            self._tracker.observe(leases, now)
+            self._view = {lease.lease_key: lease for lease in leases}
+            self._view_loads = Counter(
+                lease.lease_owner for lease in leases if lease.lease_owner is not None
+            )
         ours = self._streams.ours(leases)
         children = self._children_of(ours)
         active, finished = self._split_finished(ours, children)
@@ -137,7 +204,8 @@ class LeaseTaker:
         if handoff:
             self._book.update({lease.lease_key: lease for lease in active}, now)
             taken += await self._take_overdue(active, now)
-            max_steal = max(max_steal - self._book.open_requests, 0)
+            budget = self._request_budget(active, now)
+            max_steal = max(budget - self._book.open_requests, 0)
         defers = self.defers()
         if defers:
             max_steal = 0  # the KCL leader balances; a steal would fight it
@@ -151,25 +219,118 @@ class LeaseTaker:
             rng=self._rng,
             orphans_beyond_target=defers,
             even_out=handoff and not defers,
+            max_takes=self._max_takes(defers),
+            asked=self._book.open_requests if handoff else 0,
         )
+        self.last_plan = plan
         self._note_peers(plan.live_workers)
+        if handoff:
+            self._drop_declined(plan)
         planned_keys = {planned.lease.lease_key for planned in plan.takes}
+        capped = len(plan.takes) < plan.target - plan.held  # max_takes: more wanted soon
         self._free_left = any(
-            lease.is_free and lease.lease_key not in planned_keys for lease in active
+            lease.lease_key not in planned_keys
+            and (lease.is_free or (capped and self._tracker.is_expired(lease, now)))
+            for lease in active
         )
 
+        # Refused takes of free or expired leases name who got them: workers this scan could
+        # not show (they held nothing yet). Once the leases taken here reach the share the
+        # fleet known now allows, the cycle stops taking; the rest goes to the others (100
+        # workers starting together on 10,000 shards each tried to take all 10,000).
+        revealed: set[str] = set()
+        got = 0
+
+        def enough() -> bool:
+            if defers or not revealed:
+                return False
+            known = len(plan.live_workers | revealed)
+            share = target_for(len(active), known, self._settings.max_leases_per_worker)
+            return plan.held + got >= share
+
         async def take(planned: PlannedTake) -> None:
+            nonlocal got
             if handoff and planned.how == "stolen":
                 await self._request(planned.lease)
                 return
-            owned = await self._take(planned)
+            if planned.how in ("free", "expired") and enough():
+                self._free_left = True
+                return
+            owned = await self._take(planned, revealed)
             if owned is not None:
                 taken.append(owned)
+                got += 1
 
         await run_bounded(plan.takes, take, concurrency=self._settings.renew_concurrency)
         if finished and self._settings.cleanup_finished_leases:
             await self._clean_up(finished, ours, children)
         return taken
+
+    def may_give(self, requester: str, handing: Collection[str] = ()) -> bool:
+        """Whether to answer ``requester``'s request for one of this worker's leases: only
+        while this worker keeps its share (see :func:`~shardflow.leases.balance.may_give`),
+        judged on the table as the stream has shown it since the last scan (the last take
+        cycle's picture is seconds old while leases move: an owner that still saw its old
+        share gave joiners more than its surplus, then asked others for leases back).
+        ``handing``: leases whose handoff is being begun (counted as given to ``requester``)."""
+        mine = 0
+        in_flight = 0
+        for key, owned in self._owned.items():
+            if key in handing:
+                in_flight += 1
+            elif not owned.giving_up.is_set():
+                mine += 1
+        view = self._view
+        if view is not None:
+            loads = self._view_loads
+            workers = {owner for owner, count in loads.items() if count > 0}
+            workers |= {self._worker_id, requester}
+            held = sum(count for count in loads.values() if count > 0)  # finished ones: nobody's
+            return may_give(mine, loads[requester] + in_flight, held, len(workers))
+        plan = self.last_plan
+        if plan is None:
+            return True
+        giving = sum(
+            1
+            for owned in self._owned.values()
+            if owned.giving_up.is_set() and owned.lease.lease_owner == requester
+        )
+        holds = plan.loads.get(requester, 0) + giving + in_flight
+        leases = sum(plan.loads.values())
+        return may_give(mine, holds, leases, len(plan.live_workers | {requester}))
+
+    def _request_budget(self, active: list[Lease], now: float) -> int:
+        """Handoff requests open at once. Requests are answered gracefully, so many may be
+        (a joiner needing 91 leases asked for one at a time: 91 round trips); but a worker
+        that joins a running fleet (its first scan shows no free lease) first waits
+        failover_time: in a deploy a new worker starts as an old one leaves and the leaver
+        hands it its leases, and a burst of requests to everyone else before that would move
+        twice as many leases as the deploy needs."""
+        if self._patient_until is None:
+            joined = not any(lease.is_free for lease in active)
+            self._patient_until = now + (self._settings.failover_time if joined else 0.0)
+        steal = self._settings.max_leases_to_steal_at_once
+        if now < self._patient_until:
+            return steal
+        return max(steal, self._settings.renew_concurrency)
+
+    def _drop_declined(self, plan: TakePlan) -> None:
+        """Forget open requests of owners that, as ``plan`` shows them, no longer hold more
+        than their share (they decline them, see :meth:`may_give`): the budget goes to
+        requests others can answer, and nothing is stolen when they time out."""
+        for key, owner in self._book.requested_of().items():
+            load = plan.loads.get(owner, 0)
+            if not (load > plan.target or load >= plan.held + 2):
+                self._book.forget_request(key)
+
+    def _max_takes(self, defers: bool) -> int | None:
+        """At most what this worker holds (at least one batch of writes) per cycle, so that a
+        hundred workers starting together do not each try every free lease (see
+        :func:`plan_takes`); only where the next cycle comes soon (pick-up on: a cycle a
+        second while leases are left), not in KCL's rhythm of a cycle per take interval."""
+        if defers or self._settings.pickup == "off":
+            return None
+        return max(len(self._owned), self._settings.renew_concurrency)
 
     async def _request(self, lease: Lease) -> None:
         """Ask the owner for ``lease`` instead of stealing it (see handoff_request)."""
@@ -212,10 +373,26 @@ class LeaseTaker:
             owned = await self._take(PlannedTake(lease, "expired"))
             if owned is not None:
                 taken.append(owned)
-        for key in self._book.overdue_requests(now):
+        overdue = self._book.overdue_requests(now)
+        if overdue:
+            loads = Counter(
+                lease.lease_owner
+                for lease in leases
+                if lease.lease_owner is not None and not self._tracker.is_expired(lease, now)
+            )
+            mine = loads[self._worker_id]
+            share = target_for(
+                len(leases),
+                len(set(loads) | {self._worker_id}),
+                self._settings.max_leases_per_worker,
+            )
+        for key in overdue:
             lease = by_key.get(key)
-            if lease is None or lease.handoff_pending:
+            if lease is None or lease.handoff_pending or lease.lease_owner is None:
                 continue
+            load = loads[lease.lease_owner]
+            if not (load > share or load >= mine + 2):
+                continue  # the owner holds no more than its share: it declined, rightly
             log.warning(
                 "lease %s: handoff request not answered within %.1fs; taking it",
                 key,
@@ -226,14 +403,23 @@ class LeaseTaker:
                 taken.append(owned)
         return taken
 
-    async def _take(self, planned: PlannedTake) -> OwnedLease | None:
+    async def _take(
+        self, planned: PlannedTake, revealed: set[str] | None = None
+    ) -> OwnedLease | None:
+        """Take ``planned``; None if that failed. A take refused because another worker got
+        the lease first adds that worker to ``revealed``."""
         if not self.enabled:
             return None
         sent = self._clock.monotonic()
         try:
             lease = await self._store.take(planned.lease, self._worker_id)
-        except LeaseConditionFailedError:
-            return None  # another worker was quicker, or the owner renewed meanwhile
+        except LeaseConditionFailedError as exc:
+            # Another worker was quicker, or the owner renewed meanwhile.
+            holder = exc.current.actual_owner if exc.current is not None else None
+            if revealed is not None and holder not in (None, self._worker_id):
+                assert holder is not None
+                revealed.add(holder)
+            return None
         except ShardflowError as exc:
             log.warning("taking lease %s failed: %s", planned.lease.lease_key, exc)
             return None
@@ -313,6 +499,7 @@ class LeaseTaker:
                 active.append(lease)
                 continue
             finished.append(lease)
+            self.on_finished(lease.lease_key)
             kids = children.get(lease.lease_key, set())
             if (not kids or not kids <= keys) and lease.lease_key not in self._sync_asked:
                 self._sync_asked.add(lease.lease_key)

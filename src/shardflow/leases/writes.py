@@ -580,6 +580,31 @@ def mark_leaving(lease: Lease, owner: str) -> LeaseWrite:
     )
 
 
+def decline_handoff(lease: Lease, owner: str) -> LeaseWrite:
+    """Answer a handoff request on a lease ``owner`` holds with no (a shardflow extension):
+    the owner keeps its share (see :func:`~shardflow.leases.balance.may_give`).
+
+    Removes ``shardflowHandoffRequest`` if it is still the request seen on ``lease``, so the
+    requester asks elsewhere and never steals the lease when its request times out (that
+    fallback is for KCL workers, which ignore requests). Conditions: the owner holds the lease
+    and the request is the one seen; nothing else is touched.
+    """
+    _worker(owner, "owner")
+    request = lease.extra.get(HANDOFF_REQUEST)
+    if request is None:
+        raise ValueError(f"lease {lease.lease_key}: no handoff request to decline")
+    return LeaseWrite(
+        "decline_handoff",
+        lease.lease_key,
+        "update",
+        (Equals(LEASE_OWNER, s(owner)), Equals(HANDOFF_REQUEST, dict(request))),
+        (Remove(HANDOFF_REQUEST),),
+        already_applied=lambda current: (
+            current is not None and current.extra.get(HANDOFF_REQUEST) != request
+        ),
+    )
+
+
 def request_handoff(lease: Lease, requester: str) -> LeaseWrite:
     """Ask the owner of ``lease`` to hand it to ``requester`` (a shardflow extension).
 

@@ -5,9 +5,11 @@ Kinesis client) and :func:`consume_until_caught_up` (the real consumer against i
 in-memory lease table, until every record is handled; then inspect the checkpoints), with
 :func:`fast_settings` and :func:`partition_key_in`; :class:`InMemoryDeadLetters` keeps dead
 letters in a list. :mod:`shardflow.testing.faults` injects
-AWS failures in front of an emulator.
+AWS failures in front of an emulator; :class:`LeaseTableBrownout` makes the in-memory lease
+table answer errors for a while (its ``fault`` hook).
 """
 
+from shardflow.testing.brownout import LeaseTableBrownout
 from shardflow.testing.dead_letters import InMemoryDeadLetters
 from shardflow.testing.harness import (
     FAST_LEASES,
@@ -21,6 +23,7 @@ __all__ = [
     "FAST_LEASES",
     "ConsumeReport",
     "InMemoryDeadLetters",
+    "LeaseTableBrownout",
     "MemoryKinesis",
     "consume_until_caught_up",
     "fast_settings",

@@ -465,6 +465,21 @@ async def test_a_handoff_request_needs_the_owner_seen_and_no_handoff_under_way(
         await joiner.request_handoff(replace(lease, lease_owner=None), "c")
 
 
+async def test_an_owner_declines_the_request_it_saw_and_only_that_one(workers: Workers) -> None:
+    a, joiner, other = await workers(), await workers(), await workers()
+    lease = await held(a)
+    asked = await joiner.request_handoff(lease, "c")
+    declined = await a.decline_handoff(asked, "a")
+    assert handoff_request_of(declined) is None
+    assert declined.lease_counter == lease.lease_counter, "the owner's renewals must go on"
+    again = await joiner.request_handoff(declined, "c")
+    newer = await other.request_handoff(again, "d")  # another joiner's, since
+    stale = await failure(a.decline_handoff(again, "a"))
+    assert handoff_request_of(stale.current) == handoff_request_of(newer)
+    with pytest.raises(ValueError, match="no handoff request"):
+        await a.decline_handoff(lease, "a")
+
+
 async def test_a_later_request_replaces_an_earlier_one_and_a_take_clears_it(
     workers: Workers,
 ) -> None:

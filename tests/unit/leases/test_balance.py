@@ -255,3 +255,10 @@ def take_in_turns(
                 leases[old.lease_key] = replace(
                     old, lease_owner=worker, lease_counter=old.lease_counter + 1
                 )
+
+
+def test_max_takes_bounds_free_and_expired_takes_of_one_cycle() -> None:
+    leases = [Lease(lease_key=f"s{i}") for i in range(100)]
+    plan = plan_takes(leases, worker_id="w", held=(), is_expired=lambda lease: True, max_takes=32)
+    assert plan.target == 100
+    assert len(plan.takes) == 32

@@ -368,7 +368,8 @@ def test_the_handoff_book_times_out_requests_but_never_inbound_handoffs() -> Non
     asked = Lease("1", lease_owner="a")
     book.requested(asked, now=10.0)
     inbound = Lease("2", lease_owner="me", checkpoint_owner="a")
-    book.update({"1": asked, "2": inbound}, now=11.0)
+    with_request = replace(asked, extra={"shardflowHandoffRequest": {"S": "0:me"}})
+    book.update({"1": with_request, "2": inbound}, now=11.0)
     assert book.open_requests == 1
     assert book.next_deadline() == 15.0
     assert book.overdue_requests(14.0) == []

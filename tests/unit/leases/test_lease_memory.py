@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from botocore.exceptions import ClientError
 
 from shardflow.errors import InvalidArgumentError, ResourceNotFoundError, ThrottledError
-from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
+from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease, memory
 from shardflow.leases.errors import LeaseConditionFailedError
-from shardflow.leases.memory import apply, holds, item_size
-from shardflow.leases.model import Item
+from shardflow.leases.memory import (
+    InMemoryLeaseStreams,
+    LeaseWriteSeen,
+    apply,
+    holds,
+    item_size,
+)
+from shardflow.leases.model import Item, lease_from_item
 from shardflow.leases.writes import Absent, Add, Equals, Exists, Put, Remove
 
 
@@ -107,3 +114,92 @@ async def test_raw_items_written_by_others_are_read() -> None:
     with pytest.raises(LeaseConditionFailedError) as failed:
         await store.create_if_absent(Lease.new("shardId-1"))
     assert failed.value.current == lease
+
+
+async def test_watchers_see_every_write_landed_or_refused_with_who_sent_it() -> None:
+    tables = InMemoryLeaseTables()
+    one = InMemoryLeaseStore("app", tables=tables, create_table=True)
+    other = InMemoryLeaseStore("app", tables=tables)
+    seen: list[LeaseWriteSeen] = []
+    stop = tables.watch(seen.append)
+    lease = await one.create_if_absent(Lease.new("shardId-1"))
+    taken = await one.take(lease, "w1")
+    with pytest.raises(LeaseConditionFailedError):
+        await other.take(lease, "w2")  # the counter moved on
+    stop()
+    await one.renew(taken, "w1")
+    assert [(s.store, s.write.operation, s.refused) for s in seen] == [
+        (one, "create", False),
+        (one, "take", False),
+        (other, "take", True),
+    ]
+    assert seen[1].before == lease
+    assert seen[1].after == taken
+    assert seen[2].after == seen[2].before == taken
+    items, size = tables.size("app")
+    assert items == 1
+    assert size == item_size(tables.items("app")["shardId-1"])
+
+
+async def test_leases_are_parsed_once_per_write_and_never_shared_mutable() -> None:
+    store = InMemoryLeaseStore("app", create_table=True)
+    created = await store.create_if_absent(Lease.new("shardId-1"))
+    first, again = await store.list_leases(), await store.list_leases()
+    assert first[0] is again[0], "a scan hands out the lease parsed at the write"
+    taken = await store.take(created, "w1")
+    assert (await store.list_leases())[0] == taken
+    assert (await store.get("shardId-1")) is taken
+
+
+async def test_the_table_stream_reads_as_dynamodb_streams_does() -> None:
+    tables = InMemoryLeaseTables()
+    store = InMemoryLeaseStore("app", tables=tables)
+    status = await store.ensure_table(stream_view=True)
+    assert status.stream_arn is not None
+    assert status.stream_arn.startswith("arn:aws:dynamodb:")
+    streams = InMemoryLeaseStreams(tables)
+    (shard,) = (await streams.describe_stream(StreamArn=status.stream_arn))["StreamDescription"][
+        "Shards"
+    ]
+    start = await streams.get_shard_iterator(
+        StreamArn=status.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="LATEST"
+    )
+    lease = await store.create_if_absent(Lease.new("shardId-1"))
+    taken = await store.take(lease, "w1")
+    await store.delete(taken)
+    page = await streams.get_records(ShardIterator=start["ShardIterator"])
+    events = [(r["eventName"], r["dynamodb"]["Keys"]["leaseKey"]["S"]) for r in page["Records"]]
+    assert events == [("INSERT", "shardId-1"), ("MODIFY", "shardId-1"), ("REMOVE", "shardId-1")]
+    image = page["Records"][1]["dynamodb"]["NewImage"]
+    assert image["leaseOwner"] == {"S": "w1"}
+    assert lease_from_item(image) == taken
+    assert "NewImage" not in page["Records"][2]["dynamodb"]
+    after = await streams.get_records(ShardIterator=page["NextShardIterator"])
+    assert after["Records"] == []
+    assert streams.calls == {"DescribeStream": 1, "GetShardIterator": 1, "GetRecords": 2}
+
+
+async def test_a_stream_reader_too_far_behind_is_told_its_iterator_expired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(memory, "STREAM_RECORDS_KEPT", 4)
+    tables = InMemoryLeaseTables()
+    store = InMemoryLeaseStore("app", tables=tables)
+    arn = (await store.ensure_table(stream_view=True)).stream_arn
+    assert arn is not None
+    streams = InMemoryLeaseStreams(tables)
+    old = await streams.get_shard_iterator(StreamArn=arn, ShardId="any", ShardIteratorType="LATEST")
+    for i in range(6):
+        await store.create_if_absent(Lease.new(f"shardId-{i}"))
+    with pytest.raises(ClientError) as raised:
+        await streams.get_records(ShardIterator=old["ShardIterator"])
+    assert raised.value.response["Error"]["Code"] == "ExpiredIteratorException"
+    trimmed = await streams.get_shard_iterator(
+        StreamArn=arn, ShardId="any", ShardIteratorType="TRIM_HORIZON"
+    )
+    page = await streams.get_records(ShardIterator=trimmed["ShardIterator"])
+    assert [r["dynamodb"]["Keys"]["leaseKey"]["S"] for r in page["Records"]] == [
+        "shardId-3",
+        "shardId-4",
+        "shardId-5",
+    ]

@@ -11,12 +11,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from shardflow.consumer import ConsumedRecord
+from shardflow.errors import ThrottledError, TransientError
 from shardflow.fetch import Polling, PollingFetcher
-from shardflow.leases import InMemoryLeaseStore
+from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.positions import StartPosition
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange
 from shardflow.testing import (
+    LeaseTableBrownout,
     MemoryKinesis,
     consume_until_caught_up,
     fast_settings,
@@ -235,3 +237,33 @@ async def test_the_initial_position_applies_to_a_new_application() -> None:
         "s", lambda r: seen.append(r.data), kinesis=kinesis, settings=settings
     )
     assert seen == []
+
+
+async def test_a_lease_table_brownout_fails_the_calls_it_is_told_to() -> None:
+    brownout = LeaseTableBrownout(seed=3)
+    store = InMemoryLeaseStore("app", create_table=True, fault=brownout)
+    lease = await store.create_if_absent(Lease.new("shardId-1"))
+    brownout.start(1.0, operations={"UpdateItem"})
+    assert brownout.active
+    with pytest.raises(TransientError) as raised:
+        await store.take(lease, "w")
+    assert raised.value.code == "InternalServerError"
+    assert await store.list_leases() == [lease], "other operations still answer"
+    brownout.start(1.0, error="throttled")
+    with pytest.raises(ThrottledError):
+        await store.list_leases()
+    brownout.start(0.5)
+    outcomes = []
+    for _ in range(200):
+        try:
+            await store.get("shardId-1")
+            outcomes.append(True)
+        except TransientError:
+            outcomes.append(False)
+    assert 60 < outcomes.count(False) < 140, "about half"
+    brownout.stop()
+    assert not brownout.active
+    assert await store.take(lease, "w")
+    assert brownout.failed == {"UpdateItem": 1, "Scan": 1, "GetItem": outcomes.count(False)}
+    with pytest.raises(ValueError, match="fraction"):
+        brownout.start(0.0)

@@ -1,0 +1,315 @@
+"""What bench/simulate.py found the coordinator doing at scale (10,000 shards, 100 workers), each
+a test that failed before its fix: the behaviour of one worker or a few, at the size where it
+showed, on a ManualClock and the in-memory store."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections import Counter
+from collections.abc import Awaitable
+
+from shardflow.errors import TransientError
+from shardflow.events import LeaseAcquired, LeaseLost
+from shardflow.leases import Lease
+from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.expiry import ExpiryTracker
+from shardflow.leases.handoff_request import handoff_request_of
+from shardflow.leases.handoffs import successors
+from shardflow.leases.memory import InMemoryLeaseStreams
+from shardflow.leases.owned import OwnedLease
+from shardflow.leases.settings import LeaseSettings
+from shardflow.records import SHARD_END, ExtendedSequenceNumber
+from support.coordinator_fakes import run_for, shard, sid, world
+
+
+class Failing:
+    """A fault for the in-memory store: fails chosen operations while on; counts calls."""
+
+    def __init__(self, *operations: str) -> None:
+        self.operations = set(operations)
+        self.on = False
+        self.calls: dict[str, int] = {}
+
+    def __call__(self, operation: str) -> None:
+        self.calls[operation] = self.calls.get(operation, 0) + 1
+        if self.on and operation in self.operations:
+            raise TransientError("brownout", operation=operation, code="InternalServerError")
+
+
+def honour_handoffs(coordinator: LeaseCoordinator) -> None:
+    """What the consumer does with a lease given up: release it (completing a handoff)."""
+
+    async def release(owned: OwnedLease) -> None:
+        await owned.giving_up.wait()
+        await coordinator.release(owned, why="handoff")
+
+    async def accept() -> None:
+        async for owned in coordinator.acquisitions():
+            tasks.add(asyncio.ensure_future(release(owned)))
+
+    tasks: set[asyncio.Future[None]] = {asyncio.ensure_future(accept())}
+    KEEP.append(tasks)
+
+
+KEEP: list[set[asyncio.Future[None]]] = []
+
+
+async def test_a_failing_take_cycle_is_retried_after_a_pause_not_at_once() -> None:
+    # The take loop woke "just after" the next moment it had planned from its last successful
+    # scan; once scans failed that moment was in the past, and it scanned again at once, in a
+    # loop, for as long as the table failed (in the simulation: every worker, every turn of
+    # the loop, through a brownout).
+    async with world([shard(i) for i in range(4)]) as w:
+        table = Failing("Scan")
+        settings = LeaseSettings(pickup="poll", pickup_poll_interval=1.0, max_leases_per_worker=1)
+        a = await w.start("a", settings=settings, store=w.store(fault=table))
+        assert len(a.owned()) == 1  # free leases left: the loop plans a cycle 1 s later
+        table.on = True
+        before = table.calls.get("Scan", 0)
+        await run_for(10.0, w.clock)
+        scans = table.calls["Scan"] - before
+        # Pick-up polls once a second (10); the take loop retries with a growing pause.
+        assert scans <= 20, scans
+
+
+async def test_waiting_for_parents_survives_a_failed_read() -> None:
+    # A child's wait for its parents raised on the first failed GetItem; the consumer then
+    # let the lease go (to be taken again) although nothing was wrong with it. Through a
+    # brownout every child shard waiting for its parents did that.
+    async with world([shard(0, closed=True), shard(1, 0)]) as w:
+        table = Failing("GetItem")
+        a = await w.start("a", store=w.store(fault=table))
+        parent, child = a.owned()[sid(0)], a.owned()[sid(1)]
+        table.on = True
+        waiting = asyncio.ensure_future(a.wait_parents_done(child))
+        await run_for(25.0, w.clock)
+        assert not waiting.done(), waiting
+        table.on = False
+        await parent.writer.write(ExtendedSequenceNumber(SHARD_END))
+        await run_for(11.0, w.clock)
+        assert waiting.done()
+        assert waiting.result() is True
+
+
+async def test_after_a_table_outage_each_worker_resumes_its_own_leases_and_none_move() -> None:
+    # Through an outage longer than failover_time - safety_margin every worker's leases lapse
+    # (nobody can renew). When the table answered again, every worker saw every lease
+    # unchanged for longer than failover_time, so every lease expired, every worker counted
+    # itself as the only live one, and each raced to take all of them: in the simulation
+    # (1,000 shards, 10 workers) 2,368 leases taken as expired and 1,700 handed back to even
+    # out, where the minimum was 0. Silence while this worker could not read the table is
+    # no evidence that the others died: each resumes its own leases.
+    async with world([shard(i) for i in range(8)]) as w:
+        table = Failing("Scan", "UpdateItem", "GetItem", "PutItem")
+        later = Failing(*table.operations)  # b's calls fail 4 s longer (its retries lag)
+        settings = LeaseSettings(pickup="off", max_leases_to_steal_at_once=4)
+        a = await w.start("a", settings=settings, store=w.store(fault=table))
+        honour_handoffs(a)
+        b = await w.start("b", settings=settings, store=w.store(fault=later))
+        honour_handoffs(b)
+        await run_for(5.0, w.clock)  # b asked for 4, a handed them over
+        before = {key: lease.lease_owner for key, lease in (await w.leases()).items()}
+        assert sorted(before.values()) == ["a"] * 4 + ["b"] * 4
+        taken_before = len(w.recorders["a"].of(LeaseAcquired)) + len(
+            w.recorders["b"].of(LeaseAcquired)
+        )
+        table.on = later.on = True
+        await run_for(15.0, w.clock)
+        assert not a.owned(), "every lease lapsed in the outage"
+        assert not b.owned()
+        table.on = False
+        await run_for(4.0, w.clock)
+        later.on = False
+        await run_for(30.0, w.clock)
+        after = {key: lease.lease_owner for key, lease in (await w.leases()).items()}
+        assert after == before
+        acquired = w.recorders["a"].of(LeaseAcquired) + w.recorders["b"].of(LeaseAcquired)
+        assert [event.how for event in acquired[taken_before:]].count("expired") == 0
+        assert len(a.owned()) == len(b.owned()) == 4
+
+
+async def test_workers_starting_together_on_a_new_application_create_each_lease_once() -> None:
+    # Every worker that started on an empty table created every lease (the others' creations
+    # refused, each a conditional write all the same): 100 workers on 10,000 shards sent
+    # 1,000,000 PutItems in the first second. The first lease of the plan goes alone: the
+    # worker whose creation of it lands creates the rest; the others leave it to that worker
+    # (and check for gaps one failover time later).
+    async with world([shard(i) for i in range(64)]) as w:
+        counts = [Failing() for _ in range(4)]
+        workers = [
+            w.worker(name, settings=LeaseSettings(), store=w.store(fault=count))
+            for name, count in zip("abcd", counts, strict=True)
+        ]
+        await asyncio.gather(*(worker.start() for worker in workers))
+        puts = sum(count.calls.get("PutItem", 0) for count in counts)
+        assert len(await w.leases()) == 64
+        assert puts <= 64 + 3, puts
+        await run_for(12.0, w.clock)  # the others' follow-up syncs find nothing missing
+        assert sum(count.calls.get("PutItem", 0) for count in counts) == puts
+
+
+async def test_workers_starting_together_take_their_share_not_every_free_lease() -> None:
+    # A worker starting on a table of free leases counts only itself as live (nobody holds
+    # anything yet) and planned to take them all: 100 workers on 10,000 shards sent 1,000,000
+    # takes, 990,000 of them refused. A refused take names who got the lease; once the
+    # leases taken reach the share of the workers known so, the worker stops. (The table of
+    # a fleet that was stopped as a whole: every lease free.)
+    async with world([shard(i) for i in range(64)]) as w:
+        first = await w.start("first", settings=LeaseSettings())
+        await first.stop(release=True)
+        assert set((await w.owners()).elements()) == {None}
+        counts = [Failing() for _ in range(4)]
+        workers = [
+            w.worker(name, settings=LeaseSettings(renew_concurrency=4), store=w.store(fault=count))
+            for name, count in zip("abcd", counts, strict=True)
+        ]
+        await asyncio.gather(*(worker.start() for worker in workers))
+        await run_for(3.0, w.clock)  # a few take cycles, before the first renewal
+        updates = sum(count.calls.get("UpdateItem", 0) for count in counts)
+        assert sum(len(worker.owned()) for worker in workers) == 64
+        # Before: every worker tried every lease (4 x 64 = 256).
+        assert updates <= 64 + 32, updates
+
+
+async def test_lease_moves_seen_on_the_stream_do_not_make_every_worker_scan_the_table() -> None:
+    # Every lease change read from the table's stream that moved a lease woke every worker's
+    # take cycle, and each cycle scanned the whole table: while leases moved (a worker
+    # joining, leaving, a deploy) every worker scanned the table about twice a second, as
+    # if it polled (10,000 leases: 3 pages and 750 read units a scan, per worker). A cycle
+    # woken by the stream plans on the table as the stream has shown it since the last
+    # scan; the table is scanned on the take interval only.
+    async with world([shard(i) for i in range(64)]) as w:
+        tables = w.tables
+        counts = {name: Failing() for name in "ab"}
+
+        def start(name: str) -> Awaitable[LeaseCoordinator]:
+            return w.start(
+                name,
+                settings=LeaseSettings(),
+                store=w.store(fault=counts[name]),
+                lease_streams=InMemoryLeaseStreams(tables),
+            )
+
+        a = await start("a")
+        honour_handoffs(a)
+        await run_for(10.0, w.clock)
+        assert a.pickup_source == "stream"
+        assert len(a.owned()) == 64
+        b = await start("b")
+        honour_handoffs(b)
+        scans = {name: count.calls.get("Scan", 0) for name, count in counts.items()}
+        await run_for(41.0, w.clock)
+        assert len(a.owned()) == len(b.owned()) == 32, "b got its share, by 32 moves"
+        # Two take intervals (20.05 s): two scans each; b also reads the table for the shard
+        # sync a worker joining a running application makes after its start, and once its
+        # stream reader has started (what changed between its first scan and then is unseen).
+        assert {n: c.calls["Scan"] - scans[n] for n, c in counts.items()} == {"a": 2, "b": 4}
+
+
+async def test_a_joiner_asks_for_its_whole_share_at_once() -> None:
+    # A joining worker asked for one lease at a time (one handoff request open, the next once
+    # it was answered): a worker joining 100 others on 10,000 shards needs 91 leases, one
+    # round trip each (the owner sees the request, drains, hands over; the joiner sees it),
+    # 45 s in the simulation without any latency. Requests are answered gracefully, so after
+    # a failover time (a deploy's leaver hands it leases meanwhile) it asks every worker above
+    # its share for its surplus at once; an owner answers only while it keeps its own share.
+    async with world([shard(i) for i in range(200)]) as w:
+        settings = LeaseSettings(pickup="poll", pickup_poll_interval=0.25)
+        a = await w.start("a", settings=settings)
+        honour_handoffs(a)
+        await run_for(5.0, w.clock)
+        assert len(a.owned()) == 200
+        b = await w.start("b", settings=settings)
+        honour_handoffs(b)
+        await run_for(settings.failover_time + 3.0, w.clock)
+        assert (len(a.owned()), len(b.owned())) == (100, 100)
+        acquired = w.recorders["b"].of(LeaseAcquired)
+        assert {event.how for event in acquired} == {"handoff"}
+        await run_for(30.0, w.clock)
+        assert (len(a.owned()), len(b.owned())) == (100, 100), "and nothing moves back"
+
+
+async def test_a_child_starts_as_soon_as_the_stream_shows_its_parent_finished() -> None:
+    # A child shard's wait for its parents read them every parent_poll_interval (10 s): after
+    # the split wave every child waited up to 10 s after its parent's last checkpoint. The
+    # parent's SHARD_END, seen on the table's stream (or in a scan), wakes its children.
+    async with world([shard(0, closed=True), shard(1, 0)]) as w:
+        a = await w.start(
+            "a", settings=LeaseSettings(), lease_streams=InMemoryLeaseStreams(w.tables)
+        )
+        await run_for(1.0, w.clock)
+        assert a.pickup_source == "stream"
+        parent, child = a.owned()[sid(0)], a.owned()[sid(1)]
+        waiting = asyncio.ensure_future(a.wait_parents_done(child))
+        await run_for(2.0, w.clock)
+        assert not waiting.done()
+        await parent.writer.write(ExtendedSequenceNumber(SHARD_END))
+        await run_for(1.0, w.clock)
+        assert waiting.done()
+        assert waiting.result() is True
+
+
+def test_workers_leaving_together_spread_their_leases_over_the_others() -> None:
+    # Successors were the least loaded, ties by name: ten workers leaving a fleet of 110 on
+    # 10,000 shards each handed its 91 leases to the same 91 of the 100 staying, which ended
+    # at 101 while 9 stayed at 91, and leases moved again to even out. Each leaver now breaks
+    # ties in an order of its own.
+    stayers = [f"w{i:03d}" for i in range(100)]
+    leases = [Lease(f"s{w}{j}", lease_owner=w) for w in stayers for j in range(91)]
+    gained: Counter[str] = Counter()
+    for leaver in (f"leaver{i}" for i in range(10)):
+        mine = [Lease(f"{leaver}-{j}", lease_owner=leaver) for j in range(91)]
+        picks = successors(
+            leases + mine,
+            91,
+            worker_id=leaver,
+            is_expired=lambda lease: False,
+            tie_break=lambda worker, leaver=leaver: zlib.crc32(f"{leaver}\n{worker}".encode()),
+        )
+        gained.update(picks)
+    loads = [91 + gained[w] for w in stayers]
+    assert max(loads) - min(loads) <= 6, (max(loads), min(loads))
+    same = successors(leases, 91, worker_id="x", is_expired=lambda lease: False)
+    assert same == stayers[:91], "without a tie-break: by name, every leaver alike"
+
+
+def test_a_single_failed_call_among_successes_does_not_delay_expiry() -> None:
+    # Silence this worker could not see does not count towards expiry; but a call that failed
+    # among successes (sporadic throttling) must not hold a crashed worker's leases back.
+    tracker = ExpiryTracker(10.0)
+    dead = Lease("s1", lease_owner="dead", lease_counter=3)
+    tracker.observe([dead], 0.0)
+    tracker.blind(4.0)  # one renewal throttled
+    tracker.answered(4.1)  # the next one went through
+    assert tracker.is_expired(dead, 10.2)
+    other = Lease("s2", lease_owner="other", lease_counter=1)
+    tracker.observe([other], 11.0, complete=False)
+    tracker.blind(12.0)  # the table stops answering: 8 s without a success
+    tracker.answered(20.0)
+    assert not tracker.is_expired(other, 28.5)
+    assert tracker.is_expired(other, 29.0), "10 s of silence seen, the 8 s unseen not counted"
+
+
+async def test_an_owner_at_its_share_declines_a_request_and_nothing_is_stolen() -> None:
+    # With joiners asking owners for their surplus, an owner that still saw its old share (its
+    # last take cycle) gave more than its surplus and asked others for leases back; and a
+    # request it did not answer was stolen at the handoff timeout (two workers on one shard),
+    # a fallback meant for KCL workers, which ignore requests. The owner judges on the table
+    # as the stream shows it now and declines explicitly (removes the request).
+    async with world([shard(i) for i in range(8)]) as w:
+        settings = LeaseSettings(handoff_timeout=5.0)
+        streams = {"lease_streams": InMemoryLeaseStreams(w.tables)}
+        a = await w.start("a", settings=settings, **streams)
+        honour_handoffs(a)
+        b = await w.start("b", settings=settings, **streams)
+        honour_handoffs(b)
+        await run_for(15.0, w.clock)
+        assert (len(a.owned()), len(b.owned())) == (4, 4)
+        # b asks a for a lease although a holds only its share.
+        victim = next(iter(a.owned().values()))
+        await w.store().request_handoff(victim.lease, "b")
+        await run_for(settings.handoff_timeout + 5.0, w.clock)
+        assert (len(a.owned()), len(b.owned())) == (4, 4), "declined, not stolen"
+        assert handoff_request_of((await w.leases())[victim.lease_key]) is None
+        assert not w.recorders["a"].of(LeaseLost)
