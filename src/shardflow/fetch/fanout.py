@@ -38,6 +38,7 @@ from shardflow.fetch.pacing import SubscriptionPacer, shared_pacer
 from shardflow.fetch.shard_end import shard_end_at
 from shardflow.fetch.subscription import Lapse, Subscription, starting_position
 from shardflow.positions import StartPosition
+from shardflow.records import RecordBuilder, build_record
 
 log = logging.getLogger("shardflow.fetch")
 
@@ -175,7 +176,9 @@ class FanOutFetcher:
         rng: random.Random | None = None,
         events: ShardEmitter = SILENT,
         closed_shard_check: float | None = None,
+        build: RecordBuilder = build_record,
     ) -> None:
+        self._build = build
         if closed_shard_check is not None and closed_shard_check <= 0:
             raise ValueError("closed_shard_check must be positive")
         self._closed_shard_check = closed_shard_check
@@ -422,6 +425,7 @@ class FanOutFetcher:
             stream_name=self._stream_name,
             # Only the event after a closed shard's last record lacks a continuation.
             shard_ended=continuation is None,
+            build=self._build,
         )
         if batch.records:
             self._last_delivered = batch.last_sequence_number

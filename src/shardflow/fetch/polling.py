@@ -18,6 +18,7 @@ from shardflow.events import SILENT, FetchThrottled, ShardEmitter
 from shardflow.fetch.batch import FetchedBatch, batch_from_kinesis
 from shardflow.fetch.limiter import CallRateLimiter
 from shardflow.positions import StartPosition
+from shardflow.records import RecordBuilder, build_record
 
 log = logging.getLogger("shardflow.fetch")
 
@@ -112,8 +113,10 @@ class PollingFetcher:
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         events: ShardEmitter = SILENT,
+        build: RecordBuilder = build_record,
     ) -> None:
         self._kinesis = kinesis
+        self._build = build
         self.stream = stream
         self.shard_id = shard_id
         self.start = start or StartPosition.trim_horizon()
@@ -249,4 +252,5 @@ class PollingFetcher:
             shard_id=self.shard_id,
             stream_name=self._stream_name,
             shard_ended=self._iterator is None,
+            build=self._build,
         )

@@ -50,6 +50,8 @@ from shardflow.records import (
     TRIM_HORIZON,
     ExtendedSequenceNumber,
     Record,
+    RecordBuilder,
+    build_record,
 )
 from shardflow.shards import HashKeyRange, hash_key_of
 from shardflow.turns import SLICE_SECONDS, Turns
@@ -163,6 +165,7 @@ class RecordIntake:
         on_malformed: MalformedPolicy = "plain",
         stream: str = "",
         shard_id: str = "",
+        build: RecordBuilder = build_record,
     ) -> None:
         if out_of_range not in ("deliver", "drop"):
             raise ValueError(f"out_of_range must be 'deliver' or 'drop', got {out_of_range!r}")
@@ -173,6 +176,8 @@ class RecordIntake:
         self.on_malformed = on_malformed
         self.stream = stream
         self.shard_id = shard_id
+        # How sub-records of an aggregate are made (the consumer's: as the type it hands out).
+        self._build = build
         self.counts = IntakeCounts()
         # Whether records may still be at or before the checkpoint or listed as handled. Records
         # come in shard order, so once one is past the checkpoint every later one is too: from
@@ -195,7 +200,7 @@ class RecordIntake:
                     if turns.due:
                         await turns.take()
                 continue
-            unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed)
+            unpacking = Unpacking(kinesis_record, on_malformed=self.on_malformed, build=self._build)
             made_any = False
             while not unpacking.done:
                 records = self._step(unpacking, made_any)

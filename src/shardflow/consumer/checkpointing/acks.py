@@ -35,6 +35,7 @@ from shardflow.records import (
     RECORD_FIELDS,
     ExtendedSequenceNumber,
     Record,
+    RecordBuilder,
     slot_builder,
 )
 
@@ -423,12 +424,35 @@ _record_values = attrgetter(*RECORD_FIELDS)
 _build_consumed = slot_builder(ConsumedRecord, (*RECORD_FIELDS, "value", "_tracker", "_index"))
 
 
+build_undelivered: RecordBuilder = slot_builder(
+    ConsumedRecord, RECORD_FIELDS, {"value": None, "_tracker": None, "_index": -1}
+)
+"""The consumer's :data:`~shardflow.records.RecordBuilder` for its fetchers and unpacking: each
+record is made once, as the :class:`ConsumedRecord` it will be handed out as, not yet delivered
+(no value, no tracker); :func:`bind_delivered` completes it."""
+
+# The slots' own setters (a frozen dataclass refuses setattr), to complete a record that nothing
+# else holds yet.
+_set_value = vars(ConsumedRecord)["value"].__set__
+_set_tracker = vars(ConsumedRecord)["_tracker"].__set__
+_set_index = vars(ConsumedRecord)["_index"].__set__
+
+
 def bind_delivered(
     record: Record, value: Any, tracker: AckTracker, index: int
 ) -> ConsumedRecord[Any]:
-    """``record`` (a plain record from the read stage) as delivered: slot ``index`` of
-    ``tracker``, with ``value``. The one place a record becomes a :class:`ConsumedRecord`: a
-    new object, so a record handed out once is never changed afterwards."""
+    """``record`` from the read stage as delivered: slot ``index`` of ``tracker``, with
+    ``value``. The one place a record becomes a delivered :class:`ConsumedRecord`.
+
+    A record made by :data:`build_undelivered` and not delivered yet is completed in place:
+    only its shard's reader has held it, no handler has seen it. Any other record (a plain
+    one, or one delivered before) is copied, so a record handed out once never changes.
+    """
+    if type(record) is ConsumedRecord and record._tracker is None:
+        _set_value(record, value)
+        _set_tracker(record, tracker)
+        _set_index(record, index)
+        return record
     return _build_consumed(*_record_values(record), value, tracker, index)
 
 

@@ -714,7 +714,9 @@ async def delivered(
                 for piece in await deliver(chunk.items, tracker, deserializer):
                     timed: tuple[int, int, float] | None = None
                     if metrics is not None and isinstance(piece, list):
-                        size = sum(r.size for r in piece)
+                        # The chunk's own count when the piece is all of it (the usual case).
+                        whole = len(piece) == len(chunk.items)
+                        size = chunk.size if whole else sum(r.size for r in piece)
                         metrics.records_handled(stream, len(piece), size)
                         if metrics.batch_observer is not None:
                             timed = (len(piece), size, clock.monotonic())

@@ -16,6 +16,7 @@ from typing import Any
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import list_shards, require_stream
 from shardflow.clock import Clock
+from shardflow.consumer.checkpointing.acks import build_undelivered
 from shardflow.consumer.reading.reader import FetcherFactory
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.events import SILENT, ShardEmitter
@@ -126,6 +127,7 @@ class Connections:
                     consumer_arn=consumer_arn,
                     clock=clock,
                     events=events,
+                    build=build_undelivered,
                 )
 
             return fanout
@@ -140,6 +142,7 @@ class Connections:
                 polling,
                 clock=clock,
                 events=events,
+                build=build_undelivered,
             )
 
         return poll

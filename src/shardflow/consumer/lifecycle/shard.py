@@ -33,6 +33,7 @@ from enum import StrEnum
 from typing import Any, Final, Protocol
 
 from shardflow.clock import SYSTEM_CLOCK, Clock
+from shardflow.consumer.checkpointing.acks import build_undelivered
 from shardflow.consumer.checkpointing.checkpoint import Checkpointer, CheckpointWriter
 from shardflow.consumer.delivery.calls import RunningCalls
 from shardflow.consumer.metrics import ConsumerMetrics, ShardGauges
@@ -172,6 +173,7 @@ class ShardWorker:
             on_malformed=self.settings.on_malformed_aggregate,
             stream=self.stream,
             shard_id=self.shard_id,
+            build=build_undelivered,
         )
         self.buffer = PrefetchBuffer(self.settings.prefetch_records, self.settings.prefetch_bytes)
         self.checkpointer = Checkpointer(
