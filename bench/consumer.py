@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -55,12 +56,13 @@ SCALE_STREAM = "bench-consumer-scale"
 ID_WIDTH = 10
 STALL_SECONDS = 30.0  # a drain that handles nothing new for this long has lost records
 
-# What the scale run changes from the defaults, and why (printed with its results):
-# moto's DynamoDB does ~110 conditional writes/s, so 1,000 renewals must fit into one renew
-# interval (failover / 3) with room for checkpoints; 1,000 idle shards polled every second
-# would be 1,000 GetRecords/s against a single-threaded emulator.
-SCALE_FAILOVER = 60.0
+# What the scale run changes from the defaults, and why (printed with its results): 1,000 idle
+# shards polled every second would be 1,000 GetRecords/s against a single-threaded emulator.
+# failover_time is the default (10 s: 1,000 renewals every 3.3 s, ~300 conditional writes/s),
+# so the lease table is on dynalite by default: moto's DynamoDB does ~110 a second.
 SCALE_IDLE_TIME = 10.0
+SCALE_LATENESS_GOAL = 0.10  # renewal lateness p99 as a share of failover_time
+SCALE_CPU_GOAL = 0.05  # of one core, while watching
 
 
 def record_id(i: int) -> bytes:
@@ -298,10 +300,13 @@ def scale_child(args: argparse.Namespace) -> None:
 
     probe = ScaleProbe(args.scale_shards, args.scale_shards * args.scale_records)
     collector = Collector(probe.records)
-    settings = ConsumerSettings(
-        leases=LeaseSettings(failover_time=SCALE_FAILOVER),
-        fetch=Polling(idle_time=SCALE_IDLE_TIME),
-    )
+    leases = LeaseSettings(failover_time=args.scale_failover)
+    settings = ConsumerSettings(leases=leases, fetch=Polling(idle_time=SCALE_IDLE_TIME))
+    # Renewal times per lease while watching (lateness), and the records put meanwhile.
+    renewals: dict[str, list[float]] = {}
+    watching = {"now": False}
+    flow_base = probe.records
+    flow_seen: set[int] = set()
 
     async def main() -> dict[str, Any]:
         factory = ClientFactory(AwsSettings(region=REGION))
@@ -320,6 +325,8 @@ def scale_child(args: argparse.Namespace) -> None:
                         probe.all_leases_at = time.perf_counter() - t0
                 elif isinstance(event, LeaseRenewed):
                     probe.renewed += 1
+                    if watching["now"]:
+                        renewals.setdefault(event.lease_key, []).append(time.monotonic())
                 elif isinstance(event, LeaseLost):
                     probe.lost += 1
                 elif isinstance(event, CheckpointWritten):
@@ -336,6 +343,10 @@ def scale_child(args: argparse.Namespace) -> None:
             baseline = rss_mib()
 
             async def handle(record: ConsumedRecord[bytes]) -> None:
+                number = int(record.data[:ID_WIDTH])
+                if number >= flow_base:
+                    flow_seen.add(number)
+                    return
                 collector.add(record.data[:ID_WIDTH])
                 if collector.done_at is not None and probe.all_records_at is None:
                     probe.all_records_at = time.perf_counter() - t0
@@ -348,13 +359,25 @@ def scale_child(args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.5)
             ready = probe.all_records_at is not None and probe.all_leases_at is not None
             at_ready = rss_mib()
+            watching["now"] = True
+            shards = (await kinesis.list_shards(StreamName=args.stream))["Shards"]
+            keys = [shard["HashKeyRange"]["StartingHashKey"] for shard in shards]
             renewed0, cpu0, window0 = probe.renewed, time.process_time(), time.perf_counter()
             observe_until = time.monotonic() + (args.scale_observe if ready else 0)
+            flow = asyncio.create_task(
+                put_flow(kinesis, args.stream, keys, flow_base, args.scale_flow, observe_until)
+            )
             while time.monotonic() < observe_until and not running.done():
                 await asyncio.sleep(args.scale_sample)
                 probe.samples.append((time.perf_counter() - t0, rss_mib()))
             window = time.perf_counter() - window0
             idle_cpu = time.process_time() - cpu0
+            watching["now"] = False
+            flow_sent = await flow
+            # The last records put are read on their shard's next poll (idle_time apart).
+            flow_deadline = time.monotonic() + SCALE_IDLE_TIME + 5
+            while len(flow_seen) < flow_sent and time.monotonic() < flow_deadline:  # noqa: ASYNC110 - a bounded wait on a count
+                await asyncio.sleep(0.25)
             stop0 = time.perf_counter()
             await consumer.close()
             error = None
@@ -375,10 +398,58 @@ def scale_child(args: argparse.Namespace) -> None:
                 "checkpoints": probe.checkpoints,
                 "stop_seconds": time.perf_counter() - stop0,
                 "error": error,
+                "renew_every": leases.renew_every,
+                "lateness": renewal_lateness(renewals, leases.renew_every),
+                "flow_sent": flow_sent,
+                "flow_handled": len(flow_seen),
             }
 
     result = asyncio.run(main())
     print(json.dumps(result | collector.verdict()))
+
+
+async def put_flow(
+    kinesis: Any, stream: str, keys: list[str], first: int, per_second: float, until: float
+) -> int:
+    """Records flowing while the scale run watches: ``per_second`` records a second, spread
+    over every shard in turn (one PutRecords call a second), numbered from ``first``; returns
+    how many were accepted. Bounded by ``until``."""
+    sent, turn = 0, 0
+    while time.monotonic() < until and per_second > 0:
+        batch = max(1, int(per_second))
+        entries: list[dict[str, Any]] = []
+        for _ in range(batch):
+            entries.append(
+                {
+                    "Data": payload(first + sent + len(entries), 100),
+                    "PartitionKey": "p",
+                    "ExplicitHashKey": keys[turn % len(keys)],
+                }
+            )
+            turn += 1
+        answer = await kinesis.put_records(StreamName=stream, Records=entries)
+        if answer.get("FailedRecordCount"):
+            raise RuntimeError(f"the flow's PutRecords failed: {answer['FailedRecordCount']}")
+        sent += len(entries)
+        await asyncio.sleep(1.0)
+    return sent
+
+
+def renewal_lateness(renewals: dict[str, list[float]], interval: float) -> dict[str, float]:
+    """How much later than ``interval`` after its previous one each renewal of a lease came:
+    p50, p99 and max over every lease, in seconds."""
+    late = sorted(
+        max(0.0, b - a - interval)
+        for times in renewals.values()
+        for a, b in itertools.pairwise(times)
+    )
+    if not late:
+        return {"p50": 0.0, "p99": 0.0, "max": 0.0, "count": 0}
+
+    def at(q: float) -> float:
+        return late[min(len(late) - 1, int(q * len(late)))]
+
+    return {"p50": at(0.50), "p99": at(0.99), "max": late[-1], "count": len(late)}
 
 
 # --- time to first record (a program of its own, run with python -c) --------------------------
@@ -678,7 +749,7 @@ def first_record_table(
     return "\n".join(lines)
 
 
-def run_scale(args: argparse.Namespace, kinesis: str, moto: str) -> dict[str, Any]:
+def run_scale(args: argparse.Namespace, kinesis: str, dynamodb: str) -> dict[str, Any]:
     shards = args.scale_shards
     created = create_stream(kinesis, SCALE_STREAM, shards)
     client = kinesis_client(kinesis)
@@ -720,9 +791,13 @@ def run_scale(args: argparse.Namespace, kinesis: str, moto: str) -> dict[str, An
         str(args.scale_sample),
         "--scale-timeout",
         str(args.scale_timeout),
+        "--scale-failover",
+        str(args.scale_failover),
+        "--scale-flow",
+        str(args.scale_flow),
     ]
     timeout = args.scale_timeout + args.scale_observe + 300
-    m = run_child(command, stack_env(kinesis, moto), timeout=timeout)
+    m = run_child(command, stack_env(kinesis, dynamodb), timeout=timeout)
     m |= {"create_seconds": created, "list_seconds": listing}
     return m
 
@@ -734,15 +809,22 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
     ready_kib = (m["ready_rss_mib"] - base) * 1024 / shards
     steady_kib = (max(rss) - base) * 1024 / shards
     ok = m["missing"] == 0 and m["leases_held"] >= shards and not m["error"]
+    ok = ok and m.get("flow_handled", 0) == m.get("flow_sent", 0)
     leases, records = m["all_leases_seconds"], m["all_records_seconds"]
     window = m["window_seconds"]
     first_half = rss[: max(1, len(rss) // 2)]
     second_half = rss[len(rss) // 2 :]
+    failover = m["failover_time"]
+    renew_every = m.get("renew_every", failover / 3 - 0.025)
+    server = m.get("lease_server", "moto")
+    cpu_share = m["idle_cpu_seconds"] / window
+    late = m.get("lateness")
     lines = [
         f"Scale: one process consumes {shards:,} shards ({args.scale_records} records each, "
-        f"kinesalite) with {shards:,} leases on moto. Settings: failover_time "
-        f"{SCALE_FAILOVER:.0f} s (renew every {SCALE_FAILOVER / 3 - 0.025:.1f} s), polling "
-        f"idle_time {SCALE_IDLE_TIME:.0f} s, everything else default",
+        f"kinesalite) with {shards:,} leases on {server}. Settings: failover_time "
+        f"{failover:.0f} s (renew every {renew_every:.2f} s), polling idle_time "
+        f"{m['idle_time']:.0f} s (1,000 shards polled every second would be 1,000 GetRecords/s "
+        "against one emulator), everything else default",
         "",
         "| | value |",
         "|---|---:|",
@@ -762,13 +844,28 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
         ),
         f"| lease renewals while watching / leases lost | {m['renewals_in_window']:,} in "
         f"{window:.0f} s / {m['leases_lost']} |",
-        f"| consumer CPU while watching | {m['idle_cpu_seconds'] / window * 100:.0f}% of one core |",
+        f"| consumer CPU while watching | {cpu_share * 100:.0f}% of one core (goal "
+        f"{SCALE_CPU_GOAL:.0%}: {'met' if cpu_share <= SCALE_CPU_GOAL else 'NOT MET'}) |",
         f"| stop: final checkpoints and {shards:,} releases | {m['stop_seconds']:.1f} s |",
         f"| stream on kinesalite: create / ListShards | {m['create_seconds']:.1f} s / "
         f"{m['list_seconds']:.2f} s |",
         f"| verified | {'yes' if ok else 'NO'}: {m['distinct']:,} distinct ids, "
         f"{m['duplicates']} duplicates |",
     ]
+    if late is not None:
+        share = late["p99"] / failover
+        lines.insert(
+            lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
+            f"| renewal lateness p50 / p99 / max ({late['count']:,} renewals) | "
+            f"{late['p50'] * 1000:.0f} / {late['p99'] * 1000:.0f} / {late['max'] * 1000:.0f} ms "
+            f"(p99 {share:.1%} of failover_time, goal {SCALE_LATENESS_GOAL:.0%}: "
+            f"{'met' if share <= SCALE_LATENESS_GOAL else 'NOT MET'}) |",
+        )
+        lines.insert(
+            lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
+            f"| records put while watching / handled | {m['flow_sent']:,} / "
+            f"{m['flow_handled']:,} ({m['flow_per_second']:.0f}/s) |",
+        )
     return "\n".join(lines)
 
 
@@ -826,10 +923,18 @@ def parent(args: argparse.Namespace) -> None:
         if kcl is not None:
             kcl.close()
         if "scale" in parts:
-            scale = run_scale(args, kinesis, dynamodb)
+            if args.scale_lease_server == "dynalite":
+                from shardflow.local import DynaliteServer
+
+                with DynaliteServer() as dynalite:
+                    scale = run_scale(args, kinesis, dynalite.endpoint_url)
+            else:
+                scale = run_scale(args, kinesis, dynamodb)
             payload_out["scale"] = scale | {
-                "failover_time": SCALE_FAILOVER,
+                "failover_time": args.scale_failover,
                 "idle_time": SCALE_IDLE_TIME,
+                "lease_server": args.scale_lease_server,
+                "flow_per_second": args.scale_flow,
             }
     payload_out |= {
         "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
@@ -913,6 +1018,18 @@ def main() -> None:
     parser.add_argument("--scale-observe", type=float, default=90.0, help="seconds watched")
     parser.add_argument("--scale-sample", type=float, default=5.0, help="seconds between")
     parser.add_argument("--scale-timeout", type=float, default=240.0)
+    parser.add_argument(
+        "--scale-failover", type=float, default=10.0, help="failover_time (default: the default)"
+    )
+    parser.add_argument(
+        "--scale-lease-server",
+        choices=("dynalite", "moto"),
+        default="dynalite",
+        help="the scale part's lease table (moto's DynamoDB does ~110 conditional writes/s)",
+    )
+    parser.add_argument(
+        "--scale-flow", type=float, default=100.0, help="records/s put while watching"
+    )
     parser.add_argument("--child-drain", help=argparse.SUPPRESS)
     parser.add_argument("--child-scale", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kinesis", help=argparse.SUPPRESS)

@@ -1,5 +1,6 @@
-"""Fetchers make plain records; delivery makes each a ConsumedRecord once, never changed after a
-handler could have seen it."""
+"""Fetchers make plain records, or the consumer's not-yet-delivered ConsumedRecords when it gives
+them its builder; delivery completes or copies each once, never changing one after a handler
+could have seen it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from shardflow.consumer.checkpointing.acks import (
     ConsumedRecord,
     ack_run,
     bind_delivered,
+    build_undelivered,
 )
-from shardflow.fetch.batch import record_from_kinesis
+from shardflow.fetch.batch import batch_from_kinesis, record_from_kinesis
 from shardflow.records import Record
 
 RECORD_FIELDS = dataclasses.fields(Record)
@@ -29,6 +31,28 @@ def test_a_fetched_record_is_plain_and_delivery_makes_the_consumed_one() -> None
     assert delivered.handle is not None
     delivered.ack()
     assert tracker.all_acked
+
+
+def test_a_record_made_undelivered_is_completed_in_place_once() -> None:
+    batch = batch_from_kinesis(
+        {"Records": [RAW]}, shard_id="s-1", stream_name="x", shard_ended=False,
+        build=build_undelivered,
+    )  # fmt: skip
+    (fetched,) = batch.records
+    assert type(fetched) is ConsumedRecord
+    assert fetched.handle is None  # not delivered yet: nothing to ack
+    tracker = AckTracker("s-1")
+    delivered = bind_delivered(fetched, "value", tracker, tracker.register(fetched))
+    assert delivered is fetched  # one object from the fetch to the handler
+    assert (delivered.value, delivered.data) == ("value", b"payload")
+    # Delivered again (a second tracker): a copy, the first stays as a handler saw it.
+    other = AckTracker("s-1")
+    again = bind_delivered(delivered, "other", other, other.register(delivered))
+    assert again is not delivered
+    assert (delivered.value, again.value) == ("value", "other")
+    delivered.ack()
+    assert tracker.all_acked
+    assert not other.all_acked
 
 
 def test_a_record_delivered_twice_is_two_objects() -> None:
