@@ -296,9 +296,12 @@ def main_scale(args: argparse.Namespace) -> None:
     from shardflow.local import KinesaliteServer
     from shardflow.spark.source.options import shards_per_task_for
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = (
+        os.environ.get("SHARDFLOW_BENCH_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    )
     notes: list[str] = []
     runs: list[dict[str, Any]] = []
     with (
