@@ -37,7 +37,8 @@ from typing import Any
 
 import spark_source as base
 
-RESULT_NAME = "spark_source_scale.json"
+RESULT_NAME = "spark_source-scale.json"
+"""The docs' marker ``bench:spark_source@scale`` renders it (spark_source.render)."""
 
 
 class MemorySampler:

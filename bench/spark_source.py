@@ -498,6 +498,10 @@ def main() -> None:
 
 def render(result: dict[str, Any]) -> str:
     """The table of one run, from its JSON (bench/tables.py puts it into the docs)."""
+    if "runs" in result:  # a --scale run (bench/results/spark_source-scale.json)
+        from spark_scale import render_scale
+
+        return render_scale(result)
     lines = [
         f"{result['records']:,} x {result['record_bytes']} B records, {result['shards']} shards, "
         f"kinesalite, Spark local[2], median of {result['rounds']} round(s), order rotated "
