@@ -2,8 +2,9 @@
 
 Each shard's read runs as its own asyncio task and puts its chunks, in shard order, into one
 queue, then a marker that it is done: a shard's rows keep their order, and its end is known
-only after its last chunk was taken. The queue holds at most one chunk per shard: a task
-buffers no more than that while Spark takes what came first. The reads overlap their round
+only after its last chunk was taken. The queue holds as many chunks as the task has shards:
+a task buffers no more than that (plus each read's one GetRecords asked ahead) while Spark
+takes what came first. The reads overlap their round
 trips (one shard's GetRecords waits while another's rows become Arrow), which is what makes
 a task of many shards cost about what a task of one does.
 """
