@@ -40,13 +40,17 @@ def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
     loop = runner()
     reads: list[ShardRead] = []
     recorded: list[ShardBatchEnd | None] = []
+    # The ends earlier attempts recorded for this task's shards, read together.
+    ends = (
+        {}
+        if store is None or slot is None
+        else store.load_many(slot.batch, [plan.shard_id for plan in partition.plans])
+    )
     for plan in partition.plans:
-        found = None
-        if store is not None and slot is not None:
-            found = store.load(slot.batch, plan.shard_id)
-            if found is not None:
-                store.check_start(slot.batch, plan.shard_id, plan.start.to_text(), found)
-                plan = dataclasses.replace(plan, until=found.position, budget=None, cutoff_ms=None)
+        found = ends.get(plan.shard_id)
+        if store is not None and slot is not None and found is not None:
+            store.check_start(slot.batch, plan.shard_id, plan.start.to_text(), found)
+            plan = dataclasses.replace(plan, until=found.position, budget=None, cutoff_ms=None)
         kinesis = loop.kinesis(partition.aws, fanout=plan.consumer_arn is not None)
         reads.append(ShardRead(plan, fetcher_factory(plan, kinesis)))
         recorded.append(found)

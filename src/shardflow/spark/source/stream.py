@@ -189,7 +189,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         key = (offset.run, offset.batch)
         if self._ends_seen is None or self._ends_seen[0] != key:
             store = self._store(offset.run)
-            ends = {shard: store.require(offset.batch, shard) for shard in sorted(offset.read)}
+            ends = store.require_many(offset.batch, sorted(offset.read))
             self._ends_seen = (key, ends)
         return self._ends_seen[1]
 
