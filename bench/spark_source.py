@@ -425,7 +425,7 @@ def main() -> None:
     parser.add_argument("--no-sink", action="store_true", help="leave out the sink rows")
     scale = parser.add_argument_group("--scale: many shards (bench/spark_scale.py)")
     scale.add_argument("--scale", action="store_true", help="the many-shard run instead")
-    scale.add_argument("--shards-per-task", default="auto,1,4,8,32")
+    scale.add_argument("--shards-per-task", default="auto,1,4,8")
     scale.add_argument("--cluster", action="store_true", help="also on a standalone cluster")
     scale.add_argument("--cluster-shards-per-task", default="auto,1")
     scale.add_argument("--max-sweep-seconds", type=float, default=10.0)
