@@ -68,7 +68,12 @@ class MemorySampler:
         me = psutil.Process()
         while not self._stop.wait(0.2):
             try:
-                jvms = [c for c in me.children() if "java" in c.name()]
+                # The driver's JVM (spark-submit), not a standalone cluster's Master or Workers.
+                jvms = [
+                    c
+                    for c in me.children()
+                    if "java" in c.name() and "SparkSubmit" in " ".join(c.cmdline())
+                ]
                 for jvm in jvms:
                     self.jvm_peak = max(self.jvm_peak, jvm.memory_info().rss)
                     pythons = [
@@ -332,48 +337,57 @@ def main_scale(args: argparse.Namespace) -> None:
             streams[variant] = stream
         sweep = probe_sweeps(endpoint, f"bench-fit-{shards}")
         print("probe sweep", json.dumps(sweep), flush=True)
+
+        def save() -> dict[str, Any]:
+            """The JSON so far (written after each master: a failed cluster run keeps local's)."""
+            payload = {
+                "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                "commit": commit,
+                "machine": {"cpus": os.cpu_count()},
+                "records": args.records,
+                "record_bytes": args.size,
+                "shards_asked": args.shards,
+                "shards": shards,
+                "auto_shards_per_task": shards_per_task_for(shards, None),
+                "rounds": args.repeat,
+                "notes": notes,
+                "probe_sweep": sweep,
+                "runs": runs,
+            }
+            base.RESULTS.mkdir(exist_ok=True)
+            (base.RESULTS / RESULT_NAME).write_text(json.dumps(payload, indent=2) + "\n")
+            return payload
+
         spark = start_session("local[2]")
         runs.append(run_where("local[2]", spark, endpoint, streams, work, args, cpu))
         spark.stop()
+        payload = save()
         if args.cluster:
             sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
             from support.spark_cluster import StandaloneCluster
 
-            with StandaloneCluster(work / "cluster", env=dict(os.environ)) as cluster:
-                spark = start_session(None, cluster)
-                cluster_args = argparse.Namespace(**vars(args))
-                cluster_args.shards_per_task = args.cluster_shards_per_task
-                runs.append(
-                    run_where(
-                        "standalone, 2 workers x 1 core",
-                        spark,
-                        endpoint,
-                        streams,
-                        work,
-                        cluster_args,
-                        cpu,
+            try:
+                with StandaloneCluster(work / "cluster", env=dict(os.environ)) as cluster:
+                    spark = start_session(None, cluster)
+                    cluster_args = argparse.Namespace(**vars(args))
+                    cluster_args.shards_per_task = args.cluster_shards_per_task
+                    runs.append(
+                        run_where(
+                            "standalone, 2 workers x 1 core",
+                            spark,
+                            endpoint,
+                            streams,
+                            work,
+                            cluster_args,
+                            cpu,
+                        )
                     )
-                )
-                spark.stop()
-    payload = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": commit,
-        "machine": {"cpus": os.cpu_count()},
-        "records": args.records,
-        "record_bytes": args.size,
-        "shards_asked": args.shards,
-        "shards": shards,
-        "auto_shards_per_task": shards_per_task_for(shards, None),
-        "rounds": args.repeat,
-        "notes": notes,
-        "probe_sweep": sweep,
-        "runs": runs,
-    }
+                    spark.stop()
+            except Exception as error:  # the local figures stand; say what failed
+                notes.append(f"the standalone cluster run failed: {type(error).__name__}: {error}")
+            payload = save()
     print("\n" + render_scale(payload))
-    base.RESULTS.mkdir(exist_ok=True)
-    out = base.RESULTS / RESULT_NAME
-    out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {base.RESULTS / RESULT_NAME}")
 
 
 def render_scale(result: dict[str, Any]) -> str:
