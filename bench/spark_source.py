@@ -40,6 +40,8 @@ that found nothing (the source probes each shard; no batch is planned) and of it
 
     .venv/bin/python bench/spark_source.py                      # 1M records, 2 rounds
     .venv/bin/python bench/spark_source.py --records 200000     # quicker
+    .venv/bin/python bench/spark_source.py --scale --shards 256 --records 256000 --cluster
+                                                    # many shards: bench/spark_scale.py
 """
 
 from __future__ import annotations
@@ -421,6 +423,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the median is shown")
     parser.add_argument("--sink-records", type=int, default=300_000)
     parser.add_argument("--no-sink", action="store_true", help="leave out the sink rows")
+    scale = parser.add_argument_group("--scale: many shards (bench/spark_scale.py)")
+    scale.add_argument("--scale", action="store_true", help="the many-shard run instead")
+    scale.add_argument("--shards-per-task", default="auto,1,4,8")
+    scale.add_argument("--cluster", action="store_true", help="also on a standalone cluster")
+    scale.add_argument("--cluster-shards-per-task", default="auto,1")
+    scale.add_argument("--max-sweep-seconds", type=float, default=10.0)
     args = parser.parse_args()
     for name, value in {
         "AWS_ACCESS_KEY_ID": "bench",
@@ -428,6 +436,12 @@ def main() -> None:
         "AWS_DEFAULT_REGION": REGION,
     }.items():
         os.environ.setdefault(name, value)
+
+    if args.scale:
+        from spark_scale import main_scale  # bench/ is this script's first import path
+
+        main_scale(args)
+        return
 
     from shardflow.local import KinesaliteServer
 
@@ -484,6 +498,10 @@ def main() -> None:
 
 def render(result: dict[str, Any]) -> str:
     """The table of one run, from its JSON (bench/tables.py puts it into the docs)."""
+    if "runs" in result:  # a --scale run (bench/results/spark_source-scale.json)
+        from spark_scale import render_scale
+
+        return render_scale(result)
     lines = [
         f"{result['records']:,} x {result['record_bytes']} B records, {result['shards']} shards, "
         f"kinesalite, Spark local[2], median of {result['rounds']} round(s), order rotated "

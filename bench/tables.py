@@ -89,6 +89,22 @@ def headline(results: Path = RESULTS) -> str:
             return "failed" if got else "not run"
         return f"{got[0]['ratio_to_boto3']:.2f}x"
 
+    # spark_source.py --scale (spark_source-scale.json), if made: the default shardsPerTask, local[2].
+    scale_path = results / "spark_source-scale.json"
+    scale = json.loads(scale_path.read_text()) if scale_path.exists() else None
+
+    def scale_ratio(variant: str) -> str:
+        assert scale is not None
+        rows = scale["runs"][0]["results"]
+        got = [
+            r
+            for r in rows
+            if r["variant"] == variant and r["contender"] == "source, shardsPerTask=auto"
+        ]
+        if not got or got[0]["ratio_to_boto3"] is None:
+            return "failed" if got else "not run"
+        return f"{got[0]['ratio_to_boto3']:.2f}x"
+
     chaos = result("chaos", results)
     soak = chaos["report"]
     starvation = result("consumer_starvation", results)
@@ -161,6 +177,15 @@ def headline(results: Path = RESULTS) -> str:
             f"{spark_ratio('plain', 'source, readStream AvailableNow')} / "
             f"{spark_ratio('aggregated', 'source, readStream AvailableNow')} the rows/s",
             "spark_source",
+        ),
+        *(
+            (
+                f"Spark source at {scale['shards']} shards (readStream, `shardsPerTask` auto, "
+                "local[2]) vs a boto3 GetRecords loop, plain / KPL-aggregated",
+                f"{scale_ratio('plain')} / {scale_ratio('aggregated')} the rows/s",
+                "spark_source",
+            )
+            for _ in ([scale] if scale is not None else [])
         ),
         (
             "Spark sink (`df.write`) vs a boto3 PutRecords loop",

@@ -84,6 +84,19 @@ def test_round_trip_cleanup_and_missing_ends(location: MetadataLocation) -> None
     assert prepared(location, new_run()).load(2, "shardId-000000000000") is None
 
 
+def test_the_ends_of_many_shards_are_read_together(location: MetadataLocation) -> None:
+    store = prepared(location, new_run())
+    shards = [f"shardId-{i:012d}" for i in range(40)]
+    ends = {s: ShardBatchEnd(end=f"AFTER:{i}", rows=i, stopped="tip") for i, s in enumerate(shards)}
+    for shard in shards[:-1]:
+        store.record_first(5, shard, ends[shard])
+    found = store.load_many(5, shards)
+    assert found == {**{s: ends[s] for s in shards[:-1]}, shards[-1]: None}
+    assert store.require_many(5, shards[:-1]) == {s: ends[s] for s in shards[:-1]}
+    with pytest.raises(MetadataOutOfStepError, match=shards[-1]):
+        store.require_many(5, shards)
+
+
 def test_concurrent_attempts_agree_on_the_first_recorded_end(location: MetadataLocation) -> None:
     run = new_run()
     prepared(location, run)

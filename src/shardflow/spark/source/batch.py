@@ -1,4 +1,4 @@
-"""``spark.read.format("shardflow")``: every shard over a range, one task per shard.
+"""``spark.read.format("shardflow")``: every shard over a range, ``shardsPerTask`` shards a task.
 
 The range starts at ``startingPosition`` (default TRIM_HORIZON) and ends at ``endingPosition``:
 the tip at the time each task reads (LATEST, the default), a moment (records that arrived
@@ -17,8 +17,13 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from shardflow.aws.kinesis import list_shards
 from shardflow.fetch.registration import register_consumer
 from shardflow.spark.source.execute import read_partition
-from shardflow.spark.source.options import ConsumerType, SourceOptions, parse_options
-from shardflow.spark.source.partition import ShardPartition
+from shardflow.spark.source.options import (
+    ConsumerType,
+    SourceOptions,
+    parse_options,
+    shards_per_task_for,
+)
+from shardflow.spark.source.partition import ShardPartition, tasks_of
 from shardflow.spark.source.positions import ShardPosition
 from shardflow.spark.source.runtime import runner
 from shardflow.spark.source.shard_read import ShardReadPlan
@@ -35,7 +40,7 @@ class ShardflowBatchReader(DataSourceReader):
         kinesis = runner().kinesis(options.connection.aws_settings())
         listing = runner().run(list_shards(kinesis, options.stream))
         consumer_arn = self._consumer_arn(kinesis)
-        partitions: list[InputPartition] = []
+        plans: list[ShardReadPlan] = []
         for shard in listing:
             start = options.starting.for_shard(shard.shard_id)
             if not isinstance(start, ShardPosition):
@@ -53,8 +58,12 @@ class ShardflowBatchReader(DataSourceReader):
                 consumer_arn=consumer_arn,
                 hash_range=shard.hash_range,
             )
-            partitions.append(ShardPartition(plan, options.connection.aws_settings(), None))
-        return partitions
+            plans.append(plan)
+        aws = options.connection.aws_settings()
+        return [
+            ShardPartition(group, aws, None)
+            for group in tasks_of(plans, shards_per_task_for(len(plans), options.shards_per_task))
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ShardPartition)

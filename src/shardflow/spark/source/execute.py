@@ -1,9 +1,12 @@
-"""The executor side: one task reads one shard into Arrow record batches.
+"""The executor side: one task reads its shards (side by side) into Arrow record batches.
 
-Streaming tasks first look for the end their batch recorded for the shard: if an earlier
+Streaming tasks first look for the end their batch recorded for each shard: if an earlier
 attempt recorded one, this attempt reads exactly up to it; otherwise it reads fresh and
 records where it stopped, unless another attempt was first, in which case it fails if it
-handed out different records (Spark retries it, and the retry reads the recorded ones).
+handed out different records (Spark retries it, and the retry reads the recorded ones). A
+shard's end is recorded as soon as all of its rows were handed to Spark, shard by shard: a
+retry of a task that failed half-way reads the finished shards up to their recorded ends
+and the others fresh.
 
 The cyclic garbage collector is paused while a fetched batch is unpacked into records and
 turned into Arrow: a 1 MiB aggregate of small records makes tens of thousands of records at
@@ -22,40 +25,58 @@ from contextlib import contextmanager
 import pyarrow as pa
 
 from shardflow.spark.source.arrow import to_record_batch
+from shardflow.spark.source.metadata import ShardBatchEnd
 from shardflow.spark.source.partition import ShardPartition
 from shardflow.spark.source.runtime import runner
 from shardflow.spark.source.shard_read import ShardRead, fetcher_factory
+from shardflow.spark.source.side_by_side import Done, interleave
 from shardflow.spark.source.stores import open_store
 
 
 def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
     """The rows of one task, as record batches with the exact schema Spark expects."""
-    plan = partition.plan
     slot = partition.slot
     store = None if slot is None else open_store(slot.metadata, slot.run_id)
-    recorded = None
-    if store is not None and slot is not None:
-        recorded = store.load(slot.batch, plan.shard_id)
-        if recorded is not None:
-            store.check_start(slot.batch, plan.shard_id, plan.start.to_text(), recorded)
-            plan = dataclasses.replace(plan, until=recorded.position, budget=None, cutoff_ms=None)
     loop = runner()
-    kinesis = loop.kinesis(partition.aws, fanout=plan.consumer_arn is not None)
-    read = ShardRead(plan, fetcher_factory(plan, kinesis))
-    chunks = loop.iterate(read.chunks())
+    reads: list[ShardRead] = []
+    recorded: list[ShardBatchEnd | None] = []
+    # The ends earlier attempts recorded for this task's shards, read together.
+    ends = (
+        {}
+        if store is None or slot is None
+        else store.load_many(slot.batch, [plan.shard_id for plan in partition.plans])
+    )
+    for plan in partition.plans:
+        found = ends.get(plan.shard_id)
+        if store is not None and slot is not None and found is not None:
+            store.check_start(slot.batch, plan.shard_id, plan.start.to_text(), found)
+            plan = dataclasses.replace(plan, until=found.position, budget=None, cutoff_ms=None)
+        kinesis = loop.kinesis(partition.aws, fanout=plan.consumer_arn is not None)
+        reads.append(ShardRead(plan, fetcher_factory(plan, kinesis)))
+        recorded.append(found)
+    chunks = loop.iterate(interleave([read.chunks() for read in reads]))
     while True:
         with _collector_paused():
-            chunk = next(chunks, None)
-            batch = None if chunk is None else to_record_batch(chunk, plan.stream_label)
+            item = next(chunks, None)
+            if item is None:
+                break
+            index, chunk = item
+            del item
+            batch = (
+                None
+                if isinstance(chunk, Done)
+                else to_record_batch(chunk, reads[index].plan.stream_label)
+            )
             del chunk
-        if batch is None:
-            break
-        yield batch
-    if store is None or slot is None or recorded is not None:
-        return
-    mine = read.outcome
-    assert mine is not None
-    store.record_or_conflict(slot.batch, plan.shard_id, mine)
+        if batch is not None:
+            yield batch
+            continue
+        # Every row of shard ``index`` was handed out: its end can be recorded.
+        if store is None or slot is None or recorded[index] is not None:
+            continue
+        mine = reads[index].outcome
+        assert mine is not None
+        store.record_or_conflict(slot.batch, reads[index].plan.shard_id, mine)
 
 
 @contextmanager

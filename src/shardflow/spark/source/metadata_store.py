@@ -14,6 +14,7 @@ the checkpoint, live here once.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from shardflow.errors import BatchEndConflictError, MetadataOutOfStepError, SourceMetadataError
 from shardflow.spark.source.metadata import ShardBatchEnd
@@ -43,6 +44,11 @@ class BatchEndStore(ABC):
     def _read(self, batch: int, shard_id: str) -> str | None:
         """The text recorded for (batch, shard), or None."""
 
+    def _read_many(self, batch: int, shard_ids: Sequence[str]) -> dict[str, str | None]:
+        """The texts of several shards of a batch (one at a time here; the AWS stores ask
+        for them at once: a batch of 256 shards is 256 round trips to S3 or DynamoDB)."""
+        return {shard_id: self._read(batch, shard_id) for shard_id in shard_ids}
+
     @abstractmethod
     def _create(self, batch: int, shard_id: str, text: str) -> bool:
         """Record ``text`` unless an entry exists; True if this call created it."""
@@ -64,7 +70,14 @@ class BatchEndStore(ABC):
 
     def load(self, batch: int, shard_id: str) -> ShardBatchEnd | None:
         """The recorded end, or None if no attempt finished this shard of this batch yet."""
-        text = self._read(batch, checked_shard_id(shard_id))
+        return self._parsed(batch, shard_id, self._read(batch, checked_shard_id(shard_id)))
+
+    def load_many(self, batch: int, shard_ids: Sequence[str]) -> dict[str, ShardBatchEnd | None]:
+        """:meth:`load` of several shards of one batch, read together."""
+        texts = self._read_many(batch, [checked_shard_id(s) for s in shard_ids])
+        return {s: self._parsed(batch, s, texts[s]) for s in shard_ids}
+
+    def _parsed(self, batch: int, shard_id: str, text: str | None) -> ShardBatchEnd | None:
         if text is None:
             return None
         try:
@@ -97,7 +110,14 @@ class BatchEndStore(ABC):
 
     def require(self, batch: int, shard_id: str) -> ShardBatchEnd:
         """The recorded end of a batch that completed; raises if the store does not have it."""
-        end = self.load(batch, shard_id)
+        return self._required(batch, shard_id, self.load(batch, shard_id))
+
+    def require_many(self, batch: int, shard_ids: Sequence[str]) -> dict[str, ShardBatchEnd]:
+        """:meth:`require` of several shards of one batch, read together."""
+        found = self.load_many(batch, shard_ids)
+        return {s: self._required(batch, s, found[s]) for s in shard_ids}
+
+    def _required(self, batch: int, shard_id: str, end: ShardBatchEnd | None) -> ShardBatchEnd:
         if end is None:
             raise MetadataOutOfStepError(
                 f"the checkpoint says batch {batch} read shard {shard_id}, but {self.where} "

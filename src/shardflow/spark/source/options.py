@@ -42,8 +42,28 @@ SOURCE_OPTIONS = (
     "metadataRegion",
     "metadataEndpointUrl",
     "shardSyncIntervalSeconds",
+    "shardsPerTask",
 )
 """Every option the source reads; any other is refused (a typo would be ignored otherwise)."""
+
+
+AUTO_TASKS = 16
+"""Without ``shardsPerTask``, a batch is cut into about this many tasks (fewer shards: one a
+task), each of at most :data:`AUTO_MAX_SHARDS_PER_TASK` shards. bench/spark_source.py's
+``--scale`` sweep: a task costs Spark a Python worker call and each shard a few round trips,
+which shards read side by side in one task overlap; fewer tasks than cores leave cores idle."""
+
+AUTO_MAX_SHARDS_PER_TASK = 16
+
+MAX_SHARDS_PER_TASK = 1024
+"""A task reads its shards at once, each with a chunk in flight: more is a typo, not a plan."""
+
+
+def shards_per_task_for(shards: int, configured: int | None) -> int:
+    """Shards one task reads in a batch of ``shards``: ``configured``, or the automatic choice."""
+    if configured is not None:
+        return configured
+    return max(1, min(AUTO_MAX_SHARDS_PER_TASK, -(-shards // AUTO_TASKS)))
 
 
 class ConsumerType(StrEnum):
@@ -93,6 +113,8 @@ class SourceOptions:
     fail_on_data_loss: bool
     metadata: MetadataLocation | None
     shard_sync_interval_s: float
+    shards_per_task: int | None = None
+    """``shardsPerTask``; None: :func:`shards_per_task_for` picks."""
 
     @property
     def stream(self) -> str:
@@ -132,6 +154,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         fail_on_data_loss=flag(options, "failOnDataLoss") is not False,
         metadata=metadata,
         shard_sync_interval_s=number(options, "shardSyncIntervalSeconds") or 10.0,
+        shards_per_task=_shards_per_task(options),
     )
 
 
@@ -145,6 +168,24 @@ def check_options(options: Mapping[str, str]) -> None:
     neutral = {k: v for k, v in options.items() if k.lower() != "endingposition"}
     neutral.setdefault("metadataPath", "checked later")
     parse_options(neutral, streaming=True)
+
+
+def _shards_per_task(options: Mapping[str, str]) -> int | None:
+    """``shardsPerTask``: how many shards one Spark task reads, side by side (auto: None)."""
+    text = lookup(options, "shardsPerTask")
+    if text is not None and text.strip() and text.strip().lower() != "auto":
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = 0
+        if value < 1 or value > MAX_SHARDS_PER_TASK:
+            raise SparkOptionError(
+                "shardsPerTask",
+                f"expected auto or a whole number from 1 to {MAX_SHARDS_PER_TASK} (how many "
+                f"shards one Spark task reads side by side), got {text!r}",
+            )
+        return value
+    return None
 
 
 def _metadata(options: Mapping[str, str], connection: StreamConnection) -> MetadataLocation | None:

@@ -266,6 +266,13 @@ class ShardRead:
             return set()
         inside = self._range_rule.inside
         keys, explicit_keys = rows.partition_key, rows.explicit_hash_key
+        # Usually every key lies inside the range (the producer aggregated per shard): asked
+        # once per distinct key instead of once per row (a tenth of a task of small
+        # aggregated records went to asking per row).
+        if not any(explicit_keys[first:count]) and all(
+            inside(key, None) for key in set(keys[first:count])
+        ):
+            return set()
         return {
             index
             for index in range(first, count)

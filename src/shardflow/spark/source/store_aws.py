@@ -3,7 +3,9 @@ AWS errors turned into :class:`SourceMetadataError` that say where and what to d
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+from abc import abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -14,6 +16,10 @@ from shardflow.spark.source.metadata_store import BatchEndStore
 from shardflow.spark.source.runtime import runner
 
 T = TypeVar("T")
+
+# Reads of batch ends in flight at once (the driver reads every shard's end after a batch;
+# a task those of its shards).
+_READS_AT_ONCE = 32
 
 
 def error_code(error: ClientError) -> str:
@@ -39,3 +45,20 @@ class AwsBatchEnds(BatchEndStore):
             ) from error
         except BotoCoreError as error:
             raise SourceMetadataError(f"{what} {self.where}: {error}") from error
+
+    def _read_many(self, batch: int, shard_ids: Sequence[str]) -> dict[str, str | None]:
+        async def all_of(client: Any) -> dict[str, str | None]:
+            gate = asyncio.Semaphore(_READS_AT_ONCE)
+
+            async def one(shard_id: str) -> str | None:
+                async with gate:
+                    return await self._get_text(client, batch, shard_id)
+
+            texts = await asyncio.gather(*(one(s) for s in shard_ids))
+            return dict(zip(shard_ids, texts, strict=True))
+
+        return self._run("reading batch ends from", all_of)
+
+    @abstractmethod
+    async def _get_text(self, client: Any, batch: int, shard_id: str) -> str | None:
+        """The text recorded for (batch, shard), or None, with this thread's open client."""

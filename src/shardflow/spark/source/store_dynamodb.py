@@ -86,6 +86,9 @@ class DynamoDBBatchEnds(AwsBatchEnds):
     def _read(self, batch: int, shard_id: str) -> str | None:
         return self._run("reading a batch end from", lambda db: self._get(db, batch, shard_id))
 
+    async def _get_text(self, client: Any, batch: int, shard_id: str) -> str | None:
+        return await self._get(client, batch, shard_id)
+
     async def _get(self, dynamodb: Any, batch: int, shard_id: str) -> str | None:
         answer = await dynamodb.get_item(
             TableName=self.table, Key=self._key(batch, shard_id), ConsistentRead=True

@@ -56,6 +56,9 @@ class S3BatchEnds(AwsBatchEnds):
             "reading a batch end from", lambda s3: self._get(s3, self._key(batch, shard_id))
         )
 
+    async def _get_text(self, client: Any, batch: int, shard_id: str) -> str | None:
+        return await self._get(client, self._key(batch, shard_id))
+
     async def _get(self, s3: Any, key: str) -> str | None:
         try:
             answer = await s3.get_object(Bucket=self.bucket, Key=key)

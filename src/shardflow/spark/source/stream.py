@@ -1,7 +1,7 @@
 """The driver side of ``spark.readStream.format("shardflow")``: offsets and partitions.
 
 Per micro-batch Spark calls :meth:`latestOffset` (what the next batch reads), then
-:meth:`partitions` (one task per shard), then ``read`` on executors. The batch's start
+:meth:`partitions` (a task per ``shardsPerTask`` shards), then ``read`` on executors. The batch's start
 positions come from the ends the previous batch recorded in the metadata store; a shard
 joins once its parents are fully read (resharding keeps per-key order); shards are probed
 so that no batch is planned when nothing is new.
@@ -34,10 +34,10 @@ from shardflow.spark.source.lineage import parents_of, readable_shards
 from shardflow.spark.source.metadata import ShardBatchEnd
 from shardflow.spark.source.metadata_store import FIX_OUT_OF_STEP, BatchEndStore
 from shardflow.spark.source.offsets import UNLIMITED, SourceOffset
-from shardflow.spark.source.options import ConsumerType, SourceOptions
-from shardflow.spark.source.partition import BatchSlot, ShardPartition
+from shardflow.spark.source.options import ConsumerType, SourceOptions, shards_per_task_for
+from shardflow.spark.source.partition import BatchSlot, ShardPartition, tasks_of
 from shardflow.spark.source.positions import LATEST, Kind, ShardPosition
-from shardflow.spark.source.probe import shards_with_records
+from shardflow.spark.source.probe import ProbeIterators, shards_with_records
 from shardflow.spark.source.runtime import runner
 from shardflow.spark.source.shard_read import ShardReadPlan
 from shardflow.spark.source.stores import open_store
@@ -63,6 +63,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._listing: list[ShardInfo] | None = None
         self._listed_at = 0.0
         self._consumer_arn: str | None = None
+        self._probe_iterators: ProbeIterators | None = None
         self._store_prepared = False
         # The ends read for the last planned batch: (run, batch) -> shard -> end.
         self._ends_seen: tuple[tuple[str, int], dict[str, ShardBatchEnd]] | None = None
@@ -127,6 +128,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 self.options.stream,
                 {s: positions[s] for s in readable if s not in more},
                 cutoff,
+                self._iterators(),
             )
         )
         to_read = sorted({*known, *probed})
@@ -187,7 +189,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         key = (offset.run, offset.batch)
         if self._ends_seen is None or self._ends_seen[0] != key:
             store = self._store(offset.run)
-            ends = {shard: store.require(offset.batch, shard) for shard in sorted(offset.read)}
+            ends = store.require_many(offset.batch, sorted(offset.read))
             self._ends_seen = (key, ends)
         return self._ends_seen[1]
 
@@ -221,24 +223,29 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ranges = {shard.shard_id: shard.hash_range for shard in self._list(force=False)}
         if not ranges.keys() >= offset.read.keys():
             ranges = {shard.shard_id: shard.hash_range for shard in self._list(force=True)}
-        return [
-            ShardPartition(
-                ShardReadPlan(
-                    stream=self.options.stream,
-                    stream_label=self._label,
-                    shard_id=shard_id,
-                    start=offset.shards[shard_id],
-                    budget=None if budget == UNLIMITED else budget,
-                    cutoff_ms=offset.until_ms,
-                    deaggregate=self.options.deaggregate,
-                    fail_on_data_loss=self.options.fail_on_data_loss,
-                    consumer_arn=consumer_arn,
-                    hash_range=ranges.get(shard_id),
-                ),
-                self.options.connection.aws_settings(),
-                slot,
+        aws = self.options.connection.aws_settings()
+        plans = [
+            ShardReadPlan(
+                stream=self.options.stream,
+                stream_label=self._label,
+                shard_id=shard_id,
+                start=offset.shards[shard_id],
+                budget=None if budget == UNLIMITED else budget,
+                cutoff_ms=offset.until_ms,
+                deaggregate=self.options.deaggregate,
+                fail_on_data_loss=self.options.fail_on_data_loss,
+                consumer_arn=consumer_arn,
+                hash_range=ranges.get(shard_id),
             )
             for shard_id, budget in sorted(offset.read.items())
+        ]
+        # Shards grouped into tasks: which task reads a shard changes nothing of what it reads
+        # (its start, budget and recorded end are its own), so a replay may group otherwise.
+        return [
+            ShardPartition(group, aws, slot)
+            for group in tasks_of(
+                plans, shards_per_task_for(len(plans), self.options.shards_per_task)
+            )
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -277,6 +284,12 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._listing = runner().run(list_shards(self._kinesis(), self.options.stream))
             self._listed_at = time.monotonic()
         return self._listing
+
+    def _iterators(self) -> ProbeIterators:
+        # Made on first use on the driver: the reader Spark pickles for executors has none.
+        if self._probe_iterators is None:
+            self._probe_iterators = ProbeIterators()
+        return self._probe_iterators
 
     def _efo_consumer_arn(self) -> str | None:
         options = self.options
