@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import contextlib
 
 import chaos_check
+import chaos_roles
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -389,6 +390,8 @@ class Soak:
 
         proxy = self.dynamodb_proxy
         fault = ErrorResponse("InternalServerError", status=500, message="Internal server error")
+        assert self.fleet is not None
+        self.aim([inc for _, inc in self.fleet.live()])
         rule = proxy.add(fault, service="DynamoDB", probability=0.9)
         self._hold([rule], proxy, "dynamodb_brownout", lasting)
 
@@ -408,31 +411,35 @@ class Soak:
         live = self.fleet.live()
         return self.rng.choice(live) if live else None
 
-    def in_call(self, name: str) -> bool:
-        """Whether worker ``name``'s handler log ends inside a call (a start without its end
-        among the last lines)."""
+    def time_left_in_call(self, name: str) -> float:
+        """How long worker ``name`` will still be inside a handler call, by its log's last
+        lines: a call started and not ended, whose planned time (``handler_seconds`` of its
+        record) has not run out. 0 when it is between calls."""
         path = self.dir / f"{name}.tsv"
         try:
             with path.open("rb") as file:
                 file.seek(max(0, path.stat().st_size - 8192))
                 tail = file.read().decode(errors="replace").split("\n")[1:-1]
         except OSError:
-            return False
-        open_calls: set[tuple[str, ...]] = set()
+            return 0.0
+        open_calls: dict[tuple[str, ...], float] = {}
         for line in tail:
             f = line.split("\t")
             if f[0] == "S" and len(f) == 8:
-                open_calls.add(tuple(f[1:5]))
+                planned = chaos_roles.handler_seconds(
+                    self.args.seed, f[2], f[3], int(f[4]), self.args.slow_fraction
+                )
+                open_calls[tuple(f[1:5])] = float(f[7]) + planned
             elif f[0] == "E" and len(f) == 9:
-                open_calls.discard(tuple(f[1:5]))
-        return bool(open_calls)
+                open_calls.pop(tuple(f[1:5]), None)
+        return max((end - time.time() for end in open_calls.values()), default=0.0)
 
-    def aim(self, victim: Incarnation) -> bool:
-        """Wait (at most --aim seconds) until ``victim`` is inside a handler call, so that the
-        signal lands in one; False if it never was."""
+    def aim(self, victims: list[Incarnation]) -> bool:
+        """Wait (at most --aim seconds) until one of ``victims`` is inside a handler call with
+        at least 20 ms of it left, so that the fault lands in one; False if none ever was."""
         deadline = time.monotonic() + self.args.aim
         while time.monotonic() < deadline:
-            if self.in_call(victim.name):
+            if any(self.time_left_in_call(v.name) >= 0.02 for v in victims):
                 return True
             time.sleep(0.002)
         return False
@@ -443,7 +450,7 @@ class Soak:
         if chosen is None:
             return
         slot, victim = chosen
-        self.aim(victim)
+        self.aim([victim])
         at = time.time()
         self.signalled.add(victim.name)
         os.kill(victim.process.pid, signal.SIGKILL)
@@ -457,8 +464,8 @@ class Soak:
         if chosen is None:
             return
         _, victim = chosen
+        self.aim([victim])
         victim.frozen = True
-        self.aim(victim)
         began = time.time()
         os.kill(victim.process.pid, signal.SIGSTOP)
         time.sleep(lasting)
@@ -874,9 +881,11 @@ def render_promises(result: dict[str, Any]) -> str:
             "twice": f"{r['duplicates']:,} ({unexplained} unexplained)",
             "hit": f"{sum(p['interrupted'] for p in r['per_fault']):,}",
             "recovery": _progress(r),
+            "faults": ", ".join(f"{k} {v}" for k, v in sorted(mode["faults"].items())),
         }[name]
 
     names = [
+        ("faults", "faults injected"),
         ("lost", "records lost"),
         ("order", "per-key order violations"),
         ("overlaps", "two workers in one shard's handler at once"),
@@ -1003,8 +1012,9 @@ def main() -> None:
     parser.add_argument(
         "--aim",
         type=float,
-        default=3.0,
-        help="seconds a kill or SIGSTOP may wait for its victim to be inside a handler call",
+        default=5.0,
+        help="seconds a kill, SIGSTOP or lease-table brownout may wait for its victim (any "
+        "worker for a brownout) to be inside a handler call",
     )
     parser.add_argument("--poison-every", type=float, default=20.0)
     parser.add_argument("--drain", type=float, default=120.0, help="seconds to catch up")
