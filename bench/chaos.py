@@ -391,7 +391,7 @@ class Soak:
         proxy = self.dynamodb_proxy
         fault = ErrorResponse("InternalServerError", status=500, message="Internal server error")
         assert self.fleet is not None
-        self.aim([inc for _, inc in self.fleet.live()])
+        self.aim(self.fleet.live())
         rule = proxy.add(fault, service="DynamoDB", probability=0.9)
         self._hold([rule], proxy, "dynamodb_brownout", lasting)
 
@@ -405,11 +405,6 @@ class Soak:
         time.sleep(0.5)
         injected = sum(proxy.injected_count(rule) for rule in rules)
         self.faults.add(kind, "", began, ended, injected=injected)
-
-    def _victim(self) -> tuple[int, Incarnation] | None:
-        assert self.fleet is not None
-        live = self.fleet.live()
-        return self.rng.choice(live) if live else None
 
     def time_left_in_call(self, name: str) -> float:
         """How long worker ``name`` will still be inside a handler call, by its log's last
@@ -434,40 +429,49 @@ class Soak:
                 open_calls.pop(tuple(f[1:5]), None)
         return max((end - time.time() for end in open_calls.values()), default=0.0)
 
-    def aim(self, victims: list[Incarnation]) -> bool:
+    def aim(self, victims: list[tuple[int, Incarnation]]) -> tuple[int, Incarnation] | None:
         """Wait (at most --aim seconds) until one of ``victims`` is inside a handler call with
-        at least 20 ms of it left, so that the fault lands in one; False if none ever was."""
+        at least 20 ms of it left, and return it, so that the fault lands in a call; at the
+        deadline, a random one of them (None if there are none)."""
         deadline = time.monotonic() + self.args.aim
-        while time.monotonic() < deadline:
-            if any(self.time_left_in_call(v.name) >= 0.02 for v in victims):
-                return True
+        while victims and time.monotonic() < deadline:
+            for chosen in self.rng.sample(victims, len(victims)):
+                running = chosen[1].process.poll() is None
+                if running and self.time_left_in_call(chosen[1].name) >= 0.02:
+                    return chosen
             time.sleep(0.002)
-        return False
+        return self.rng.choice(victims) if victims else None
 
     def kill(self) -> None:
         assert self.fleet is not None
-        chosen = self._victim()
+        chosen = self.aim(self.fleet.live())
         if chosen is None:
             return
         slot, victim = chosen
-        self.aim([victim])
         at = time.time()
         self.signalled.add(victim.name)
-        os.kill(victim.process.pid, signal.SIGKILL)
+        try:
+            os.kill(victim.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # it exited meanwhile (a rolling restart): nothing was killed
         victim.process.wait(10)
         self.faults.add("kill", victim.name, at, at, pid=victim.process.pid)
         time.sleep(3.0)
         self.fleet.start(slot)
 
     def stop(self, lasting: float) -> None:
-        chosen = self._victim()
+        assert self.fleet is not None
+        chosen = self.aim(self.fleet.live())
         if chosen is None:
             return
         _, victim = chosen
-        self.aim([victim])
         victim.frozen = True
         began = time.time()
-        os.kill(victim.process.pid, signal.SIGSTOP)
+        try:
+            os.kill(victim.process.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            victim.frozen = False
+            return
         time.sleep(lasting)
         os.kill(victim.process.pid, signal.SIGCONT)
         victim.frozen = False
@@ -1012,7 +1016,7 @@ def main() -> None:
     parser.add_argument(
         "--aim",
         type=float,
-        default=5.0,
+        default=10.0,
         help="seconds a kill, SIGSTOP or lease-table brownout may wait for its victim (any "
         "worker for a brownout) to be inside a handler call",
     )
