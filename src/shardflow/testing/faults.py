@@ -525,10 +525,19 @@ def _describe(request: web.Request, body: bytes) -> tuple[str, str, dict[str, An
 
 
 def _stream_of(doc: dict[str, Any]) -> str | None:
-    """The stream (or, for DynamoDB, table) a request names."""
+    """The stream (or, for DynamoDB, table) a request names; for a DynamoDB batch or
+    transaction, the table of its first item."""
     name = doc.get("StreamName") or doc.get("TableName")
     if isinstance(name, str):
         return name
+    batch = doc.get("RequestItems")
+    if isinstance(batch, dict) and batch:
+        return str(next(iter(batch)))
+    items = doc.get("TransactItems")
+    if isinstance(items, list) and items and isinstance(items[0], dict):
+        for operation in items[0].values():
+            if isinstance(operation, dict) and isinstance(operation.get("TableName"), str):
+                return str(operation["TableName"])
     arn = doc.get("StreamARN")
     return arn.rsplit("/", 1)[-1] if isinstance(arn, str) else None
 

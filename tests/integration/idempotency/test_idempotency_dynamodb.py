@@ -171,6 +171,8 @@ async def test_batched_claims_travel_in_transactions_and_answer_like_single_ones
             assert proxy.forwarded("PutItem") == 3  # the single guard: claim, complete, claim
             await asyncio.gather(*(batched.complete(c) for c in claims if c.claimed))
             assert proxy.forwarded("BatchWriteItem") == 10  # 248 completions, 25 a request
+            # Batches and transactions are counted against their table.
+            assert proxy.forwarded_to(table) >= 3 + transactions + 10
             again = await asyncio.gather(*(single.claim(k) for k in keys if k != "held-0"))
             assert {c.outcome for c in again} == {DONE}
             await single.release(held)
