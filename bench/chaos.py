@@ -740,7 +740,8 @@ def _modes(result: dict[str, Any]) -> list[dict[str, Any]]:
 def _progress(r: dict[str, Any]) -> str:
     if r["progress_max"] is None:
         return "-"
-    return f"{r['progress_p50']:g} / {r['progress_max']:g} s (goal {r['progress_goal']:g} s)"
+    met = "" if r.get("progress_goal_met", True) else ": missed"
+    return f"{r['progress_p50']:g} / {r['progress_max']:g} s (goal {r['progress_goal']:g} s{met})"
 
 
 def _interrupted(mode: dict[str, Any], kind: str) -> str:

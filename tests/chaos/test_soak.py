@@ -71,6 +71,9 @@ def test_two_minutes_of_faults_lose_nothing_and_never_run_a_shard_twice(tmp_path
     assert report["silent_faults"] == [], output
     assert report["double_owners"] == 0, output
     assert report["stalled"] == [], output
+    # Recovery after each fault is measured (report["progress"]); its goal, failover_time + 5 s,
+    # is a latency target that a loaded 2-core machine may miss: reported, not asserted.
+    assert report["progress_max"] is not None, output
     assert report["poison_written"] > 0, output
     assert report["lost"] == 0, output
     assert report["order_violations"] == 0, output
