@@ -687,6 +687,8 @@ class Soak:
         ]
         return {
             "mode": MODE_OF[(self.guard, self.batch)],
+            "duration": self.args.duration,
+            "commit": source_commit(),
             "idempotency_guard": self.guard,
             "batched_guard": self.batch,
             "rate": self.rate,
@@ -767,6 +769,7 @@ def _rows(mode: dict[str, Any]) -> list[tuple[str, str]]:
     outlived = max((f["outlived_lease"] for f in frozen), default=0.0)
     dynamo = mode["dynamodb_requests"]
     rows = [
+        ("seconds of faults (commit)", f"{mode['duration']:.0f} ({mode['commit']})"),
         (
             "records/s offered / handled during the faults",
             f"{mode['rate']:g} / {mode['throughput']['handled_per_second']:g}",
@@ -834,11 +837,10 @@ def render(result: dict[str, Any]) -> str:
     faults = ", ".join(f"{k} {v}" for k, v in sorted(modes[0]["faults"].items()))
     lines.append("")
     lines.append(
-        f"({result['duration']:.0f} s of faults per mode: {faults}; {result['shards']} shards, "
+        f"(faults per mode: {faults}; {result['shards']} shards, "
         f"{result['workers']} workers, handler {result['handler']}; DynamoDB latency "
         f"{result['dynamodb_latency_ms']} ms added by the fault proxy; failover "
-        f"{result['failover_time']:g} s; {result['machine']}; "
-        f"commit {result.get('commit', 'unknown')})"
+        f"{result['failover_time']:g} s; {result['machine']})"
     )
     return "\n".join(lines)
 
