@@ -688,7 +688,7 @@ class Soak:
         return {
             "mode": MODE_OF[(self.guard, self.batch)],
             "duration": self.args.duration,
-            "commit": source_commit(),
+            "commit": self.args.commit,
             "idempotency_guard": self.guard,
             "batched_guard": self.batch,
             "rate": self.rate,
@@ -1050,6 +1050,7 @@ def main() -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "chaos")
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     print(f"chaos soak: {args.duration:.0f} s of faults per mode, seed {args.seed}", flush=True)
+    args.commit = source_commit()  # at the start: the code this run runs, not the code at its end
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="chaos-"))
     began = time.monotonic()
     results = {mode: run_mode(args, mode, root / mode) for mode in modes}
@@ -1072,7 +1073,7 @@ def main() -> None:
         "took": round(time.monotonic() - began, 1),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
-        "commit": source_commit(),
+        "commit": args.commit,
     }
     text = render(result)
     print("\n" + text)
