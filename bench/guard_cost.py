@@ -74,6 +74,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from shardflow.local import MotoServer
     from shardflow.testing.faults import FaultProxy
 
+    commit = source_commit()  # at the start: the code this run runs
     samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     with MotoServer() as moto, FaultProxy(moto.endpoint_url, seed=args.seed) as proxy:
         proxy.set_latency(args.latency[0] / 1000, args.latency[1] / 1000, service="DynamoDB")
@@ -112,7 +113,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "results": rows,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
-        "commit": source_commit(),
+        "commit": commit,
     }
 
 
