@@ -67,8 +67,8 @@ DEFAULT_RATE = 500.0
 """Records/s without the guard: 16 shards at ~31 records/s each, which the local stack (two
 cores shared by kinesis-local, moto, the proxies, a producer and four workers) sustains."""
 DEFAULT_GUARD_RATE = 30.0
-"""Records/s with the guard: about the most its two DynamoDB writes per record sustain on
-moto behind the proxy's 5-10 ms latency (see docs/benchmarks.md)."""
+"""Records/s with the guard: its two DynamoDB writes per record kept up at 30 on moto behind
+the proxy's 5-10 ms latency, not at 40 (see docs/benchmarks.md)."""
 DEFAULT_BATCH_RATE = 200.0
 """Records/s with the guard batching claims (TransactWriteItems) and completions."""
 
