@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import contextlib
 
 import chaos_check
+import chaos_roles
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -62,6 +63,14 @@ SHARDS = 16
 WORKERS = 4
 KEYS = 64
 FAILOVER = 6.0
+DEFAULT_RATE = 500.0
+"""Records/s without the guard: 16 shards at ~31 records/s each, which the local stack (two
+cores shared by kinesis-local, moto, the proxies, a producer and four workers) sustains."""
+DEFAULT_GUARD_RATE = 30.0
+"""Records/s with the guard: its two DynamoDB writes per record kept up at 30 on moto behind
+the proxy's 5-10 ms latency, not at 40 (see docs/benchmarks.md)."""
+DEFAULT_BATCH_RATE = 200.0
+"""Records/s with the guard batching claims (TransactWriteItems) and completions."""
 
 # (at second, action, seconds it lasts) for a 600 s run; the short schedule for 120 s. Runs of
 # other lengths scale the times (not the durations) of the nearer schedule.
@@ -163,26 +172,57 @@ class Fleet:
 
 
 class FaultLog:
-    """``faults.tsv``: kind, target, start, end (wall clock), one line per fault."""
+    """``faults.tsv``: kind, target, start, end (wall clock), the PID signalled and the
+    requests the proxy failed (empty when not applicable), one line per fault."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
         self.entries: list[tuple[str, str, float, float]] = []
 
-    def add(self, kind: str, target: str, start: float, end: float) -> None:
+    def add(
+        self,
+        kind: str,
+        target: str,
+        start: float,
+        end: float,
+        *,
+        pid: int | None = None,
+        injected: int | None = None,
+    ) -> None:
+        pid_text = "" if pid is None else str(pid)
+        injected_text = "" if injected is None else str(injected)
         with self._lock:
             self.entries.append((kind, target, start, end))
             with self.path.open("a") as file:
-                file.write(f"{kind}\t{target}\t{start:.6f}\t{end:.6f}\n")
-        print(f"  {time.strftime('%H:%M:%S')} {kind} {target} ({end - start:.1f} s)", flush=True)
+                file.write(
+                    f"{kind}\t{target}\t{start:.6f}\t{end:.6f}\t{pid_text}\t{injected_text}\n"
+                )
+        extra = f", pid {pid}" if pid is not None else ""
+        extra += f", {injected} requests failed" if injected is not None else ""
+        print(
+            f"  {time.strftime('%H:%M:%S')} {kind} {target} ({end - start:.1f} s{extra})",
+            flush=True,
+        )
 
 
 # --- the soak -------------------------------------------------------------------------------
 
 
 class Soak:
-    def __init__(self, args: argparse.Namespace, kinesis_url: str, moto_url: str) -> None:
+    """One mode of the soak (with or without the idempotency guard) on its own servers."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        kinesis_url: str,
+        moto_url: str,
+        *,
+        guard: bool,
+        batch: bool,
+        rate: float,
+        run_dir: Path,
+    ) -> None:
         from shardflow.testing.faults import FaultProxy
 
         self.args = args
@@ -190,13 +230,20 @@ class Soak:
         stamp = f"{int(time.time() * 1000) % 10**9}"
         self.stream = f"chaos-{stamp}"
         self.app = f"chaos-app-{stamp}"
-        self.guard_table = f"chaos-guard-{stamp}" if args.guard else ""
+        self.guard_table = f"chaos-guard-{stamp}" if guard else ""
+        self.guard = guard
+        self.batch = batch
+        self.rate = rate
         self.kinesis_url = kinesis_url
         self.moto_url = moto_url
-        self.dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="chaos-"))
+        self.dir = run_dir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.kinesis_proxy = FaultProxy(kinesis_url, seed=args.seed)
         self.dynamodb_proxy = FaultProxy(moto_url, seed=args.seed + 1)
+        if args.latency:
+            # Every DynamoDB request waits as it would on the real service (a few ms).
+            low, high = args.latency
+            self.dynamodb_proxy.set_latency(low / 1000, high / 1000, service="DynamoDB")
         self.faults = FaultLog(self.dir / "faults.tsv")
         self.env = dict(os.environ)
         self.env.update(
@@ -212,6 +259,7 @@ class Soak:
         self.actions: list[threading.Thread] = []
         self.skipped: list[str] = []
         self.signalled: set[str] = set()  # incarnations this script killed or stopped
+        self.window = (0.0, 0.0)  # wall-clock start and end of the faults' schedule
 
     # --- set-up -----------------------------------------------------------------------------
 
@@ -269,6 +317,11 @@ class Soak:
             str(self.dir / f"{name}.dlq.jsonl"),
             "--failover",
             str(FAILOVER),
+            "--seed",
+            str(self.args.seed),
+            "--slow-fraction",
+            str(self.args.slow_fraction),
+            *(["--batch-guard"] if self.batch else []),
         ]
 
     def start_producer(self) -> None:
@@ -284,7 +337,7 @@ class Soak:
             "--out",
             str(self.dir / "produced.tsv"),
             "--rate",
-            str(self.args.rate),
+            str(self.rate),
             "--keys",
             str(KEYS),
             "--poison-every",
@@ -337,6 +390,8 @@ class Soak:
 
         proxy = self.dynamodb_proxy
         fault = ErrorResponse("InternalServerError", status=500, message="Internal server error")
+        assert self.fleet is not None
+        self.aim(self.fleet.live())
         rule = proxy.add(fault, service="DynamoDB", probability=0.9)
         self._hold([rule], proxy, "dynamodb_brownout", lasting)
 
@@ -345,39 +400,82 @@ class Soak:
         time.sleep(lasting)
         for rule in rules:
             proxy.remove(rule)
-        self.faults.add(kind, "", began, time.time())
+        ended = time.time()
+        # Requests still held by the proxy are logged once answered: wait a moment for them.
+        time.sleep(0.5)
+        injected = sum(proxy.injected_count(rule) for rule in rules)
+        self.faults.add(kind, "", began, ended, injected=injected)
 
-    def _victim(self) -> tuple[int, Incarnation] | None:
-        assert self.fleet is not None
-        live = self.fleet.live()
-        return self.rng.choice(live) if live else None
+    def time_left_in_call(self, name: str) -> float:
+        """How long worker ``name`` will still be inside a handler call, by its log's last
+        lines: a call started and not ended, whose planned time (``handler_seconds`` of its
+        record) has not run out. 0 when it is between calls."""
+        path = self.dir / f"{name}.tsv"
+        try:
+            with path.open("rb") as file:
+                file.seek(max(0, path.stat().st_size - 8192))
+                tail = file.read().decode(errors="replace").split("\n")[1:-1]
+        except OSError:
+            return 0.0
+        open_calls: dict[tuple[str, ...], float] = {}
+        for line in tail:
+            f = line.split("\t")
+            if f[0] == "S" and len(f) == 8:
+                planned = chaos_roles.handler_seconds(
+                    self.args.seed, f[2], f[3], int(f[4]), self.args.slow_fraction
+                )
+                open_calls[tuple(f[1:5])] = float(f[7]) + planned
+            elif f[0] == "E" and len(f) == 9:
+                open_calls.pop(tuple(f[1:5]), None)
+        return max((end - time.time() for end in open_calls.values()), default=0.0)
+
+    def aim(self, victims: list[tuple[int, Incarnation]]) -> tuple[int, Incarnation] | None:
+        """Wait (at most --aim seconds) until one of ``victims`` is inside a handler call with
+        at least 20 ms of it left, and return it, so that the fault lands in a call; at the
+        deadline, a random one of them (None if there are none)."""
+        deadline = time.monotonic() + self.args.aim
+        while victims and time.monotonic() < deadline:
+            for chosen in self.rng.sample(victims, len(victims)):
+                running = chosen[1].process.poll() is None
+                if running and self.time_left_in_call(chosen[1].name) >= 0.02:
+                    return chosen
+            time.sleep(0.002)
+        return self.rng.choice(victims) if victims else None
 
     def kill(self) -> None:
         assert self.fleet is not None
-        chosen = self._victim()
+        chosen = self.aim(self.fleet.live())
         if chosen is None:
             return
         slot, victim = chosen
         at = time.time()
         self.signalled.add(victim.name)
-        os.kill(victim.process.pid, signal.SIGKILL)
+        try:
+            os.kill(victim.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # it exited meanwhile (a rolling restart): nothing was killed
         victim.process.wait(10)
-        self.faults.add("kill", victim.name, at, at)
+        self.faults.add("kill", victim.name, at, at, pid=victim.process.pid)
         time.sleep(3.0)
         self.fleet.start(slot)
 
     def stop(self, lasting: float) -> None:
-        chosen = self._victim()
+        assert self.fleet is not None
+        chosen = self.aim(self.fleet.live())
         if chosen is None:
             return
         _, victim = chosen
         victim.frozen = True
         began = time.time()
-        os.kill(victim.process.pid, signal.SIGSTOP)
+        try:
+            os.kill(victim.process.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            victim.frozen = False
+            return
         time.sleep(lasting)
         os.kill(victim.process.pid, signal.SIGCONT)
         victim.frozen = False
-        self.faults.add("stop", victim.name, began, time.time())
+        self.faults.add("stop", victim.name, began, time.time(), pid=victim.process.pid)
 
     def rolling(self) -> None:
         assert self.fleet is not None
@@ -390,8 +488,9 @@ class Soak:
             except subprocess.TimeoutExpired:
                 os.kill(victim.process.pid, signal.SIGKILL)
                 victim.process.wait(10)
-                self.faults.add("kill", victim.name, time.time(), time.time())
-            self.faults.add("term", victim.name, began, time.time())
+                at = time.time()
+                self.faults.add("kill", victim.name, at, at, pid=victim.process.pid)
+            self.faults.add("term", victim.name, began, time.time(), pid=victim.process.pid)
             self.fleet.start(slot)
             time.sleep(2.0)
 
@@ -456,6 +555,7 @@ class Soak:
     def play(self, schedule: list[tuple[float, str, float]]) -> None:
         """Start each action at its time (in its own thread: actions may overlap)."""
         start = time.monotonic()
+        self.window = (time.time(), time.time() + self.args.duration)
         queue = [(at, i, action, lasting) for i, (at, action, lasting) in enumerate(schedule)]
         heapq.heapify(queue)
         while time.monotonic() - start < self.args.duration:
@@ -533,7 +633,41 @@ class Soak:
             chaos_check.read_calls(self.dir.glob("w*.tsv")),
             chaos_check.read_dead_letter_keys(self.dir.glob("w*.dlq.jsonl")),
             chaos_check.read_faults(self.dir / "faults.tsv"),
+            lease_events=chaos_check.read_lease_events(self.dir.glob("w*.tsv")),
+            sent=chaos_check.read_sent(self.dir / "produced.tsv"),
+            failover=FAILOVER,
         )
+
+    def throughput(self) -> dict[str, Any]:
+        """Records first handled during the faults' schedule, per second and per shard."""
+        calls = chaos_check.read_calls(self.dir.glob("w*.tsv"))
+        first: dict[tuple[str, str], float] = {}
+        for c in calls:
+            if c.outcome == "ok" and c.end is not None and c.seq.isdigit():
+                first[(c.key, c.seq)] = min(first.get((c.key, c.seq), c.end), c.end)
+        began, ended = self.window
+        handled = sum(1 for t in first.values() if began <= t <= ended)
+        seconds = max(ended - began, 1e-9)
+        return {
+            "offered_per_second": self.rate,
+            "handled_per_second": round(handled / seconds, 1),
+            "handled_per_second_per_shard": round(handled / seconds / SHARDS, 2),
+        }
+
+    def dynamodb_requests(self, handled: int) -> dict[str, Any]:
+        """DynamoDB requests that reached moto through the proxy, by table, and per record."""
+        proxy = self.dynamodb_proxy
+        leases = proxy.forwarded_to(self.app)
+        guard = proxy.forwarded_to(self.guard_table) if self.guard_table else 0
+        per = max(handled, 1)
+        return {
+            "lease_table": leases,
+            "guard_table": guard,
+            "lease_table_per_record": round(leases / per, 4),
+            "guard_table_per_record": round(guard / per, 4),
+            "per_record": round((leases + guard) / per, 4),
+            "failed_by_proxy": len(proxy.injections),
+        }
 
     def result(
         self, report: chaos_check.Report, drained: float | None, took: float
@@ -543,6 +677,7 @@ class Soak:
             counts[kind] = counts.get(kind, 0) + 1
         history = [] if self.fleet is None else self.fleet.history
         exits = {i.name: i.process.returncode for i in history}
+        pids = {i.name: i.process.pid for i in history}
         # Exited with an error although this script did not kill it (a SIGTERM must end in 0).
         crashed = [
             i.name
@@ -551,27 +686,23 @@ class Soak:
             and not (i.name in self.signalled and i.process.returncode == -signal.SIGKILL)
         ]
         return {
-            "benchmark": "chaos",
-            "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+            "mode": MODE_OF[(self.guard, self.batch)],
             "duration": self.args.duration,
-            "short": self.args.duration < 300,
-            "seed": self.args.seed,
-            "rate": self.args.rate,
-            "idempotency_guard": self.args.guard,
-            "shards": SHARDS,
-            "workers": WORKERS,
-            "failover_time": FAILOVER,
+            "commit": self.args.commit,
+            "idempotency_guard": self.guard,
+            "batched_guard": self.batch,
+            "rate": self.rate,
             "faults": counts,
-            "faults_left_out": sorted(self.args.skip),
             "actions_failed": self.skipped,
             "drained_after": None if drained is None else round(drained, 1),
+            "throughput": self.throughput(),
+            "dynamodb_requests": self.dynamodb_requests(report.handled),
+            "worker_pids": pids,
             "worker_exit_codes": exits,
             "workers_failed": crashed,
             "took": round(took, 1),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}",
-            "commit": source_commit(),
             "run_dir": str(self.dir),
+            "passed": report.passed and not crashed and not self.skipped,
             "report": report.as_dict(),
         }
 
@@ -583,7 +714,7 @@ def source_commit() -> str:
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, cwd=HERE, check=True
         ).stdout.decode()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src"],
+            ["git", "status", "--porcelain", "--", "src", "bench"],
             capture_output=True,
             cwd=HERE.parent,
             check=True,
@@ -593,73 +724,257 @@ def source_commit() -> str:
     return head.strip() + ("+" if dirty.strip() else "")
 
 
-def render(result: dict[str, Any]) -> str:
-    """The soak's table, from its JSON."""
-    r = result["report"]
-    faults = ", ".join(f"{k} {v}" for k, v in sorted(result["faults"].items()))
+# --- tables ---------------------------------------------------------------------------------
+
+MODES = ("noguard", "guard", "guard-batch")
+MODE_OF = {(False, False): "noguard", (True, False): "guard", (True, True): "guard-batch"}
+MODE_TITLES = {
+    "noguard": "lease fencing alone",
+    "guard": "with the idempotency guard",
+    "guard-batch": "with the guard, batched",
+}
+
+
+def _modes(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [result["modes"][m] for m in MODES if m in result["modes"]]
+
+
+def _progress(r: dict[str, Any]) -> str:
+    if r["progress_max"] is None:
+        return "-"
+    met = "" if r.get("progress_goal_met", True) else ": missed"
+    return f"{r['progress_p50']:g} / {r['progress_max']:g} s (goal {r['progress_goal']:g} s{met})"
+
+
+def _interrupted(mode: dict[str, Any], kind: str) -> str:
+    faults = [p for p in mode["report"]["per_fault"] if p["kind"] == kind]
+    if not faults:
+        return "-"
+    return f"{sum(p['interrupted'] for p in faults):,} ({len(faults)} faults)"
+
+
+def _failed_requests(mode: dict[str, Any], kind: str) -> str:
+    faults = [p for p in mode["report"]["per_fault"] if p["kind"] == kind]
+    if not faults:
+        return "-"
+    return f"{sum(p['requests_failed'] or 0 for p in faults):,} ({len(faults)} faults)"
+
+
+def _rows(mode: dict[str, Any]) -> list[tuple[str, str]]:
+    r = mode["report"]
     causes = ", ".join(f"{k} {v}" for k, v in sorted(r["duplicates_by_cause"].items())) or "-"
+    depth = max(r["replay_depth_max"].values(), default=0.0)
+    latency = r["latency_after_faults"]
+    frozen = r["frozen_calls"]
+    outlived = max((f["outlived_lease"] for f in frozen), default=0.0)
+    dynamo = mode["dynamodb_requests"]
     rows = [
-        ("records written (acknowledged)", f"{r['written']:,}"),
+        ("seconds of faults (commit)", f"{mode['duration']:.0f} ({mode['commit']})"),
         (
-            "poison records (dead-lettered / written)",
-            f"{r['poison_dead_lettered']} / {r['poison_written']}",
+            "records/s offered / handled during the faults",
+            f"{mode['rate']:g} / {mode['throughput']['handled_per_second']:g}",
         ),
-        ("dead letters written twice (replayed after a fault)", r["dead_letters_repeated"]),
-        ("records lost (never handled by the end of the run)", r["lost"]),
-        ("per-key order violations", r["order_violations"]),
-        ("two workers in one shard's handler at once", r["overlaps"]),
-        ("  ... of which a SIGSTOP froze a call", r["overlaps_frozen"]),
-        ("interleaved ownership stretches", r["interleaved"]),
-        ("records handled twice (by cause)", f"{r['duplicates']} ({causes})"),
-        ("shards not progressing at the end", len(r["stuck_shards"])),
+        ("records/s handled per shard", f"{mode['throughput']['handled_per_second_per_shard']:g}"),
         (
-            "caught up after faults stopped",
-            "no" if result["drained_after"] is None else f"{result['drained_after']} s",
+            "DynamoDB requests per record (lease table + guard table)",
+            f"{dynamo['per_record']:.3f} ({dynamo['lease_table_per_record']:.3f} + "
+            f"{dynamo['guard_table_per_record']:.3f})",
         ),
-        ("worker processes that failed on their own", len(result.get("workers_failed", []))),
+        (
+            "records sent / acknowledged / reported failed",
+            f"{r['sent']:,} / {r['written']:,} / {r['producer_gave_up']}",
+        ),
+        ("sent but neither acknowledged nor failed", f"{r['unreconciled']}"),
+        ("records lost (acknowledged, never handled)", f"{r['lost']}"),
+        ("poison records dead-lettered", f"{r['poison_dead_lettered']} of {r['poison_written']}"),
+        ("per-key order violations", f"{r['order_violations']}"),
+        ("two workers in one shard's handler at once", f"{r['overlaps']}"),
+        (
+            "  ... calls frozen by SIGSTOP, outlived their lease by (max)",
+            f"{len(frozen)}, {outlived:.2f} s",
+        ),
+        ("two live owners of a lease (lease events)", f"{r['double_owners']}"),
+        ("records handled twice (by cause)", f"{r['duplicates']:,} ({causes})"),
+        ("  ... replayed work before its fault (max; checkpoint interval 2 s)", f"{depth:.2f} s"),
+        ("calls in flight hit by kill -9", _interrupted(mode, "kill")),
+        ("calls in flight hit by SIGSTOP", _interrupted(mode, "stop")),
+        ("calls in flight hit by a lease-table brownout", _interrupted(mode, "dynamodb_brownout")),
+        (
+            "requests failed by the proxy: Kinesis brownout",
+            _failed_requests(mode, "kinesis_brownout"),
+        ),
+        ("requests failed by the proxy: throttling", _failed_requests(mode, "throttle")),
+        (
+            "requests failed by the proxy: lease-table brownout",
+            _failed_requests(mode, "dynamodb_brownout"),
+        ),
+        ("every shard handling again after a fault: p50 / max", _progress(r)),
+        ("shards that never did", f"{len(r['stalled'])}"),
+        (
+            "caught up after the last fault ended",
+            "no" if r["caught_up_after"] is None else f"{r['caught_up_after']:g} s",
+        ),
+        (
+            "latency after the faults, p50 / p99",
+            "-" if latency is None else f"{latency['p50']:.2f} / {latency['p99']:.2f} s",
+        ),
+        ("worker processes that failed on their own", f"{len(mode['workers_failed'])}"),
+        ("passed", "yes" if mode["passed"] else f"no: {', '.join(r['failures']) or 'actions'}"),
     ]
-    lines = ["| check | result |", "|---|---:|"]
-    lines += [f"| {name} | {value} |" for name, value in rows]
+    return rows
+
+
+def render(result: dict[str, Any]) -> str:
+    """The soak's table, one column per mode, from its JSON."""
+    modes = _modes(result)
+    per_mode = [_rows(m) for m in modes]
+    lines = [
+        "| check | " + " | ".join(MODE_TITLES[m["mode"]] for m in modes) + " |",
+        "|---|" + "---:|" * len(modes),
+    ]
+    for i, (name, _) in enumerate(per_mode[0]):
+        lines.append(f"| {name} | " + " | ".join(rows[i][1] for rows in per_mode) + " |")
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(modes[0]["faults"].items()))
     lines.append("")
     lines.append(
-        f"({result['duration']:.0f} s of faults: {faults}; {result['shards']} shards, "
-        f"{result['workers']} workers, {result['rate']:g} records/s, failover "
-        f"{result['failover_time']:g} s; {result['machine']}; "
-        f"commit {result.get('commit', 'unknown')})"
+        f"(faults per mode: {faults}; {result['shards']} shards, "
+        f"{result['workers']} workers, handler {result['handler']}; DynamoDB latency "
+        f"{result['dynamodb_latency_ms']} ms added by the fault proxy; failover "
+        f"{result['failover_time']:g} s; {result['machine']})"
     )
+    return "\n".join(lines)
+
+
+def render_faults(result: dict[str, Any]) -> str:
+    """Per fault of the run without the guard: what it hit and how fast shards recovered."""
+    mode = _modes(result)[0]
+    began = min((p["start"] for p in mode["report"]["per_fault"]), default=0.0)
+    lines = [
+        "| at (s) | fault | lasted (s) | requests failed | calls in flight hit | "
+        "shards handling again: p50 / max (s) |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    progress_rows = mode["report"]["progress"]
+    for i, p in enumerate(mode["report"]["per_fault"]):
+        pr = progress_rows[i] if i < len(progress_rows) else None
+        recovery = "-" if pr is None or pr["max"] is None else f"{pr['p50']:g} / {pr['max']:g}"
+        failed = "-" if p["requests_failed"] is None else f"{p['requests_failed']:,}"
+        target = f" {p['target']}" if p["target"] else ""
+        pid = f" (pid {p['pid']})" if p["pid"] else ""
+        lines.append(
+            f"| {p['start'] - began:.0f} | {p['kind']}{target}{pid} | {p['end'] - p['start']:.1f} "
+            f"| {failed} | {p['interrupted']:,} | {recovery} |"
+        )
     return "\n".join(lines)
 
 
 def render_promises(result: dict[str, Any]) -> str:
     """The faults guide's summary of what the soak showed, from its JSON."""
-    r = result["report"]
-    unexplained = r["duplicates_by_cause"].get("unexplained", 0)
-    attributed = r["duplicates"] - unexplained
-    faults = sum(result["faults"].values())
-    rows = [
-        ("records lost", f"{r['lost']} of {r['written']:,} acknowledged"),
-        ("per-key order violations", r["order_violations"]),
-        ("two workers in one shard's handler at once", r["overlaps"]),
-        (
-            "... besides calls frozen by SIGSTOP mid-way, ended after the next owner began",
-            r["overlaps_frozen"],
-        ),
-        ("shards not progressing at the end", len(r["stuck_shards"])),
-        (
-            "poison records dead-lettered",
-            f"{r['poison_dead_lettered']} of {r['poison_written']}",
-        ),
-        (
-            "records handled twice",
-            f"{r['duplicates']} ({attributed} attributed to a fault, {unexplained} unexplained)",
-        ),
+    modes = _modes(result)
+    faults = sum(modes[0]["faults"].values())
+
+    def cell(mode: dict[str, Any], name: str) -> str:
+        r = mode["report"]
+        unexplained = r["duplicates_by_cause"].get("unexplained", 0)
+        frozen = r["frozen_calls"]
+        return {
+            "lost": f"{r['lost']} of {r['written']:,} acknowledged",
+            "order": f"{r['order_violations']}",
+            "overlaps": f"{r['overlaps']}",
+            "frozen": f"{len(frozen)}",
+            "owners": f"{r['double_owners']}",
+            "stuck": f"{len(r['stalled'])}",
+            "poison": f"{r['poison_dead_lettered']} of {r['poison_written']}",
+            "twice": f"{r['duplicates']:,} ({unexplained} unexplained)",
+            "hit": f"{sum(p['interrupted'] for p in r['per_fault']):,}",
+            "recovery": _progress(r),
+            "faults": ", ".join(f"{k} {v}" for k, v in sorted(mode["faults"].items())),
+        }[name]
+
+    names = [
+        ("faults", "faults injected"),
+        ("lost", "records lost"),
+        ("order", "per-key order violations"),
+        ("overlaps", "two workers in one shard's handler at once"),
+        ("frozen", "... besides calls frozen by SIGSTOP mid-way, ended after the next owner began"),
+        ("owners", "two live owners of one lease"),
+        ("stuck", "shards that stopped progressing"),
+        ("poison", "poison records dead-lettered"),
+        ("twice", "records handled twice, each attributed to a fault"),
+        ("hit", "handler calls in flight hit by a fault"),
+        ("recovery", "every shard handling again after a fault: p50 / max"),
     ]
+    header = " | ".join(f"{MODE_TITLES[m['mode']]}, {m['rate']:g} records/s" for m in modes)
     lines = [
-        f"| `bench/chaos.py`, {result['duration'] / 60:.0f} min, {faults} faults | result |",
-        "|---|---:|",
+        f"| `bench/chaos.py`, {result['duration'] / 60:.0f} min per mode, {faults} faults | "
+        f"{header} |",
+        "|---|" + "---:|" * len(modes),
     ]
-    lines += [f"| {name} | {value} |" for name, value in rows]
+    lines += [f"| {title} | " + " | ".join(cell(m, n) for m in modes) + " |" for n, title in names]
     return "\n".join(lines)
+
+
+def render_guard_cost(result: dict[str, Any]) -> str:
+    """The idempotency guard's cost, measured in the same run as the mode without it."""
+    modes = _modes(result)
+    if len(modes) < 2:
+        return "(the run measured one mode only)"
+    lines = [
+        "| | " + " | ".join(MODE_TITLES[m["mode"]] for m in modes) + " |",
+        "|---|" + "---:|" * len(modes),
+    ]
+    rows = [
+        ("records/s offered", lambda m: f"{m['rate']:g}"),
+        (
+            "records/s handled per shard",
+            lambda m: f"{m['throughput']['handled_per_second_per_shard']:g}",
+        ),
+        (
+            "DynamoDB requests per record, guard table",
+            lambda m: f"{m['dynamodb_requests']['guard_table_per_record']:.2f}",
+        ),
+        (
+            "DynamoDB requests per record, lease table",
+            lambda m: f"{m['dynamodb_requests']['lease_table_per_record']:.3f}",
+        ),
+        (
+            "latency after the faults, p99",
+            lambda m: (
+                "-"
+                if m["report"]["latency_after_faults"] is None
+                else f"{m['report']['latency_after_faults']['p99']:.2f} s"
+            ),
+        ),
+    ]
+    for name, value in rows:
+        lines.append(f"| {name} | " + " | ".join(value(m) for m in modes) + " |")
+    return "\n".join(lines)
+
+
+def run_mode(args: argparse.Namespace, mode: str, run_dir: Path) -> dict[str, Any]:
+    """One mode on fresh servers (kinesis-local slows as its streams fill)."""
+    from shardflow.local import KinesisLocalServer, MotoServer
+
+    guard = mode != "noguard"
+    batch = mode == "guard-batch"
+    rate = {"noguard": args.rate, "guard": args.guard_rate, "guard-batch": args.batch_rate}[mode]
+    print(f"mode {mode}: {rate:g} records/s, {args.duration:.0f} s of faults", flush=True)
+    with KinesisLocalServer(shard_limit=100) as kinesis, MotoServer() as moto:
+        soak = Soak(
+            args,
+            kinesis.endpoint_url,
+            moto.endpoint_url,
+            guard=guard,
+            batch=batch,
+            rate=rate,
+            run_dir=run_dir,
+        )
+        return soak.run()
+
+
+def _milliseconds(text: str) -> tuple[float, float]:
+    low, _, high = text.partition(",")
+    return float(low), float(high or low)
 
 
 def main() -> None:
@@ -668,18 +983,53 @@ def main() -> None:
     )
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of faults")
     parser.add_argument("--short", action="store_true", help="120 s, compressed schedule")
-    parser.add_argument("--rate", type=float, default=20.0, help="records/s, all keys")
+    parser.add_argument(
+        "--rate", type=float, default=DEFAULT_RATE, help="records/s without the guard"
+    )
+    parser.add_argument(
+        "--guard-rate",
+        type=float,
+        default=DEFAULT_GUARD_RATE,
+        help="records/s with the guard (the most it sustains on the local stack)",
+    )
+    parser.add_argument(
+        "--batch-rate",
+        type=float,
+        default=DEFAULT_BATCH_RATE,
+        help="records/s with the batched guard (the most it sustains on the local stack)",
+    )
+    parser.add_argument(
+        "--modes",
+        default="noguard,guard",
+        help="comma-separated: noguard (lease fencing alone), guard (the DynamoDB idempotency "
+        "guard, two writes a record), guard-batch (the guard batching claims and completions; "
+        "not a default: moto's TransactWriteItems copies the whole table per item, so on moto "
+        "it slows as the guard's table fills; bench/guard_cost.py measures it on fresh tables)",
+    )
+    parser.add_argument(
+        "--latency",
+        type=_milliseconds,
+        default=(5.0, 10.0),
+        help="ms range the fault proxy adds to every DynamoDB request ('0,0': none)",
+    )
+    parser.add_argument(
+        "--slow-fraction",
+        type=float,
+        default=0.05,
+        help="share of handler calls taking 50-200 ms (the rest take about 1 ms)",
+    )
+    parser.add_argument(
+        "--aim",
+        type=float,
+        default=10.0,
+        help="seconds a kill, SIGSTOP or lease-table brownout may wait for its victim (any "
+        "worker for a brownout) to be inside a handler call",
+    )
     parser.add_argument("--poison-every", type=float, default=20.0)
     parser.add_argument("--drain", type=float, default=120.0, help="seconds to catch up")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--skip", action="append", default=[], help="leave out a fault class (repeatable)"
-    )
-    parser.add_argument(
-        "--no-guard",
-        dest="guard",
-        action="store_false",
-        help="workers without the DynamoDB idempotency guard: every record reaches a handler",
     )
     parser.add_argument("--results", help="JSON path (default bench/results/chaos.json)")
     parser.add_argument("--keep", help="directory for the run's logs (default: a temp dir)")
@@ -687,7 +1037,11 @@ def main() -> None:
     if args.short:
         args.duration = min(args.duration, 120.0)
         args.poison_every = min(args.poison_every, 15.0)
-    from shardflow.local import KinesisLocalServer, MotoServer
+    if args.latency == (0.0, 0.0):
+        args.latency = None
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - set(MODES):
+        parser.error(f"--modes takes a comma-separated selection of {', '.join(MODES)}")
 
     # SIGTERM to this script: unwind (the finally blocks stop every process it started).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -695,21 +1049,55 @@ def main() -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "chaos")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "chaos")
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
-    print(f"chaos soak: {args.duration:.0f} s of faults, seed {args.seed}", flush=True)
-    with KinesisLocalServer(shard_limit=100) as kinesis, MotoServer() as moto:
-        soak = Soak(args, kinesis.endpoint_url, moto.endpoint_url)
-        result = soak.run()
+    print(f"chaos soak: {args.duration:.0f} s of faults per mode, seed {args.seed}", flush=True)
+    args.commit = source_commit()  # at the start: the code this run runs, not the code at its end
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="chaos-"))
+    began = time.monotonic()
+    results = {mode: run_mode(args, mode, root / mode) for mode in modes}
+    result: dict[str, Any] = {
+        "benchmark": "chaos",
+        "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+        "duration": args.duration,
+        "short": args.duration < 300,
+        "seed": args.seed,
+        "shards": SHARDS,
+        "workers": WORKERS,
+        "failover_time": FAILOVER,
+        "handler": f"~1 ms, {args.slow_fraction:.0%} of calls 50-200 ms",
+        "dynamodb_latency_ms": "none"
+        if args.latency is None
+        else f"{args.latency[0]:g}-{args.latency[1]:g}",
+        "faults_left_out": sorted(args.skip),
+        "modes": results,
+        "passed": all(r["passed"] for r in results.values()),
+        "took": round(time.monotonic() - began, 1),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+        "commit": args.commit,
+    }
     text = render(result)
     print("\n" + text)
-    print(f"\nlogs: {result['run_dir']}; passed: {result['report']['passed']}")
-    for name in ("lost", "order", "overlap", "interleaved", "duplicate"):
-        for example in result["report"][f"{name}_examples"]:
-            print(f"  {name}: {example}")
+    for mode, r in results.items():
+        report = r["report"]
+        print(f"\n{mode}: logs {r['run_dir']}; passed: {r['passed']} {report['failures']}")
+        for name in (
+            "lost",
+            "order",
+            "overlap",
+            "interleaved",
+            "duplicate",
+            "double_owner",
+            "reconcile",
+        ):
+            for example in report[f"{name}_examples"]:
+                print(f"  {name}: {example}")
+        for line in report["uninterrupting"] + report["silent_faults"] + report["stalled"]:
+            print(f"  {line}")
     result["table"] = text
     path = Path(args.results) if args.results else RESULTS / "chaos.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
-    sys.exit(0 if result["report"]["passed"] else 1)
+    sys.exit(0 if result["passed"] else 1)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ write, so a kill -9 loses no line that was written and lines of threads never in
 
 Producer lines (``produced.tsv``):
 
+    W  key  seq  t                                                  a record handed to the producer
     A  key  seq  shard  sequence_number  sub_sequence_number  t    a record Kinesis acknowledged
     F  key  seq  error  t                                           a record the producer gave up
     P  key  kind  shard  sequence_number  t                         a poison record (acknowledged)
@@ -16,7 +17,8 @@ Worker lines (one file per worker incarnation):
 
     S  worker  shard  sequence_number  sub  key  seq  t             handler started
     E  worker  shard  sequence_number  sub  key  seq  t  outcome    handler ended (ok / raised)
-    L  worker  event  shard  t                                      a lease / shard event
+    L  worker  event  shard  t  detail                              a lease / shard event
+                                                                    (detail: how / why / PID)
 
 ``seq`` is the record's rank within its key, from 0, so per-key losses and order show.
 """
@@ -39,7 +41,22 @@ KPL_MAGIC = b"\xf3\x89\x9a\xc2"
 POISON = b"POISON"
 UNDECODABLE = b"UNDECODABLE"
 """A record the workers' deserializer rejects: dead-lettered without a handler call."""
-HANDLER_SECONDS = 0.004
+SLOW_FRACTION = 0.05
+"""Of the handler calls, this share takes 50-200 ms (uniform); the rest about 1 ms."""
+
+
+def handler_seconds(seed: int, shard: str, number: str, sub: int, slow: float) -> float:
+    """How long the handler works on one record: heavy-tailed and seeded by the record's
+    place, so a replay of the record takes as long as its first call.
+
+    Most calls take about a millisecond (log-normal around 1 ms); ``slow`` of them take
+    50-200 ms, long enough that a kill -9, a SIGSTOP or a lease lost during a brownout
+    catches calls in flight at the soak's rates.
+    """
+    rng = random.Random(f"{seed}/{shard}/{number}/{sub}")
+    if rng.random() < slow:
+        return rng.uniform(0.050, 0.200)
+    return min(0.010, rng.lognormvariate(-6.9, 0.5))  # median e**-6.9 s = 1.0 ms
 
 
 class LineLog:
@@ -111,6 +128,7 @@ async def produce(args: argparse.Namespace) -> None:
                 key = keys[sent % len(keys)]
                 seq = seqs[key]
                 seqs[key] += 1
+                out.line("W", key, seq, f"{time.time():.6f}")
                 future = await producer.put(f"{key}|{seq}".encode(), key)
                 future.add_done_callback(lambda f, k=key, s=seq: settle(k, s, f))
                 pending.add(future)
@@ -181,7 +199,7 @@ class RefusedRecord(Exception):
     """The handler's answer to a poison record: it goes to the dead letters."""
 
 
-def make_handler(out: LineLog, worker: str) -> Any:
+def make_handler(out: LineLog, worker: str, seed: int, slow: float) -> Any:
     def handle(record: Any) -> None:
         shard, number, sub = record.shard_id, record.sequence_number, record.sub_sequence_number
         key, _, seq = record.data.partition(b"|")
@@ -189,7 +207,7 @@ def make_handler(out: LineLog, worker: str) -> Any:
         key_text = record.partition_key if poison else key.decode()
         seq_text = "-" if poison else seq.decode()
         out.line("S", worker, shard, number, sub, key_text, seq_text, f"{time.time():.6f}")
-        time.sleep(HANDLER_SECONDS)  # long enough for overlapping calls to show
+        time.sleep(handler_seconds(seed, shard, number, sub, slow))
         if poison:
             out.line(
                 "E", worker, shard, number, sub, key_text, seq_text, f"{time.time():.6f}", "raised"
@@ -220,10 +238,13 @@ async def work(args: argparse.Namespace) -> None:
 
     out = LineLog(args.out)
     worker = args.worker_id
+    out.line("L", worker, "Started", "", f"{time.time():.6f}", os.getpid())
 
     def on_event(event: Any) -> None:
         shard = getattr(event, "shard_id", "") or ""
-        out.line("L", worker, type(event).__name__, shard, f"{time.time():.6f}")
+        # How a lease was taken / why it ended: the ownership checker needs both.
+        detail = getattr(event, "how", None) or getattr(event, "why", None) or ""
+        out.line("L", worker, type(event).__name__, shard, f"{time.time():.6f}", detail)
 
     def decode(record: Any) -> bytes:
         if record.data.startswith(UNDECODABLE):
@@ -253,7 +274,11 @@ async def work(args: argparse.Namespace) -> None:
     letters = JsonLinesDestination(args.dead_letters)
     guarded = (
         DynamoDBIdempotencyGuard.connect(
-            dynamodb, args.guard_table, create=False, claim_ttl=failover * 2
+            dynamodb,
+            args.guard_table,
+            create=False,
+            claim_ttl=failover * 2,
+            batch=args.batch_guard,
         )
         if args.guard_table
         else contextlib.nullcontext(None)
@@ -283,7 +308,8 @@ async def work(args: argparse.Namespace) -> None:
         )
         uninstall = install_stop_signals(consumer.request_stop)
         try:
-            await consumer.consume(make_handler(out, worker), dead_letters=letters)
+            handler = make_handler(out, worker, args.seed, args.slow_fraction)
+            await consumer.consume(handler, dead_letters=letters)
         finally:
             uninstall()
             await letters.close()
@@ -313,6 +339,11 @@ def main() -> None:
     w.add_argument("--out", required=True)
     w.add_argument("--dead-letters", required=True)
     w.add_argument("--failover", type=float, default=6.0)
+    w.add_argument("--seed", type=int, default=1)
+    w.add_argument(
+        "--batch-guard", action="store_true", help="the guard batches claims and completions"
+    )
+    w.add_argument("--slow-fraction", type=float, default=SLOW_FRACTION)
     args = parser.parse_args()
     logging.basicConfig(
         level=logging.INFO,

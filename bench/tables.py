@@ -106,7 +106,8 @@ def headline(results: Path = RESULTS) -> str:
         return f"{got[0]['ratio_to_boto3']:.2f}x"
 
     chaos = result("chaos", results)
-    soak = chaos["report"]
+    fencing = chaos["modes"]["noguard"]
+    soak = fencing["report"]
     starvation = result("consumer_starvation", results)
     draining = starvation["draining"]
     put_loop, get_loop = (
@@ -193,12 +194,14 @@ def headline(results: Path = RESULTS) -> str:
             "spark_source",
         ),
         (
-            f"chaos soak, {chaos['duration'] / 60:.0f} min of faults: records lost, per-key order "
-            "violations, two workers in one shard, stuck shards",
+            f"chaos soak, {chaos['duration'] / 60:.0f} min of faults at {fencing['rate']:g} "
+            "records/s, lease fencing alone: records lost, per-key order violations, two "
+            "workers in one shard, stalled shards",
             f"{soak['lost']} / {soak['order_violations']} / {soak['overlaps']} / "
-            f"{len(soak['stuck_shards'])} of {soak['written']:,} records "
-            f"({soak['duplicates']} duplicates, "
-            f"{soak['duplicates_by_cause'].get('unexplained', 0)} unexplained)",
+            f"{len(soak['stalled'])} of {soak['written']:,} records "
+            f"({soak['duplicates']:,} replayed after a fault, "
+            f"{soak['duplicates_by_cause'].get('unexplained', 0)} unexplained; "
+            f"{sum(p['interrupted'] for p in soak['per_fault']):,} calls in flight hit)",
             "chaos",
         ),
     ]

@@ -39,6 +39,8 @@ def test_two_minutes_of_faults_lose_nothing_and_never_run_a_shard_twice(tmp_path
         sys.executable,
         str(BENCH / "chaos.py"),
         "--short",
+        "--modes",
+        "noguard",
         "--drain",
         "120",
         "--results",
@@ -55,12 +57,23 @@ def test_two_minutes_of_faults_lose_nothing_and_never_run_a_shard_twice(tmp_path
             pytest.fail(f"the soak did not end within 11 minutes: {log.read_text()[-3000:]}")
     output = log.read_text()[-3000:]
     assert results.exists(), output
-    result = json.loads(results.read_text())
+    result = json.loads(results.read_text())["modes"]["noguard"]
     report = result["report"]
     assert set(result["faults"]) == FAULT_CLASSES, output
     assert result["actions_failed"] == [], output
     assert result["workers_failed"] == [], output
-    assert report["written"] > 1000, output
+    # The default load (500 records/s) for most of the two minutes.
+    assert report["written"] > 40_000, output
+    assert report["sent"] == report["written"] + report["producer_gave_up"], output
+    # Every kill, SIGSTOP and lease-table brownout caught handler calls in flight, and every
+    # proxy fault failed requests.
+    assert report["uninterrupting"] == [], output
+    assert report["silent_faults"] == [], output
+    assert report["double_owners"] == 0, output
+    assert report["stalled"] == [], output
+    # Recovery after each fault is measured (report["progress"]); its goal, failover_time + 5 s,
+    # is a latency target that a loaded 2-core machine may miss: reported, not asserted.
+    assert report["progress_max"] is not None, output
     assert report["poison_written"] > 0, output
     assert report["lost"] == 0, output
     assert report["order_violations"] == 0, output
@@ -68,6 +81,7 @@ def test_two_minutes_of_faults_lose_nothing_and_never_run_a_shard_twice(tmp_path
     assert report["interleaved"] == 0, output
     assert report["stuck_shards"] == [], output
     assert result["drained_after"] is not None, output
+    assert report["caught_up_after"] is not None, output
     # Every record handled twice is explained by a fault around it (the checker names which).
     assert report["duplicates_by_cause"].get("unexplained", 0) == 0, (
         report["duplicate_examples"],

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -124,7 +125,10 @@ class FaultProxy:
         self._rules = RuleBook(seed)
         self._counts_lock = threading.Lock()
         self._forwarded: Counter[str] = Counter()
+        self._forwarded_to: Counter[str] = Counter()
         self._in_flight = 0
+        self._latency: tuple[float, float, str | None] | None = None
+        self._latency_rng = random.Random(None if seed is None else seed + 1)
         self._port: int | None = None
         self._runner: web.AppRunner | None = None
         self._upstream = UpstreamClient(self.upstream)
@@ -193,6 +197,32 @@ class FaultProxy:
         """How many client requests for ``operation`` (fully or partly) reached the upstream."""
         with self._counts_lock:
             return self._forwarded[operation]
+
+    def forwarded_to(self, name: str) -> int:
+        """How many client requests naming the stream or table ``name`` reached the upstream."""
+        with self._counts_lock:
+            return self._forwarded_to[name]
+
+    def set_latency(
+        self, low: float, high: float | None = None, *, service: str | None = None
+    ) -> None:
+        """Hold every request of ``service`` (None: any) for a time drawn uniformly from
+        [``low``, ``high``] seconds before forwarding it: the network and service time of the
+        real thing, which local emulators answer in well under a millisecond. ``low=0`` with
+        no ``high`` turns it off. Not a fault: not logged in :attr:`injections`."""
+        top = low if high is None else high
+        if low < 0 or top < low:
+            raise ValueError(f"latency must satisfy 0 <= low <= high, got {low}, {top}")
+        with self._counts_lock:
+            self._latency = None if top == 0 else (low, top, service)
+
+    async def _wait_latency(self, service: str) -> None:
+        with self._counts_lock:
+            latency = self._latency
+            if latency is None or (latency[2] is not None and latency[2] != service):
+                return
+            seconds = self._latency_rng.uniform(latency[0], latency[1])
+        await asyncio.sleep(seconds)
 
     @property
     def in_flight(self) -> int:
@@ -332,7 +362,8 @@ class FaultProxy:
         entries = len(doc.get("Records", [])) if operation == "PutRecords" else 0
         decision = self._rules.choose(RequestInfo(service, operation, stream, entries))
         if decision is None:
-            return await self._relay(request, body, operation)
+            await self._wait_latency(service)
+            return await self._relay(request, body, operation, stream)
         # Kind and code only: a fault's message may be anything the test chose.
         code = getattr(decision.fault, "code", "")
         log.debug(
@@ -413,19 +444,23 @@ class FaultProxy:
             self._record(decision, ctx, forwarded=False, client_gone=True)
             return hang_up(request)
         self._record(decision, ctx, forwarded=True)
-        return await self._relay(request, body, ctx.operation)
+        return await self._relay(request, body, ctx.operation, ctx.stream)
 
     async def _forward(self, request: web.Request, body: bytes, operation: str) -> Answer | None:
         self._count_forwarded(operation)
         return await self._upstream.fetch(request, body)
 
-    async def _relay(self, request: web.Request, body: bytes, operation: str) -> web.StreamResponse:
-        self._count_forwarded(operation)
+    async def _relay(
+        self, request: web.Request, body: bytes, operation: str, stream: str | None = None
+    ) -> web.StreamResponse:
+        self._count_forwarded(operation, stream)
         return await self._upstream.relay(request, body)
 
-    def _count_forwarded(self, operation: str) -> None:
+    def _count_forwarded(self, operation: str, stream: str | None = None) -> None:
         with self._counts_lock:
             self._forwarded[operation] += 1
+            if stream is not None:
+                self._forwarded_to[stream] += 1
 
     async def _with_shard_of(
         self, ctx: Context, request: web.Request, entry: dict[str, Any]
@@ -490,10 +525,19 @@ def _describe(request: web.Request, body: bytes) -> tuple[str, str, dict[str, An
 
 
 def _stream_of(doc: dict[str, Any]) -> str | None:
-    """The stream (or, for DynamoDB, table) a request names."""
+    """The stream (or, for DynamoDB, table) a request names; for a DynamoDB batch or
+    transaction, the table of its first item."""
     name = doc.get("StreamName") or doc.get("TableName")
     if isinstance(name, str):
         return name
+    batch = doc.get("RequestItems")
+    if isinstance(batch, dict) and batch:
+        return str(next(iter(batch)))
+    items = doc.get("TransactItems")
+    if isinstance(items, list) and items and isinstance(items[0], dict):
+        for operation in items[0].values():
+            if isinstance(operation, dict) and isinstance(operation.get("TableName"), str):
+                return str(operation["TableName"])
     arn = doc.get("StreamARN")
     return arn.rsplit("/", 1)[-1] if isinstance(arn, str) else None
 

@@ -138,3 +138,72 @@ async def test_a_claim_whose_answer_was_lost_is_still_ours(
             assert proxy.injected(operation="PutItem")
             assert claim.outcome is CLAIMED
             assert (await guard.claim("k")).outcome is IN_PROGRESS
+
+
+# --- batched claims and completions (batch=True) ---------------------------------------------
+
+
+async def test_batched_claims_travel_in_transactions_and_answer_like_single_ones(
+    moto_url: str, table: str, clock: ManualClock
+) -> None:
+    async with FaultProxy(moto_url) as proxy:
+        factory = ClientFactory(AwsSettings(endpoint_url=proxy.url))
+        async with (
+            DynamoDBIdempotencyGuard.connect(factory, table, clock=clock) as single,
+            DynamoDBIdempotencyGuard.connect(
+                factory, table, clock=clock, create=False, batch=True
+            ) as batched,
+        ):
+            done = await single.claim("done-0")
+            await single.complete(done)
+            held = await single.claim("held-0")
+            # 250 keys at once, among them one done and one claimed elsewhere: the cancelled
+            # transactions answer those two and send the others again.
+            keys = ["done-0", "held-0", *(f"free-{i}" for i in range(248))]
+            claims = await asyncio.gather(*(batched.claim(k) for k in keys))
+            outcomes = {c.key: c.outcome for c in claims}
+            assert outcomes.pop("done-0") is DONE
+            assert outcomes.pop("held-0") is IN_PROGRESS
+            assert set(outcomes.values()) == {CLAIMED}
+            # Three transactions of at most 100, plus the resends of a cancelled one's others.
+            transactions = proxy.forwarded("TransactWriteItems")
+            assert 3 <= transactions <= 6
+            assert proxy.forwarded("PutItem") == 3  # the single guard: claim, complete, claim
+            await asyncio.gather(*(batched.complete(c) for c in claims if c.claimed))
+            assert proxy.forwarded("BatchWriteItem") == 10  # 248 completions, 25 a request
+            # Batches and transactions are counted against their table.
+            assert proxy.forwarded_to(table) >= 3 + transactions + 10
+            again = await asyncio.gather(*(single.claim(k) for k in keys if k != "held-0"))
+            assert {c.outcome for c in again} == {DONE}
+            await single.release(held)
+
+
+async def test_one_key_claimed_twice_at_once_in_a_batch_has_one_winner(
+    moto_url: str, table: str, clock: ManualClock
+) -> None:
+    factory = ClientFactory(AwsSettings(endpoint_url=moto_url))
+    async with DynamoDBIdempotencyGuard.connect(factory, table, clock=clock, batch=True) as guard:
+        claims = await asyncio.gather(*(guard.claim("same") for _ in range(5)))
+        assert sorted(c.outcome for c in claims) == sorted([CLAIMED] + [IN_PROGRESS] * 4)
+
+
+async def test_a_batched_claim_rides_out_a_brownout(
+    moto_url: str, table: str, clock: ManualClock
+) -> None:
+    async with FaultProxy(moto_url) as proxy:
+        factory = ClientFactory(AwsSettings(endpoint_url=proxy.url, sdk_max_attempts=1))
+        async with DynamoDBIdempotencyGuard.connect(
+            factory, table, clock=clock, batch=True
+        ) as guard:
+            # The first transaction lands but its answer is lost: its retry finds every key
+            # claimed with its own token, so all are still ours.
+            proxy.add(
+                ErrorResponse("InternalServerError", after_forwarding=True),
+                service="DynamoDB",
+                operation="TransactWriteItems",
+                times=1,
+            )
+            claims = await asyncio.gather(*(guard.claim(f"k{i}") for i in range(20)))
+            await proxy.idle()
+            assert proxy.injected(operation="TransactWriteItems")
+            assert {c.outcome for c in claims} == {CLAIMED}

@@ -240,6 +240,41 @@ def test_dynamodb_passes_through_unchanged(proxy: FaultProxy, moto_url: str) -> 
     assert proxy.forwarded("GetItem") == 1
 
 
+def test_latency_holds_requests_of_one_service_and_counts_per_table(
+    proxy: FaultProxy, stream: str
+) -> None:
+    table = f"proxy-latency-{time.monotonic_ns()}"
+    dynamodb = _client(proxy.url, service="dynamodb")
+    dynamodb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+    def took(call: Any) -> float:
+        began = time.perf_counter()
+        call()
+        return time.perf_counter() - began
+
+    def get() -> None:
+        dynamodb.get_item(TableName=table, Key={"k": {"S": "x"}})
+
+    kinesis = _client(proxy.url)
+    proxy.set_latency(0.2, 0.25, service="DynamoDB")
+    held = took(get)
+    other = took(lambda: kinesis.describe_stream_summary(StreamName=stream))
+    proxy.set_latency(0)
+    after = took(get)
+    assert held >= 0.2
+    assert max(other, after) < 0.2
+    assert proxy.forwarded_to(table) == 3  # CreateTable and two GetItems
+    assert proxy.forwarded_to(stream) == 1
+    assert proxy.injections == []  # latency is not a fault
+    with pytest.raises(ValueError, match="latency must satisfy"):
+        proxy.set_latency(0.3, 0.1)
+
+
 def test_rules_can_change_from_another_thread_while_running(proxy: FaultProxy, stream: str) -> None:
     client = _client(proxy.url)
     stop = threading.Event()

@@ -253,3 +253,35 @@ async def test_a_stop_while_a_lease_taken_back_waits_for_the_old_thread_does_not
         lease = await only_lease(r.store)
         assert lease.lease_owner == "a", "released while the old handler still ran"
         assert r.spans.seen == []
+
+
+async def test_a_call_queued_behind_busy_threads_does_not_start_once_the_lease_lapsed() -> None:
+    # The soak's case: a worker frozen by SIGSTOP wakes with calls queued in its thread pool,
+    # checked against the lease before the freeze; the lease lapsed meanwhile. The thread
+    # asks again when its turn comes, and the queued call never starts.
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardflow.consumer.delivery.calls import Invoker, NotStarted, RunningCalls
+
+    release = threading.Event()
+    ran: list[str] = []
+
+    def handler(name: str) -> None:
+        if name == "busy":
+            release.wait(5)
+        ran.append(name)
+
+    lease = {"held": True}
+    calls = RunningCalls()
+    invoke: Invoker[str] = Invoker(handler, ThreadPoolExecutor(max_workers=1))
+    busy = asyncio.ensure_future(invoke("busy", calls, lambda: lease["held"]))
+    queued = asyncio.ensure_future(invoke("queued", calls, lambda: lease["held"]))
+    await asyncio.sleep(0.05)
+    lease["held"] = False  # lapsed while "queued" waited for the only thread
+    release.set()
+    await busy
+    with pytest.raises(NotStarted):
+        await queued
+    assert ran == ["busy"]
+    assert await calls.wait_idle(1.0)

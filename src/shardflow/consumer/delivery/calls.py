@@ -77,10 +77,16 @@ class Invoker(Generic[A]):
         self.is_async = is_async_handler(handler)
         self._executor = executor
 
-    async def __call__(self, argument: A, calls: RunningCalls | None = None) -> Any:
+    async def __call__(
+        self,
+        argument: A,
+        calls: RunningCalls | None = None,
+        go_on: Callable[[], bool] | None = None,
+    ) -> Any:
         """One call: awaited on the loop, or run in the executor; returns what the handler
         returned and raises what it raised. Counted in ``calls`` until it has really ended (a
-        thread outlives a cancelled wait)."""
+        thread outlives a cancelled wait). A thread asks ``go_on`` again when its turn comes
+        (:class:`NotStarted` if it says no)."""
         if self.is_async:
             ended = calls.enter() if calls is not None else None
             try:
@@ -91,7 +97,7 @@ class Invoker(Generic[A]):
             finally:
                 if ended is not None:
                     ended()
-        return await in_thread(self._executor, calls, self.call_sync, argument)
+        return await in_thread(self._executor, calls, self.call_sync, argument, go_on=go_on)
 
     def call_sync(self, argument: A) -> Any:
         """One call of a plain handler on this thread (a worker thread of the executor)."""
@@ -164,17 +170,31 @@ class RunningCalls:
             self._when_idle.append(callback)
 
 
+class NotStarted(Exception):
+    """A thread's turn came after ``go_on`` turned false: the call never started."""
+
+
 class ThreadCall:
     """One function call handed to an executor, told apart from the wait for it.
 
     :meth:`run` is what the executor runs; :meth:`abandon` is called when the wait is
     cancelled: if the call had not started it never will (True), otherwise it runs to its
-    end. ``ended`` is called on ``loop`` once the call is over either way.
+    end. ``ended`` is called on ``loop`` once the call is over either way. With ``go_on``,
+    the thread asks it once more when its turn comes and, if it says no, starts nothing and
+    raises :class:`NotStarted`: a call queued behind busy threads may wait long (a process
+    frozen by SIGSTOP wakes with its queue full), and the lease it was checked against may
+    have lapsed since.
     """
 
-    def __init__(self, ended: Callable[[], None], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        ended: Callable[[], None],
+        loop: asyncio.AbstractEventLoop,
+        go_on: Callable[[], bool] | None = None,
+    ) -> None:
         self._ended = ended
         self._loop = loop
+        self._go_on = go_on
         self._lock = threading.Lock()
         self._state = "queued"  # -> "running" -> "over", or "queued" -> "abandoned"
 
@@ -182,7 +202,12 @@ class ThreadCall:
         with self._lock:
             if self._state == "abandoned":
                 return None  # nobody waits for it and it must not start any more
-            self._state = "running"
+            refused = self._go_on is not None and not self._go_on()
+            self._state = "abandoned" if refused else "running"
+        if refused:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+                self._loop.call_soon_threadsafe(self._ended)
+            raise NotStarted
         try:
             return function(*args)
         finally:
@@ -202,20 +227,30 @@ class ThreadCall:
 
 
 async def in_thread(
-    executor: Any, calls: RunningCalls | None, function: Callable[..., T], *args: Any
+    executor: Any,
+    calls: RunningCalls | None,
+    function: Callable[..., T],
+    *args: Any,
+    go_on: Callable[[], bool] | None = None,
 ) -> T:
     """``function(*args)`` in ``executor`` (None: the loop's), counted in ``calls`` until the
-    thread has left it, whatever happens to this wait."""
+    thread has left it, whatever happens to this wait. With ``go_on``, the thread checks it
+    when its turn comes and raises :class:`NotStarted` instead of calling (see
+    :class:`ThreadCall`)."""
     loop = asyncio.get_running_loop()
-    if calls is None:
+    if calls is None and go_on is None:
         return await loop.run_in_executor(executor, function, *args)
-    call = ThreadCall(calls.enter(), loop)
+    call = ThreadCall(calls.enter() if calls is not None else _nothing, loop, go_on)
     try:
         result = await loop.run_in_executor(executor, call.run, function, *args)
     except asyncio.CancelledError:
         call.abandon()
         raise
     return result  # type: ignore[return-value]  # None only for an abandoned call
+
+
+def _nothing() -> None:
+    return None
 
 
 R = TypeVar("R", bound=Record)
@@ -428,7 +463,11 @@ class RetryingCall(Generic[A]):
             if not go_on():
                 raise _NoLongerOurs
             started = time.perf_counter()
-            result = await self._invoke(record, self._calls)
+            try:
+                # The thread asks again when its turn comes: it may queue behind busy ones.
+                result = await self._invoke(record, self._calls, go_on)
+            except NotStarted:
+                raise _NoLongerOurs from None
             if self._on_latencies is not None:
                 self._on_latencies([time.perf_counter() - started])
             return result
