@@ -368,6 +368,13 @@ class LeaseMoves:
     async def picked_up(self, view: LeaseView) -> None:
         """React to lease changes: a complete scan is a take cycle of its own; changes from
         the stream start one when a lease became free, was handed here, or moved."""
+        self._taker.observe_entities(
+            view.heartbeats,
+            complete=view.complete,
+            mode=view.mode,
+            mode_seen=view.mode_seen,
+            removed_heartbeats=view.removed_heartbeats,
+        )
         if view.complete:
             if self.leaving:
                 self._see(view.leases, complete=True)
