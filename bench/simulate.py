@@ -1034,8 +1034,8 @@ def render_costs(result: dict[str, Any]) -> str:
         if run["mode"] == "per-lease":
             base = steady
         writes, reads = steady["write_units_per_hour"], steady["read_units_per_hour"]
-        ratio_w = f"{writes / base['write_units_per_hour']:.3f}×" if base else "—"
-        ratio_r = f"{reads / base['read_units_per_hour']:.2f}×" if base else "—"
+        ratio_w = f"{writes / base['write_units_per_hour']:.3f}x" if base else "—"
+        ratio_r = f"{reads / base['read_units_per_hour']:.2f}x" if base else "—"
         # On-demand: $0.625 per million write request units (us-east-1, as operations.md).
         monthly = writes * 730 * 0.625 / 1_000_000
         lines.append(
