@@ -197,6 +197,8 @@ class LeaseCoordinator:
         self._fleet: KclFleet | None = None
         self._taker.defers = self._defers_to_kcl
         self._taker.on_mode = self._mode_seen
+        if self._keeper is not None:
+            self._moves.notice_taken = self._keeper.covers
         self._moves.kcl_workers = self._live_kcl_workers
         self._parent_waiters: dict[str, set[asyncio.Event]] = {}
         """Parent lease key -> the waits of its children here (see wait_parents_done)."""

@@ -81,6 +81,9 @@ class LeaseMoves:
         """Live KCL 3.x workers: candidates to hand leases to even while they hold none."""
         self.on_finished: Callable[[str], None] = lambda key: None
         """Called with the key of every finished lease (checkpoint SHARD_END) the stream shows."""
+        self.notice_taken: Callable[[], bool] = lambda: False
+        """True while held leases are not renewed one by one (the heartbeat mode): a lease seen
+        taken by another worker is marked lost from the view (see :meth:`consider`)."""
         self.pickup_source = "off"
         """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`changes`)."""
 
@@ -301,6 +304,17 @@ class LeaseMoves:
         """A fresh view of ``lease``: answer a handoff request on a lease held here, by
         handing it over while this worker keeps its share, else by declining it."""
         owned = self._owned.get(lease.lease_key)
+        if (
+            owned is not None
+            and self.notice_taken()
+            and lease.lease_counter > owned.lease.lease_counter
+            and not lease.held_by(self._worker_id)
+        ):
+            # Written by another worker since our last write and no longer ours: taken (a
+            # steal). In the heartbeat mode no renewal would tell us (renewals are what tell
+            # a per-lease worker): stop at once.
+            owned.mark_lost("taken", lease.actual_owner)
+            return
         if owned is None or not self._settings.handoff or self.leaving:
             return
         request = handoff_request_of(lease)
