@@ -199,6 +199,10 @@ class LeaseCoordinator:
         self._taker.on_mode = self._mode_seen
         if self._keeper is not None:
             self._moves.notice_taken = self._keeper.covers
+            self._keeper.on_answer = self._beat_answered
+            self._keeper.renewals_needed = self._renewals_needed
+        self._foreign: frozenset[str] = frozenset()
+        """Lease writers without a heartbeat seen in a heartbeat-mode table."""
         self._moves.kcl_workers = self._live_kcl_workers
         self._parent_waiters: dict[str, set[asyncio.Event]] = {}
         """Parent lease key -> the waits of its children here (see wait_parents_done)."""
@@ -542,14 +546,54 @@ class LeaseCoordinator:
         if keeper is None or not self._started or self._stopped.is_set():
             return
         kcl_possible = self._fleet is not None and self._fleet.kcl3
-        # Without pick-up a lease taken from this worker would go unnoticed until its next
-        # write: keep renewing lease by lease (the heartbeat still shows peers who we are).
-        keeper.may_cover = self._moves.pickup_source != "off"
         keeper.want(mode == "heartbeat" and not kcl_possible)
         task = self._heartbeat_task
         if keeper.busy and (task is None or task.done()):
             self._spawn(keeper.run(), "heartbeat")
             self._heartbeat_task = self._tasks[-1]
+
+    def _renewals_needed(self) -> bool:
+        """Whether this worker must renew its leases one by one although the table's mode is
+        ``heartbeat`` (its heartbeat is then kept, so peers see who it is, but covers nothing):
+
+        - its lease pick-up is off: a lease taken from it would go unnoticed until its next
+          write (renewals are what tell a per-lease worker);
+        - a worker that keeps no heartbeat renews or checkpoints leases (a shardflow version
+          without the heartbeat mode: it judges expiry lease by lease and would take leases
+          that are not renewed; a KCL 2.x worker cannot even start on a table with these
+          items). Every worker of this version registers a heartbeat within one take
+          interval of seeing the mode, which is when a heartbeat starts to cover leases:
+          a lease writer without one by then is not one of them."""
+        keeper = self._keeper
+        if self._moves.pickup_source == "off":
+            return True
+        if keeper is None or keeper.wanted_since is None:
+            return False
+        now = self._clock.monotonic()
+        settings = self._settings
+        foreign: frozenset[str] = frozenset()
+        if now - keeper.wanted_since >= settings.take_every:
+            seen = self._taker.tracker.lease_keepers_without_heartbeat(now, settings.failover_time)
+            foreign = frozenset(seen - {self._worker_id})
+        if foreign != self._foreign:
+            self._foreign = foreign
+            if foreign:
+                log.warning(
+                    "lease table %s is in the heartbeat mode but %s renew leases without a "
+                    "heartbeat (shardflow without the heartbeat mode?): worker %s renews its "
+                    "leases one by one",
+                    self._store.table_name,
+                    ", ".join(sorted(foreign)),
+                    self._worker_id,
+                )
+        return bool(foreign)
+
+    def _beat_answered(self, answered: bool, at: float) -> None:
+        tracker = self._taker.tracker
+        if answered:
+            tracker.answered(at)
+        else:
+            tracker.blind(at)
 
     def _defers_to_kcl(self) -> bool:
         return self._fleet is not None and self._fleet.defers

@@ -60,6 +60,9 @@ class ExpiryTracker:
         self._renewed: dict[str, float] = {}
         self._blind_since: float | None = None
         self._beats: dict[str, _Beat] = {}
+        self._kept: dict[str, float] = {}
+        """Worker id -> when it was last seen writing a lease it already held (a renewal or a
+        checkpoint): how a worker that keeps no heartbeat shows itself."""
         """Worker id -> its heartbeat as last seen, and since when it looks so."""
 
     @property
@@ -117,6 +120,16 @@ class ExpiryTracker:
         if complete:
             for worker in self._beats.keys() - present:
                 del self._beats[worker]
+
+    def lease_keepers_without_heartbeat(self, now: float, seconds: float) -> set[str]:
+        """Workers seen renewing or checkpointing a lease they hold within ``seconds``, that
+        keep no heartbeat: KCL 2.x workers, or shardflow versions without the heartbeat mode
+        (both judge expiry lease by lease, and would take a heartbeat worker's leases)."""
+        return {
+            worker
+            for worker, at in self._kept.items()
+            if now - at <= seconds and worker not in self._beats
+        }
 
     def forget_heartbeat(self, worker_id: str) -> None:
         """The worker's heartbeat item was deleted."""
@@ -196,6 +209,8 @@ class ExpiryTracker:
                 previous.owner == owner and previous.checkpoint_owner == lease.checkpoint_owner
             )
             taken = previous.owner != owner and previous.checkpoint_owner is None
+            if same_holder:
+                self._kept[owner] = now
             if same_holder or (taken and lease.checkpoint_owner is None):
                 # The same owner wrote again (a renewal or a checkpoint), or a worker took the
                 # lease for itself. (A handover changes the checkpoint owner too, and is written

@@ -67,9 +67,9 @@ class HeartbeatKeeper:
         """The heartbeat as this worker last wrote it (None: it keeps none)."""
         self.wanted = False
         """The table's mode is ``heartbeat`` and no KCL worker is present or possible."""
-        self.may_cover = True
-        """False while leases must be renewed one by one anyway (pick-up off, a KCL 2.x
-        lease pattern seen): the heartbeat is kept (peers see a shardflow worker) but
+        self.renewals_needed: Callable[[], bool] = lambda: False
+        """True while leases must be renewed one by one anyway (pick-up off, a worker without
+        heartbeat renewing leases): the heartbeat is kept (peers see a shardflow worker) but
         covers nothing."""
         self._established_at: float | None = None
         self._last_sent_ok: float | None = None
@@ -79,6 +79,12 @@ class HeartbeatKeeper:
         self._wake = asyncio.Event()
         self.on_lapsed: Callable[[], None] = lambda: None
         """Called when a beat was refused (the heartbeat was fenced or deleted by a peer)."""
+        self.on_answer: Callable[[bool, float], None] = lambda answered, at: None
+        """Called after every beat with whether the table answered, and when: the expiry
+        tracker does not count a stretch this worker could not reach the table against
+        others (as a failed renewal does not)."""
+        self.wanted_since: float | None = None
+        """When the table's mode last turned ``heartbeat`` for this worker."""
 
     @property
     def active(self) -> bool:
@@ -89,17 +95,18 @@ class HeartbeatKeeper:
         established = self._established_at
         return (
             self.wanted
-            and self.may_cover
             and self.heartbeat is not None
             and not self._failing
             and established is not None
             and self._clock.monotonic() >= established
+            and not self.renewals_needed()
         )
 
     def want(self, wanted: bool) -> None:
         """Follow the table's mode (and what the fleet allows); acts at the next round."""
         if wanted != self.wanted:
             self.wanted = wanted
+            self.wanted_since = self._clock.monotonic() if wanted else None
             log.info(
                 "worker %s %s its heartbeat",
                 self._worker_id,
@@ -189,8 +196,10 @@ class HeartbeatKeeper:
         except (AwsError, TimeoutError) as exc:
             log.warning("heartbeat of %s failed, tried again: %r", self._worker_id, exc)
             self._failing = True
+            self.on_answer(False, self._clock.monotonic())
             return
         self._failing = False
+        self.on_answer(True, self._clock.monotonic())
         self._last_sent_ok = sent
         established = self._established_at
         if established is not None and sent >= established:

@@ -25,6 +25,7 @@ from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.memory import LeaseWriteSeen
 from shardflow.leases.model import is_lease_item
 from shardflow.leases.settings import LeaseSettings
+from shardflow.leases.store import LeaseStoreBase, TableScan
 from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber
 from support.coordinator_fakes import run_for, shard, world
@@ -312,3 +313,33 @@ async def test_the_mode_switches_live_both_ways_without_losing_a_lease() -> None
         assert not w.recorders["a"].of(LeaseLost)
         assert not w.recorders["b"].of(LeaseLost)
         assert len(a.owned()) + len(b.owned()) == 6
+
+
+class OlderShardflow(InMemoryLeaseStore):
+    """A worker of a version without the heartbeat mode (or a KCL 2.x worker, as far as
+    expiry goes): it keeps no heartbeat and its scans show none."""
+
+    execute_entity = LeaseStoreBase.execute_entity  # type: ignore[assignment]
+
+    async def scan_table(self) -> TableScan:
+        return TableScan((await super().scan_table()).leases)
+
+
+async def test_a_worker_without_heartbeat_in_the_fleet_keeps_everyone_on_renewals() -> None:
+    async with world([shard(i) for i in range(6)]) as w:
+        a = await w.start("a", settings=HB)
+        await w.start("old", settings=HB, store=OlderShardflow("app", tables=w.tables))
+        await run_for(25.0, w.clock, step=0.5)  # balanced, per-lease
+        # Switched while a worker of a version without the heartbeat mode still runs.
+        await w.store().set_lease_mode("heartbeat")
+        await run_for(HB.take_every * 3, w.clock, step=0.2)
+        assert a.table_lease_mode == "heartbeat"
+        assert a.lease_mode == "per-lease", "a renews lease by lease: old would take them"
+        assert a._keeper is not None
+        assert a._keeper.heartbeat is not None, "a keeps its heartbeat all the same"
+        assert not [
+            e
+            for e in w.recorders["old"].of(LeaseAcquired)
+            if e.how == "expired" and e.previous_owner == "a"
+        ], "the old worker never found a lease of a live worker expired"
+        assert not w.recorders["a"].of(LeaseLost)
