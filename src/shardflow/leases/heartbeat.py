@@ -93,12 +93,17 @@ class HeartbeatKeeper:
     def covers(self) -> bool:
         """Whether held leases are kept by the heartbeat now (not renewed one by one)."""
         established = self._established_at
+        last = self._last_sent_ok
+        # From the first beat sent once established, not from the moment itself: that beat
+        # is what extends the leases the renewer stops renewing (a round of renewals before
+        # it and a beat up to one interval after could otherwise outlast the deadlines).
         return (
             self.wanted
             and self.heartbeat is not None
             and not self._failing
             and established is not None
-            and self._clock.monotonic() >= established
+            and last is not None
+            and last >= established
             and not self.renewals_needed()
         )
 
