@@ -201,6 +201,7 @@ async def test_set_mode_switches_a_running_worker_to_heartbeats_and_back(
             "_shardflow#heartbeat#the-worker"
         ]
         assert not await ticking(2.0), "heartbeat: no lease written while idle"
+        assert consumer.status().lease_mode == "heartbeat"
         await asyncio.to_thread(switch, "per-lease")
         await asyncio.sleep(1.0)
         assert await ticking(1.5), "per-lease again: renewals resumed"
@@ -208,6 +209,7 @@ async def test_set_mode_switches_a_running_worker_to_heartbeats_and_back(
             while await asyncio.to_thread(heartbeat_items, moto_url, application):  # noqa: ASYNC110 - the table is polled
                 await asyncio.sleep(0.2)
         assert len(consumer.status().shards) == 2
+        assert consumer.status().lease_mode == "per-lease"
     finally:
         await consumer.close()
         await run
