@@ -1061,7 +1061,8 @@ def render_costs(result: dict[str, Any]) -> str:
     lines.append("")
     lines.append(
         f"Idle fleet of {config['shards']:,} shards and {config['workers']} workers, "
-        f"{config['steady']:g} s measured after start-up converged. " + _footer(result)
+        f"{config['steady']:g} s measured after start-up converged (in the heartbeat mode, "
+        "once every worker's heartbeat covered its leases). " + _footer(result)
     )
     return "\n".join(lines)
 
