@@ -201,6 +201,7 @@ class LeaseCoordinator:
             self._moves.notice_taken = self._keeper.covers
             self._keeper.on_answer = self._beat_answered
             self._keeper.renewals_needed = self._renewals_needed
+            self._taker.on_scanned = self._scanned
         self._foreign: frozenset[str] = frozenset()
         """Lease writers without a heartbeat seen in a heartbeat-mode table."""
         self._moves.kcl_workers = self._live_kcl_workers
@@ -551,6 +552,17 @@ class LeaseCoordinator:
         if keeper.busy and (task is None or task.done()):
             self._spawn(keeper.run(), "heartbeat")
             self._heartbeat_task = self._tasks[-1]
+
+    def _scanned(self, leases: list[Lease]) -> None:
+        """A complete scan: while the heartbeat keeps the leases, it stands in for the
+        renewals that show a per-lease worker its leases whole (a handoff request a moment
+        ago ignored, its requester's heartbeat not seen yet, is considered again)."""
+        keeper = self._keeper
+        if keeper is None or not keeper.covers():
+            return
+        for lease in leases:
+            if lease.lease_key in self._owned:
+                self._moves.consider(lease)
 
     def _renewals_needed(self) -> bool:
         """Whether this worker must renew its leases one by one although the table's mode is

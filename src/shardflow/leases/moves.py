@@ -330,6 +330,17 @@ class LeaseMoves:
         ):
             return
         requester = request.requester
+        tracker = self._taker.tracker
+        if self._taker.table_mode == "heartbeat" and (
+            tracker.heartbeat_of(requester) is None
+            or tracker.heartbeat_lapsed(requester, self._clock.monotonic())
+        ):
+            # In the heartbeat mode a lease's counter stands still, so a request stays fresh
+            # by its counter for as long as nobody writes the lease: the requester's own
+            # heartbeat says whether it still lives (a dead one would be handed a lease; its
+            # fenced heartbeat may already be gone). Every worker of this version keeps one
+            # in this mode before it asks (it registers at its first scan).
+            return
         if not self._taker.may_give(requester, self._handing):
             self._declining.add(lease.lease_key)
 

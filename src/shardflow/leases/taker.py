@@ -101,6 +101,8 @@ class LeaseTaker:
         """The application's lease mode as the table last showed it."""
         self.on_mode: Callable[[LeaseMode], None] = lambda mode: None
         """Called after every read that showed the table's mode (a scan, a stream change)."""
+        self.on_scanned: Callable[[list[Lease]], None] = lambda leases: None
+        """Called with every complete scan of the table this worker made (its take cycles)."""
         self.defers: Callable[[], bool] = lambda: False
         """True while a KCL 3.x leader assigns leases: take free and expired leases only,
         never steal or ask for a live one (see :mod:`shardflow.leases.fleet`)."""
@@ -217,6 +219,7 @@ class LeaseTaker:
         self._last_cycle = now
         if fresh:
             self._tracker.observe(leases, now)
+            self.on_scanned(leases)
             self._view = {lease.lease_key: lease for lease in leases}
             self._view_loads = Counter(
                 lease.lease_owner for lease in leases if lease.lease_owner is not None

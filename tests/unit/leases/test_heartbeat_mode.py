@@ -28,7 +28,7 @@ from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStoreBase, TableScan
 from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber
-from support.coordinator_fakes import run_for, shard, world
+from support.coordinator_fakes import run_for, shard, sid, world
 
 # Pick-up by polling the table (the in-memory store has a stream, but the fakes give no
 # streams client); handoffs on, as by default.
@@ -343,3 +343,27 @@ async def test_a_worker_without_heartbeat_in_the_fleet_keeps_everyone_on_renewal
             if e.how == "expired" and e.previous_owner == "a"
         ], "the old worker never found a lease of a live worker expired"
         assert not w.recorders["a"].of(LeaseLost)
+
+
+async def test_a_request_of_a_worker_whose_heartbeat_lapsed_is_not_answered() -> None:
+    async with world([shard(i) for i in range(4)]) as w:
+        a = await w.start("a", settings=HB)
+        await _in_heartbeat_mode(w, a)
+        store = w.store()
+        # A joiner asked for a lease, then died: its heartbeat was fenced. The lease's counter
+        # stands still in the heartbeat mode, so the request looks fresh by its counter.
+        ghost = await store.register_heartbeat("ghost", None)
+        await store.fence_heartbeat(ghost, "a")
+        lease = (await w.leases())[sid(0)]
+        await store.request_handoff(lease, "ghost")
+        await run_for(HB.renew_every * 2, w.clock, step=0.1)
+        assert (await w.leases())[sid(0)].lease_owner == "a", "not handed to a dead worker"
+        assert sid(0) in a.owned()
+        # A live requester is answered as before.
+        live = await store.register_heartbeat("b", None)
+        for _ in range(3):
+            await run_for(HB.renew_every, w.clock, step=0.1)
+            live = await store.beat(live)
+        await store.request_handoff((await w.leases())[sid(1)], "b")
+        await run_for(2.0, w.clock, step=0.1)
+        assert (await w.leases())[sid(1)].lease_owner == "b"
