@@ -65,7 +65,7 @@ bench: setup
 	$(SHORT) $(HEAVY) $(BIN)/python bench/kcl_fleet.py --short
 	$(SHORT) $(HEAVY) $(BIN)/python bench/fleet.py --short
 	$(SHORT) $(HEAVY) $(BIN)/python bench/multilang.py --short
-	$(SHORT) $(HEAVY) $(BIN)/python bench/simulate.py --short
+	$(SHORT) $(HEAVY) $(BIN)/python bench/simulate.py --short --modes per-lease,heartbeat
 	$(BIN)/python bench/tables.py --print .bench/short
 
 bench-full: setup
@@ -80,6 +80,7 @@ bench-full: setup
 	$(HEAVY) $(BIN)/python bench/fleet.py
 	$(HEAVY) $(BIN)/python bench/multilang.py
 	$(HEAVY) $(BIN)/python bench/simulate.py
+	$(HEAVY) $(BIN)/python bench/simulate.py --short --modes per-lease,heartbeat --save short
 	$(BIN)/python bench/tables.py
 
 clean:

@@ -52,9 +52,19 @@ worker <= 1) and stayed so for ``--settle`` s, or ``--max-phase`` s. Per phase:
 - lease-table requests per worker per minute: every call a worker made to the lease table
   and its stream, by operation; a Scan counts its pages (1 MB each, as DynamoDB pages them).
 
-Lease modes (``--modes``): ``per-lease`` (every held lease renewed on its own, KCL's way,
-today's only mode). The mode is one entry of ``LEASE_MODES`` (its settings and how a worker is
-made), so a second mode (per-worker heartbeats, issue 21 item 2) is one more entry.
+Lease modes (``--modes``): ``per-lease`` (every held lease renewed on its own, KCL's way, the
+default) and ``heartbeat`` (the table's mode item says ``heartbeat`` before the first worker
+starts: one heartbeat item per worker keeps its leases, see ``shardflow.leases.heartbeat``).
+The mode is one entry of ``LEASE_MODES`` (its settings, the table's mode, how a worker is made).
+In the heartbeat mode the two-owners check counts a worker's heartbeats as writes that keep
+every lease it holds (its deadline follows its last beat too), and the steady (idle) phase
+starts once every worker's heartbeat stands in for its renewals (one take interval + 1 s
+after it started, then its next beat; the wait is counted in no phase).
+
+Costs: DynamoDB write units (every conditional write, landed or refused, of an item under
+1 KB) and read units (strongly consistent: a Scan page costs its size / 4 KB, a GetItem 1) per
+hour of the whole fleet, per phase; ``render_costs`` prints the idle (steady) phase of each
+mode against the per-lease mode's of the same run.
 
 Lease timings are shardflow's defaults (KCL's: failover 10 s, renew every 3.308 s, take cycle
 every 20.05 s, shard sync every 60 s), handoff on, pick-up from the table's stream.
@@ -90,6 +100,7 @@ from shardflow.errors import ShardflowError, TransientError
 from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables
 from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.entities import LeaseMode as TableLeaseMode
 from shardflow.leases.memory import InMemoryLeaseStreams, LeaseWriteSeen
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings, PickupMode
@@ -168,6 +179,8 @@ class LeaseMode:
     description: str
     settings: Callable[[Config], LeaseSettings]
     coordinator: Callable[..., LeaseCoordinator] = LeaseCoordinator
+    table_mode: TableLeaseMode | None = None
+    """The mode stored in the table before the first worker starts (None: no mode item)."""
 
 
 LEASE_MODES = {
@@ -175,6 +188,13 @@ LEASE_MODES = {
         "per-lease",
         "every held lease renewed on its own every renew interval (KCL's way)",
         lambda config: LeaseSettings(pickup=config.pickup),
+    ),
+    "heartbeat": LeaseMode(
+        "heartbeat",
+        "one heartbeat item per worker every renew interval; leases written when taken, "
+        "checkpointed, handed off or released",
+        lambda config: LeaseSettings(pickup=config.pickup),
+        table_mode="heartbeat",
     ),
 }
 
@@ -266,6 +286,8 @@ class Ledger:
         self.finished: set[str] = set()
         self.active: set[str] = set()
         self.last_write: dict[tuple[str, str], float] = {}
+        self.last_beat: dict[str, float] = {}
+        """Worker -> when its last heartbeat landed (the heartbeat mode)."""
         self.created: int = 0
 
     def seen(self, seen: LeaseWriteSeen) -> None:
@@ -279,6 +301,11 @@ class Ledger:
         tally.writes[operation] += 1
         now = sim.clock.monotonic()
         key = seen.write.lease_key
+        if operation in ("heartbeat", "register_heartbeat"):
+            self.last_beat[worker] = now
+            return
+        if key.startswith("_shardflow#"):
+            return  # the mode item, a fence or a deleted heartbeat: no lease
         self.last_write[key, worker] = now
         before = self.holder.get(key)
         after_lease = seen.after
@@ -310,7 +337,13 @@ class Ledger:
             if worker != before and after is not None:
                 # Taken from `before` by another worker's write: `before` may go on processing
                 # until its last landed write + failover_time - safety_margin.
-                allowed = self.last_write.get((key, before), -math.inf) + sim.usable_time
+                allowed = (
+                    max(
+                        self.last_write.get((key, before), -math.inf),
+                        self.last_beat.get(before, -math.inf),
+                    )
+                    + sim.usable_time
+                )
                 if allowed > now:
                     tally.two_owners.append(
                         {
@@ -748,6 +781,17 @@ class Simulation:
             "read_units_per_worker_minute": round(tally.read_units / minutes, 1)
             if minutes
             else None,
+            # The whole fleet, per hour of this phase: every conditional write (landed or
+            # refused) of an item under 1 KB costs one write unit.
+            "write_units_per_hour": round(
+                (sum(tally.writes.values()) + sum(tally.refused.values())) * 3600 / (end - start),
+                1,
+            )
+            if end > start
+            else None,
+            "read_units_per_hour": round(tally.read_units * 3600 / (end - start), 1)
+            if end > start
+            else None,
             "acquired": dict(sorted(tally.acquired.items())),
             "lost": dict(sorted(tally.lost.items())),
             "writes": dict(sorted(tally.writes.items())),
@@ -833,8 +877,27 @@ class Simulation:
         self.brownout.stop()
         return 0
 
+    async def _heartbeats_cover(self) -> None:
+        """Before the idle phase of the heartbeat mode: wait (uncounted) until every worker's
+        heartbeat stands in for its renewals (one take interval + 1 s after it started, then
+        its next beat), so that the idle figures are the mode's, not its start-up's."""
+        limit = self.clock.monotonic() + self.settings.take_every * 3
+        while self.clock.monotonic() < limit:
+            workers = self.running_workers()
+            if all(w.coordinator.lease_mode == "heartbeat" for w in workers):
+                return
+            await self.advance(self.config.step)
+        self.say("  (not every worker's heartbeat covers its leases yet)")
+
     async def run(self) -> list[dict[str, Any]]:
         self.clock.install(asyncio.get_running_loop())
+        if self.mode.table_mode is not None:
+            # The operator's switch, before the fleet starts (a live switch is tested in
+            # tests/unit/leases/test_heartbeat_mode.py).
+            operator = InMemoryLeaseStore(APPLICATION, tables=self.tables)
+            self.store_owner[id(operator)] = "operator"
+            await operator.ensure_table(stream_view=self.config.pickup == "stream")
+            await operator.set_lease_mode(self.mode.table_mode)
         actions: dict[str, Callable[[], Coroutine[Any, Any, int | None]]] = {
             "startup": self.startup,
             "steady": self.steady,
@@ -848,6 +911,8 @@ class Simulation:
         }
         for name in self.config.phases:
             fixed = self.config.steady if name == "steady" else None
+            if name == "steady" and self.mode.table_mode == "heartbeat":
+                await self._heartbeats_cover()
             await self.phase(name, actions[name], fixed=fixed)
         for worker in self.running_workers():
             worker.dead = True
@@ -968,6 +1033,40 @@ def render_requests(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_costs(result: dict[str, Any]) -> str:
+    """DynamoDB units per hour of the idle fleet (the steady phase) in each lease mode, against
+    the per-lease mode's in the same run."""
+    config = result["config"]
+    lines = [
+        "| lease mode | write units / hour | read units / hour | writes vs per-lease "
+        "| reads vs per-lease | on-demand cost / month (writes) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    base: dict[str, Any] | None = None
+    for run in result["runs"]:
+        steady = next((p for p in run["phases"] if p["name"] == "steady"), None)
+        if steady is None:
+            continue
+        if run["mode"] == "per-lease":
+            base = steady
+        writes, reads = steady["write_units_per_hour"], steady["read_units_per_hour"]
+        ratio_w = f"{writes / base['write_units_per_hour']:.3f}x" if base else "—"
+        ratio_r = f"{reads / base['read_units_per_hour']:.2f}x" if base else "—"
+        # On-demand: $0.625 per million write request units (us-east-1, as operations.md).
+        monthly = writes * 730 * 0.625 / 1_000_000
+        lines.append(
+            f"| {run['mode']} | {writes:,.0f} | {reads:,.0f} | {ratio_w} | {ratio_r} "
+            f"| ${monthly:,.2f} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Idle fleet of {config['shards']:,} shards and {config['workers']} workers, "
+        f"{config['steady']:g} s measured after start-up converged (in the heartbeat mode, "
+        "once every worker's heartbeat covered its leases). " + _footer(result)
+    )
+    return "\n".join(lines)
+
+
 def commit() -> str:
     answer = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
@@ -1054,6 +1153,9 @@ def main() -> None:
     parser.add_argument("--settle", type=float)
     parser.add_argument("--max-phase", type=float)
     parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "--save", metavar="VARIANT", help="write bench/results/simulate-VARIANT.json"
+    )
     args = parser.parse_args()
     config = SHORT if args.short else DEFAULT
     overrides: dict[str, Any] = {
@@ -1072,7 +1174,14 @@ def main() -> None:
         config = replace(config, modes=tuple(args.modes.split(",")))
     result = run(config, say=lambda line: print(line, flush=True))
     print("\n" + render(result))
-    if os.environ.get("SHARDFLOW_BENCH_RESULTS") or config == DEFAULT:
+    if len(result["runs"]) > 1:
+        print("\n" + render_costs(result))
+    if args.save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path = RESULTS / f"simulate-{args.save}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"written to {path}")
+    elif os.environ.get("SHARDFLOW_BENCH_RESULTS") or config == DEFAULT:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "simulate.json").write_text(json.dumps(result, indent=2) + "\n")
         print(f"written to {RESULTS / 'simulate.json'}")

@@ -40,6 +40,20 @@ _PROBE_BACKOFF = Backoff(base=0.1, cap=1.0, max_attempts=4)
 _PROBES_AT_ONCE = 8
 
 
+class LeaseModeChoice(StrEnum):
+    PER_LEASE = "per-lease"
+    HEARTBEAT = "heartbeat"
+
+
+async def set_mode(application: str, mode: LeaseModeChoice, *, lease_aws: AwsSettings) -> None:
+    """Store the application's lease mode in its table (every worker follows it, live)."""
+    async with ClientFactory(lease_aws).dynamodb() as dynamodb:
+        store = DynamoDBLeaseStore(dynamodb, application)
+        await store.set_lease_mode(
+            "heartbeat" if mode is LeaseModeChoice.HEARTBEAT else "per-lease"
+        )
+
+
 class OutputFormat(StrEnum):
     TABLE = "table"
     JSON = "json"
@@ -211,12 +225,28 @@ def leases(
     output: Annotated[
         OutputFormat, typer.Option("--format", help="table, or json (one array).")
     ] = OutputFormat.TABLE,
+    set_lease_mode: Annotated[
+        LeaseModeChoice | None,
+        typer.Option(
+            "--set-mode",
+            help="Switch the application's lease mode (stored in its table; every running "
+            "worker follows it within a take interval, no restart): heartbeat (one write per "
+            "worker per renew interval, for fleets without KCL workers) or per-lease (every "
+            "lease renewed on its own, KCL's way; removes the mode item). Nothing is listed.",
+            show_default=False,
+        ),
+    ] = None,
     endpoint_url: EndpointUrl = None,
     lease_endpoint_url: LeaseEndpointUrl = None,
     region: Region = None,
     profile: Profile = None,
 ) -> None:
     """Show an application's leases: owner, counter, checkpoint and lag of every shard."""
+    if set_lease_mode is not None:
+        lease_aws = aws_settings(lease_endpoint_url or endpoint_url, region, profile)
+        run(set_mode(application, set_lease_mode, lease_aws=lease_aws))
+        typer.echo(f"lease mode of {application}: {set_lease_mode.value}")
+        return
     rows = run(
         lease_rows(
             application,

@@ -445,6 +445,7 @@ class Consumer:
             )
         coordinator = self._coordinator
         mode = coordinator.fleet_mode if coordinator is not None else "standalone"
+        lease_mode = coordinator.lease_mode if coordinator is not None else "per-lease"
         parked = dict(supervisor.parked) if supervisor is not None else {}
         failed = dict(supervisor.failed) if supervisor is not None else {}
         overrunning = dict(supervisor.overrunning) if supervisor is not None else {}
@@ -455,6 +456,7 @@ class Consumer:
             failed,
             overrunning=overrunning,
             fleet_mode=mode,
+            lease_mode=lease_mode,
         )
 
     def health(self, timeout: float = 5.0, *, stall_after: float = STALL_AFTER) -> Health:

@@ -91,7 +91,9 @@ from shardflow.events import (
 from shardflow.leases.balance import PlannedTake
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.dynamodb import DynamoDBLeaseStore
+from shardflow.leases.entities import LeaseMode
 from shardflow.leases.fleet import REPORT_EVERY, FleetMode, KclFleet
+from shardflow.leases.heartbeat import HeartbeatKeeper
 from shardflow.leases.model import Lease
 from shardflow.leases.moves import LeaseMoves
 from shardflow.leases.owned import OwnedLease
@@ -99,7 +101,7 @@ from shardflow.leases.pickup import LeaseChanges
 from shardflow.leases.renewer import LeaseRenewer
 from shardflow.leases.settings import LeaseSettings, StreamSpec, check_initial_position
 from shardflow.leases.shard_sync import LeasePlan, child_leases, create_in_order, sync_stream
-from shardflow.leases.store import LeaseStore
+from shardflow.leases.store import LeaseStore, LeaseStoreBase
 from shardflow.leases.streams import StreamSet
 from shardflow.leases.taker import LeaseTaker
 from shardflow.positions import StartPosition
@@ -147,12 +149,24 @@ class LeaseCoordinator:
         self._owned: dict[str, OwnedLease] = {}
         self.acquired: asyncio.Queue[OwnedLease] = asyncio.Queue()
         """Every lease this worker takes, as it is taken (it may be lost by the time it is read)."""
+        self._keeper: HeartbeatKeeper | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        if (
+            isinstance(store, LeaseStoreBase)
+            and type(store).execute_entity is not LeaseStoreBase.execute_entity
+        ):
+            # A store that can keep shardflow's own items: the heartbeat mode is possible.
+            self._keeper = HeartbeatKeeper(
+                store, worker_id=worker_id, settings=self._settings, clock=clock, owned=self._owned
+            )
+        keeper = self._keeper
         self._renewer = LeaseRenewer(
             self._owned,
             settings=self._settings,
             clock=clock,
             on_renewed=self._renewed,
             on_failed=self._renew_failed,
+            covered=keeper.covers if keeper is not None else lambda: False,
         )
         self._taker = LeaseTaker(
             store,
@@ -182,6 +196,14 @@ class LeaseCoordinator:
         )
         self._fleet: KclFleet | None = None
         self._taker.defers = self._defers_to_kcl
+        self._taker.on_mode = self._mode_seen
+        if self._keeper is not None:
+            self._moves.notice_taken = self._keeper.covers
+            self._keeper.on_answer = self._beat_answered
+            self._keeper.renewals_needed = self._renewals_needed
+            self._taker.on_scanned = self._scanned
+        self._foreign: frozenset[str] = frozenset()
+        """Lease writers without a heartbeat seen in a heartbeat-mode table."""
         self._moves.kcl_workers = self._live_kcl_workers
         self._parent_waiters: dict[str, set[asyncio.Event]] = {}
         """Parent lease key -> the waits of its children here (see wait_parents_done)."""
@@ -223,6 +245,21 @@ class LeaseCoordinator:
         """ "standalone", "kcl3" (a KCL 3.x leader assigns) or "kcl3-takeover" (a KCL 3.x
         application with no live KCL worker left); see :mod:`shardflow.leases.fleet`."""
         return self._fleet.mode if self._fleet is not None else "standalone"
+
+    @property
+    def lease_mode(self) -> LeaseMode:
+        """How this worker keeps its leases now: ``"heartbeat"`` (one heartbeat item keeps
+        them all) or ``"per-lease"`` (each renewed on its own). The table's mode
+        (:meth:`~shardflow.leases.LeaseStoreBase.set_lease_mode`) says which every worker
+        should use; a worker keeps renewing lease by lease while a KCL worker is present or
+        possible, its lease pick-up is off, or its heartbeat is not yet known to every peer."""
+        keeper = self._keeper
+        return "heartbeat" if keeper is not None and keeper.covers() else "per-lease"
+
+    @property
+    def table_lease_mode(self) -> LeaseMode:
+        """The application's lease mode as this worker last read it from the table."""
+        return self._taker.table_mode
 
     def owned(self) -> Mapping[str, OwnedLease]:
         """The leases held now, by lease key (a read-only live view)."""
@@ -378,6 +415,11 @@ class LeaseCoordinator:
                 await self._moves.pass_on_inbound()
         if self._fleet is not None:
             await self._fleet.withdraw()
+        keeper = self._keeper
+        if keeper is not None and keeper.active and not self._owned and not self._taker.expiring:
+            # Nothing held depends on the heartbeat any more (a lease left to expire would:
+            # its item stays, and peers fence it once it lapsed).
+            await keeper.delete()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -496,6 +538,74 @@ class LeaseCoordinator:
         while True:
             await self._clock.sleep(REPORT_EVERY)
             await self._guarded("worker metrics", fleet.report())
+
+    def _mode_seen(self, mode: LeaseMode) -> None:
+        """The table's lease mode as a read showed it: the heartbeat follows it, unless a KCL
+        worker is present or possible (a KCL 3.x application: its workers judge leases
+        lease by lease)."""
+        keeper = self._keeper
+        if keeper is None or not self._started or self._stopped.is_set():
+            return
+        kcl_possible = self._fleet is not None and self._fleet.kcl3
+        keeper.want(mode == "heartbeat" and not kcl_possible)
+        task = self._heartbeat_task
+        if keeper.busy and (task is None or task.done()):
+            self._spawn(keeper.run(), "heartbeat")
+            self._heartbeat_task = self._tasks[-1]
+
+    def _scanned(self, leases: list[Lease]) -> None:
+        """A complete scan: while the heartbeat keeps the leases, it stands in for the
+        renewals that show a per-lease worker its leases whole (a handoff request a moment
+        ago ignored, its requester's heartbeat not seen yet, is considered again)."""
+        keeper = self._keeper
+        if keeper is None or not keeper.covers():
+            return
+        for lease in leases:
+            if lease.lease_key in self._owned:
+                self._moves.consider(lease)
+
+    def _renewals_needed(self) -> bool:
+        """Whether this worker must renew its leases one by one although the table's mode is
+        ``heartbeat`` (its heartbeat is then kept, so peers see who it is, but covers nothing):
+
+        - its lease pick-up is off: a lease taken from it would go unnoticed until its next
+          write (renewals are what tell a per-lease worker);
+        - a worker that keeps no heartbeat renews or checkpoints leases (a shardflow version
+          without the heartbeat mode: it judges expiry lease by lease and would take leases
+          that are not renewed; a KCL 2.x worker cannot even start on a table with these
+          items). Every worker of this version registers a heartbeat within one take
+          interval of seeing the mode, which is when a heartbeat starts to cover leases:
+          a lease writer without one by then is not one of them."""
+        keeper = self._keeper
+        if self._moves.pickup_source == "off":
+            return True
+        if keeper is None or keeper.wanted_since is None:
+            return False
+        now = self._clock.monotonic()
+        settings = self._settings
+        foreign: frozenset[str] = frozenset()
+        if now - keeper.wanted_since >= settings.take_every:
+            seen = self._taker.tracker.lease_keepers_without_heartbeat(now, settings.failover_time)
+            foreign = frozenset(seen - {self._worker_id})
+        if foreign != self._foreign:
+            self._foreign = foreign
+            if foreign:
+                log.warning(
+                    "lease table %s is in the heartbeat mode but %s renew leases without a "
+                    "heartbeat (shardflow without the heartbeat mode?): worker %s renews its "
+                    "leases one by one",
+                    self._store.table_name,
+                    ", ".join(sorted(foreign)),
+                    self._worker_id,
+                )
+        return bool(foreign)
+
+    def _beat_answered(self, answered: bool, at: float) -> None:
+        tracker = self._taker.tracker
+        if answered:
+            tracker.answered(at)
+        else:
+            tracker.blind(at)
 
     def _defers_to_kcl(self) -> bool:
         return self._fleet is not None and self._fleet.defers

@@ -19,7 +19,8 @@ from shardflow.aws.clients import ClientFactory
 from shardflow.aws.dynamodb_tables import create_table, describe_table, wait_until_active
 from shardflow.backoff import Backoff
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError
-from shardflow.leases.errors import LeaseConditionFailedError
+from shardflow.leases.entities import Entity, entity_from_item
+from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
 from shardflow.leases.model import (
     LEASE_KEY,
     AttributeValue,
@@ -29,7 +30,7 @@ from shardflow.leases.model import (
     key_of,
     lease_from_item,
 )
-from shardflow.leases.store import LeaseStoreBase, TableStatus
+from shardflow.leases.store import LeaseStoreBase, TableScan, TableStatus
 from shardflow.leases.writes import (
     Absent,
     Action,
@@ -268,10 +269,14 @@ class DynamoDBLeaseStore(LeaseStoreBase):
     # --- reads -----------------------------------------------------------------------------------
 
     async def list_leases(self) -> list[Lease]:
+        return (await self.scan_table()).leases
+
+    async def scan_table(self) -> TableScan:
         params: dict[str, Any] = {"TableName": self._table_name, "ConsistentRead": True}
         if self._scan_page_size is not None:
             params["Limit"] = self._scan_page_size
         leases: list[Lease] = []
+        found: list[Entity] = []
         while True:
             page = await self._call(
                 "Scan",
@@ -279,6 +284,9 @@ class DynamoDBLeaseStore(LeaseStoreBase):
             )
             for item in page.get("Items", []):
                 if not is_lease_item(item):
+                    entity = entity_from_item(item)
+                    if entity is not None:
+                        found.append(entity)
                     continue
                 try:
                     leases.append(lease_from_item(item))
@@ -288,7 +296,7 @@ class DynamoDBLeaseStore(LeaseStoreBase):
             if not last:
                 break
             params["ExclusiveStartKey"] = last
-        return sorted(leases, key=lambda lease: lease.lease_key)
+        return TableScan.of(sorted(leases, key=lambda lease: lease.lease_key), found)
 
     async def get(self, lease_key: str) -> Lease | None:
         answer = await self._call(
@@ -353,4 +361,36 @@ class DynamoDBLeaseStore(LeaseStoreBase):
         if write.kind == "put":
             assert write.item is not None
             return lease_from_item(write.item)
+        return None
+
+    async def execute_entity(self, write: LeaseWrite) -> Item | None:
+        request = self._request(write)
+
+        async def attempt() -> Any:
+            try:
+                return await request()
+            except ClientError as exc:
+                if _error_code(exc) == "ConditionalCheckFailedException":
+                    return _Rejected(exc.response.get("Item"))
+                raise
+
+        answer = await self._call(_OPERATION_OF[write.kind], attempt)
+        if isinstance(answer, _Rejected):
+            current = answer.item
+            if current is None:
+                # A server that leaves the item out of a refusal (dynalite): read it.
+                got = await self._call(
+                    "GetItem",
+                    lambda: self._client.get_item(
+                        TableName=self._table_name, Key=key_of(write.lease_key), ConsistentRead=True
+                    ),
+                )
+                current = got.get("Item")
+            raise EntityConditionFailedError(write.operation, write.lease_key, current=current)
+        if write.kind == "update":
+            attributes: Item = answer["Attributes"]
+            return attributes
+        if write.kind == "put":
+            assert write.item is not None
+            return write.item
         return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from shardflow.deprecation import renamed
 from shardflow.errors import ConditionFailedError, ShardLeaseLostError
 from shardflow.leases.model import Lease
@@ -40,6 +42,21 @@ class LeaseConditionFailedError(ConditionFailedError):
         """The same news as the consumer tells it: the shard's lease is lost to its current owner."""
         shard_id = self.current.shard_id if self.current is not None else self.lease_key
         return ShardLeaseLostError(shard_id, owner=self.current_owner)
+
+
+class EntityConditionFailedError(ConditionFailedError):
+    """A conditional write of one of shardflow's own lease-table items (a heartbeat, the mode)
+    found the item changed. ``current`` is the item as it is now (None: no such item)."""
+
+    def __init__(self, operation: str, key: str, *, current: dict[str, Any] | None) -> None:
+        self.key = key
+        self.current = current
+        state = "it does not exist" if current is None else "it changed"
+        super().__init__(
+            f"{operation} of {key} failed: {state}",
+            operation=operation,
+            code="ConditionalCheckFailedException",
+        )
 
 
 __getattr__ = renamed(__name__, {"LeaseConditionFailed": "LeaseConditionFailedError"})

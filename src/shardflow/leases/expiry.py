@@ -10,13 +10,25 @@ after an outage of the lease table every lease looks unchanged for longer than f
 (nobody could write), although their owners only could not renew. Silence that this
 observer could not have seen is no evidence that an owner died; a lease expires once it has
 stayed unchanged for failover_time of the time this observer could read (:meth:`blind`).
+
+Heartbeats (the ``heartbeat`` lease mode, :mod:`~shardflow.leases.entities`): a worker that
+keeps a heartbeat item need not renew its leases one by one. One rule serves every worker,
+whatever mode it runs in, so that a fleet half-way through a switch of modes stays safe: a
+held lease is expired when its counter has not changed for ``failover_time`` **and** its
+holder keeps no heartbeat or its heartbeat is expired (its counter unchanged for
+``failover_time``, on this observer's clock, or fenced). The holder may use the lease until
+``failover_time - safety_margin`` after the later of its last lease write and its last
+heartbeat, so both must be silent. A heartbeat judged expired is fenced
+(:func:`~shardflow.leases.entities.fence`) before a lease of its worker is taken.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from shardflow.leases.entities import Heartbeat
 from shardflow.leases.handoff_request import HANDOFF_REQUEST, handoff_request_of
 from shardflow.leases.model import Lease
 
@@ -31,6 +43,12 @@ class _Sighting:
     """The handoff request attribute as seen (a joiner's own write)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Beat:
+    heartbeat: Heartbeat
+    since: float
+
+
 class ExpiryTracker:
     """Remembers, per lease key, since when the lease has looked the same to this observer."""
 
@@ -41,6 +59,11 @@ class ExpiryTracker:
         self._seen: dict[str, _Sighting] = {}
         self._renewed: dict[str, float] = {}
         self._blind_since: float | None = None
+        self._beats: dict[str, _Beat] = {}
+        self._kept: dict[str, float] = {}
+        """Worker id -> when it was last seen writing a lease it already held (a renewal or a
+        checkpoint): how a worker that keeps no heartbeat shows itself."""
+        """Worker id -> its heartbeat as last seen, and since when it looks so."""
 
     @property
     def is_blind(self) -> bool:
@@ -71,6 +94,71 @@ class ExpiryTracker:
             for key, sighting in self._seen.items()
         }
         self._renewed = {worker: at + shift for worker, at in self._renewed.items()}
+        self._beats = {
+            worker: replace(beat, since=beat.since + shift) for worker, beat in self._beats.items()
+        }
+
+    def observe_heartbeats(
+        self, heartbeats: Iterable[Heartbeat], now: float, *, complete: bool = True
+    ) -> None:
+        """Record heartbeat items as read at ``now``; with ``complete`` (a whole-table scan)
+        workers whose item is missing keep no heartbeat. A changed counter is proof of life."""
+        present: set[str] = set()
+        for heartbeat in heartbeats:
+            worker = heartbeat.worker_id
+            present.add(worker)
+            previous = self._beats.get(worker)
+            if previous is not None and previous.heartbeat == heartbeat:
+                continue
+            if (
+                previous is not None
+                and previous.heartbeat.counter != heartbeat.counter
+                and heartbeat.fenced_by is None
+            ):
+                self._renewed[worker] = now
+            self._beats[worker] = _Beat(heartbeat, now)
+        if complete:
+            for worker in self._beats.keys() - present:
+                del self._beats[worker]
+
+    def lease_keepers_without_heartbeat(self, now: float, seconds: float) -> set[str]:
+        """Workers seen renewing or checkpointing a lease they hold within ``seconds``, that
+        keep no heartbeat: KCL 2.x workers, or shardflow versions without the heartbeat mode
+        (both judge expiry lease by lease, and would take a heartbeat worker's leases)."""
+        return {
+            worker
+            for worker, at in self._kept.items()
+            if now - at <= seconds and worker not in self._beats
+        }
+
+    def forget_heartbeat(self, worker_id: str) -> None:
+        """The worker's heartbeat item was deleted."""
+        self._beats.pop(worker_id, None)
+
+    def heartbeat_of(self, worker_id: str) -> Heartbeat | None:
+        """The worker's heartbeat as last seen; None: it keeps none (as far as seen)."""
+        beat = self._beats.get(worker_id)
+        return None if beat is None else beat.heartbeat
+
+    @property
+    def heartbeats(self) -> list[Heartbeat]:
+        return [beat.heartbeat for beat in self._beats.values()]
+
+    def heartbeat_lapsed(self, worker_id: str, now: float) -> bool:
+        """Whether the worker keeps a heartbeat that is expired (fenced, or unchanged for
+        failover_time as seen here). False for a worker that keeps none."""
+        beat = self._beats.get(worker_id)
+        if beat is None:
+            return False
+        return beat.heartbeat.fenced_by is not None or now - beat.since >= self._failover
+
+    def _heartbeat_until(self, worker_id: str | None) -> float | None:
+        """When the worker's heartbeat expires as last seen (None: it keeps none or it is
+        fenced, which counts as expired already)."""
+        beat = self._beats.get(worker_id) if worker_id is not None else None
+        if beat is None or beat.heartbeat.fenced_by is not None:
+            return None
+        return beat.since + self._failover
 
     def observe(self, leases: Iterable[Lease], now: float, *, complete: bool = True) -> None:
         """Record a table scan taken at ``now`` (monotonic seconds of this observer).
@@ -121,6 +209,8 @@ class ExpiryTracker:
                 previous.owner == owner and previous.checkpoint_owner == lease.checkpoint_owner
             )
             taken = previous.owner != owner and previous.checkpoint_owner is None
+            if same_holder:
+                self._kept[owner] = now
             if same_holder or (taken and lease.checkpoint_owner is None):
                 # The same owner wrote again (a renewal or a checkpoint), or a worker took the
                 # lease for itself. (A handover changes the checkpoint owner too, and is written
@@ -159,14 +249,20 @@ class ExpiryTracker:
         sighting = self._seen.get(lease.lease_key)
         if sighting is None or sighting.counter != lease.lease_counter:
             return False
-        return now - sighting.since >= self._failover
+        if now - sighting.since < self._failover:
+            return False
+        holder = lease.actual_owner
+        if holder is not None and holder in self._beats:
+            return self.heartbeat_lapsed(holder, now)
+        return True
 
     def expires_at(self, lease: Lease) -> float | None:
         """When ``lease`` (as last observed) expires for this observer; None: not observed."""
         sighting = self._seen.get(lease.lease_key)
         if sighting is None or sighting.counter != lease.lease_counter:
             return None
-        return sighting.since + self._failover
+        beat = self._heartbeat_until(lease.actual_owner)
+        return max(sighting.since + self._failover, beat if beat is not None else -math.inf)
 
     def forget(self, lease_keys: Iterable[str]) -> None:
         """Drop what was seen of leases whose items are gone."""
@@ -180,13 +276,17 @@ class ExpiryTracker:
         Lets a worker check a lease exactly when it would expire instead of at its next
         take cycle, which bounds takeover after a crash by failover time plus the read.
         """
-        moments = [
-            sighting.since + self._failover
-            for sighting in self._seen.values()
-            if sighting.owner is not None
-            and (sighting.checkpoint_owner or sighting.owner) != holder_not
-            and sighting.since + self._failover > after
-        ]
+        moments = []
+        for sighting in self._seen.values():
+            holder = sighting.checkpoint_owner or sighting.owner
+            if holder is None or holder == holder_not:
+                continue
+            moment = sighting.since + self._failover
+            beat = self._heartbeat_until(holder)
+            if beat is not None:
+                moment = max(moment, beat)
+            if moment > after:
+                moments.append(moment)
         return min(moments, default=None)
 
     def __len__(self) -> int:

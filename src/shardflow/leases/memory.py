@@ -31,7 +31,8 @@ from typing import Any, Final
 from botocore.exceptions import ClientError
 
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError, ResourceNotFoundError
-from shardflow.leases.errors import LeaseConditionFailedError
+from shardflow.leases.entities import Entity, entity_from_item
+from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
 from shardflow.leases.model import (
     LEASE_KEY,
     AttributeValue,
@@ -41,7 +42,7 @@ from shardflow.leases.model import (
     is_lease_item,
     lease_from_item,
 )
-from shardflow.leases.store import LeaseStoreBase, TableStatus
+from shardflow.leases.store import LeaseStoreBase, TableScan, TableStatus
 from shardflow.leases.writes import (
     Absent,
     Action,
@@ -355,6 +356,47 @@ class InMemoryLeaseStore(LeaseStoreBase):
             elif found is not None:
                 log.warning("skipping lease item %s: %s", key, found.reason)
         return leases
+
+    async def scan_table(self) -> TableScan:
+        await asyncio.sleep(0)
+        table = self._table("Scan")
+        leases = []
+        found: list[Entity] = []
+        for key in table.sorted_keys():
+            lease = table.lease(key)
+            if isinstance(lease, Lease):
+                leases.append(lease)
+            elif lease is not None:
+                log.warning("skipping lease item %s: %s", key, lease.reason)
+            else:
+                entity = entity_from_item(table.items[key])
+                if entity is not None:
+                    found.append(entity)
+        return TableScan.of(leases, found)
+
+    async def execute_entity(self, write: LeaseWrite) -> Item | None:
+        await asyncio.sleep(0)
+        operation = {"update": "UpdateItem", "put": "PutItem", "delete": "DeleteItem"}[write.kind]
+        table = self._table(operation)
+        key = write.lease_key
+        old = table.items.get(key)
+        if not all(holds(condition, old) for condition in write.conditions):
+            self.tables._seen(LeaseWriteSeen(self._table_name, self, write, None, None, True))
+            raise EntityConditionFailedError(
+                write.operation, key, current=copy.deepcopy(old) if old is not None else None
+            )
+        if write.kind == "delete":
+            table.remove(key)
+            self.tables._seen(LeaseWriteSeen(self._table_name, self, write, None, None, False))
+            return None
+        if write.kind == "put":
+            assert write.item is not None
+            new = copy.deepcopy(write.item)
+        else:
+            new = apply(write.actions, old if old is not None else {LEASE_KEY: {"S": key}})
+        table.store(key, new)
+        self.tables._seen(LeaseWriteSeen(self._table_name, self, write, None, None, False))
+        return copy.deepcopy(new)
 
     async def get(self, lease_key: str) -> Lease | None:
         await asyncio.sleep(0)

@@ -81,6 +81,9 @@ class LeaseMoves:
         """Live KCL 3.x workers: candidates to hand leases to even while they hold none."""
         self.on_finished: Callable[[str], None] = lambda key: None
         """Called with the key of every finished lease (checkpoint SHARD_END) the stream shows."""
+        self.notice_taken: Callable[[], bool] = lambda: False
+        """True while held leases are not renewed one by one (the heartbeat mode): a lease seen
+        taken by another worker is marked lost from the view (see :meth:`consider`)."""
         self.pickup_source = "off"
         """How lease changes are noticed: "stream", "poll" or "off" (after :meth:`changes`)."""
 
@@ -301,6 +304,17 @@ class LeaseMoves:
         """A fresh view of ``lease``: answer a handoff request on a lease held here, by
         handing it over while this worker keeps its share, else by declining it."""
         owned = self._owned.get(lease.lease_key)
+        if (
+            owned is not None
+            and self.notice_taken()
+            and lease.lease_counter > owned.lease.lease_counter
+            and not lease.held_by(self._worker_id)
+        ):
+            # Written by another worker since our last write and no longer ours: taken (a
+            # steal). In the heartbeat mode no renewal would tell us (renewals are what tell
+            # a per-lease worker): stop at once.
+            owned.mark_lost("taken", lease.actual_owner)
+            return
         if owned is None or not self._settings.handoff or self.leaving:
             return
         request = handoff_request_of(lease)
@@ -316,6 +330,17 @@ class LeaseMoves:
         ):
             return
         requester = request.requester
+        tracker = self._taker.tracker
+        if self._taker.table_mode == "heartbeat" and (
+            tracker.heartbeat_of(requester) is None
+            or tracker.heartbeat_lapsed(requester, self._clock.monotonic())
+        ):
+            # In the heartbeat mode a lease's counter stands still, so a request stays fresh
+            # by its counter for as long as nobody writes the lease: the requester's own
+            # heartbeat says whether it still lives (a dead one would be handed a lease; its
+            # fenced heartbeat may already be gone). Every worker of this version keeps one
+            # in this mode before it asks (it registers at its first scan).
+            return
         if not self._taker.may_give(requester, self._handing):
             self._declining.add(lease.lease_key)
 
@@ -368,6 +393,13 @@ class LeaseMoves:
     async def picked_up(self, view: LeaseView) -> None:
         """React to lease changes: a complete scan is a take cycle of its own; changes from
         the stream start one when a lease became free, was handed here, or moved."""
+        self._taker.observe_entities(
+            view.heartbeats,
+            complete=view.complete,
+            mode=view.mode,
+            mode_seen=view.mode_seen,
+            removed_heartbeats=view.removed_heartbeats,
+        )
         if view.complete:
             if self.leaving:
                 self._see(view.leases, complete=True)

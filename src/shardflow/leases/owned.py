@@ -373,6 +373,15 @@ class OwnedLease:
         if self._on_end is not None:
             self._on_end(self)
 
+    def extend(self, sent: float) -> None:
+        """This worker's heartbeat sent at ``sent`` succeeded: in the heartbeat lease mode it
+        keeps the lease as a renewal would (others judge expiry by it, see
+        :mod:`~shardflow.leases.expiry`). Nothing changes once the lease ended or lapsed: a
+        lease past its deadline stays lost."""
+        if self.ended or not self.valid():
+            return
+        self._confirm(self._lease, sent)
+
     def _confirm(self, lease: Lease, sent: float) -> None:
         """A write sent at ``sent`` succeeded: others restart their expiry clocks after it."""
         self._lease = lease

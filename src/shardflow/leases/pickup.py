@@ -26,8 +26,16 @@ from shardflow.aws.backoff import retrying
 from shardflow.backoff import Backoff
 from shardflow.clock import Clock
 from shardflow.errors import AwsError, ExpiredIteratorError, MalformedLeaseError
+from shardflow.leases.entities import (
+    HEARTBEAT_PREFIX,
+    MODE_KEY,
+    Heartbeat,
+    LeaseMode,
+    ModeSetting,
+    entity_from_item,
+)
 from shardflow.leases.model import Lease, is_lease_item, lease_from_item
-from shardflow.leases.store import LeaseStore
+from shardflow.leases.store import LeaseStore, LeaseStoreBase, TableScan
 
 log = logging.getLogger("shardflow.leases")
 
@@ -49,6 +57,13 @@ class LeaseView:
     complete: bool
     removed: tuple[str, ...] = ()
     resumed: bool = False
+    heartbeats: tuple[Heartbeat, ...] = ()
+    """Heartbeat items as read (all of them in a complete view, the changed ones otherwise)."""
+    removed_heartbeats: tuple[str, ...] = ()
+    """Workers whose heartbeat item was deleted."""
+    mode: LeaseMode | None = None
+    mode_seen: bool = False
+    """The view shows the table's lease mode (``mode``; None: no mode item, ``per-lease``)."""
 
 
 class LeaseChanges(Protocol):
@@ -69,11 +84,21 @@ class PollingChanges:
         while True:
             started = self._clock.monotonic()
             try:
-                leases = await self._store.list_leases()
+                store = self._store
+                if isinstance(store, LeaseStoreBase):
+                    scan = await store.scan_table()
+                else:
+                    scan = TableScan(await store.list_leases())
             except AwsError as exc:
                 log.warning("polling the lease table failed, tried again: %s", exc)
             else:
-                yield LeaseView(tuple(leases), complete=True)
+                yield LeaseView(
+                    tuple(scan.leases),
+                    complete=True,
+                    heartbeats=scan.heartbeats,
+                    mode=scan.mode,
+                    mode_seen=True,
+                )
             pause = self._interval - (self._clock.monotonic() - started)
             await self._clock.sleep(max(pause, 0.0))
 
@@ -140,7 +165,9 @@ class StreamChanges:
             except AwsError as exc:
                 log.warning("reading the lease table's stream failed, tried again: %s", exc)
                 view = None
-            if view is not None and (view.leases or view.removed or view.resumed):
+            if view is not None and (
+                view.leases or view.removed or view.resumed or view.heartbeats or view.mode_seen
+            ):
                 yield view
             pause = self._interval - (self._clock.monotonic() - started)
             await self._clock.sleep(max(pause, 0.0))
@@ -153,6 +180,10 @@ class StreamChanges:
             await self._describe(first=False)
         leases: dict[str, Lease] = {}
         removed: list[str] = []
+        beats: dict[str, Heartbeat] = {}
+        gone_beats: list[str] = []
+        mode: LeaseMode | None = None
+        mode_seen = False
         resumed = False
         for shard_id, iterator in list(self._iterators.items()):
             try:
@@ -175,15 +206,35 @@ class StreamChanges:
                 image = change.get("NewImage")
                 key = change.get("Keys", {}).get("leaseKey", {}).get("S")
                 if record.get("eventName") == "REMOVE" or image is None:
-                    if key:
+                    if key == MODE_KEY:
+                        mode, mode_seen = None, True
+                    elif key and key.startswith(HEARTBEAT_PREFIX):
+                        worker = key[len(HEARTBEAT_PREFIX) :]
+                        beats.pop(worker, None)
+                        gone_beats.append(worker)
+                    elif key:
                         leases.pop(key, None)
                         removed.append(key)
+                    continue
+                if not is_lease_item(image):
+                    entity = entity_from_item(image)
+                    if isinstance(entity, Heartbeat):
+                        beats[entity.worker_id] = entity
+                    elif isinstance(entity, ModeSetting):
+                        mode, mode_seen = entity.mode, True
                     continue
                 lease = _lease_of(image)
                 if lease is not None:
                     leases[lease.lease_key] = lease  # the latest image of each lease wins
         return LeaseView(
-            tuple(leases.values()), complete=False, removed=tuple(removed), resumed=resumed
+            tuple(leases.values()),
+            complete=False,
+            removed=tuple(removed),
+            resumed=resumed,
+            heartbeats=tuple(beats.values()),
+            removed_heartbeats=tuple(gone_beats),
+            mode=mode,
+            mode_seen=mode_seen,
         )
 
 

@@ -31,8 +31,11 @@ class LeaseRenewer:
         clock: Clock,
         on_renewed: Callable[[OwnedLease, float], None] | None = None,
         on_failed: Callable[[OwnedLease], None] | None = None,
+        covered: Callable[[], bool] = lambda: False,
     ) -> None:
-        """``on_failed``: a renewal failed for now (the table did not answer)."""
+        """``on_failed``: a renewal failed for now (the table did not answer). ``covered``:
+        True while this worker's heartbeat keeps its leases (the heartbeat lease mode): no
+        lease is renewed on its own then, but each is still marked lost at its deadline."""
         self._owned = owned
         self._settings = settings
         self._clock = clock
@@ -40,6 +43,7 @@ class LeaseRenewer:
         self._on_failed = on_failed
         self._queue: asyncio.Queue[OwnedLease] = asyncio.Queue()
         self._queued: set[str] = set()
+        self._covered = covered
 
     async def run(self) -> None:
         """Renew until cancelled."""
@@ -70,7 +74,8 @@ class LeaseRenewer:
                 # At a fixed rate, as the KCL schedules its renewer: a round that starts late
                 # does not push every later round back (unless it is a whole interval late).
                 next_round = max(next_round + interval, now + interval / 2)
-                for key, owned in list(self._owned.items()):
+                renewing = not self._covered()
+                for key, owned in list(self._owned.items()) if renewing else ():
                     if key not in self._queued:  # still queued from the last round: once is enough
                         self._queued.add(key)
                         self._queue.put_nowait(owned)

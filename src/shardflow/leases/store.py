@@ -15,8 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from shardflow.leases import writes
-from shardflow.leases.model import Lease
+from shardflow.leases import entities, writes
+from shardflow.leases.entities import Entity, Heartbeat, LeaseMode, ModeSetting
+from shardflow.leases.errors import EntityConditionFailedError
+from shardflow.leases.model import Item, Lease
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange
 
@@ -34,6 +36,23 @@ class TableStatus:
     billing_mode: str
     stream_arn: str | None = None
     stream_view_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableScan:
+    """One scan of the lease table: its leases (sorted by key, as :meth:`LeaseStore.list_leases`)
+    and shardflow's own items in it (see :mod:`~shardflow.leases.entities`)."""
+
+    leases: list[Lease]
+    heartbeats: tuple[Heartbeat, ...] = ()
+    mode: LeaseMode | None = None
+    """The mode item's value; None: no mode item (the ``per-lease`` mode)."""
+
+    @classmethod
+    def of(cls, leases: list[Lease], found: list[Entity]) -> TableScan:
+        heartbeats = tuple(entity for entity in found if isinstance(entity, Heartbeat))
+        modes = [entity.mode for entity in found if isinstance(entity, ModeSetting)]
+        return cls(leases, heartbeats, modes[0] if modes else None)
 
 
 @runtime_checkable
@@ -157,6 +176,47 @@ class LeaseStoreBase(abc.ABC):
 
         Raises :class:`~shardflow.leases.errors.LeaseConditionFailedError` when a condition does not hold.
         """
+
+    async def scan_table(self) -> TableScan:
+        """The leases and shardflow's own items in one scan (a store that keeps only leases
+        answers with its leases)."""
+        return TableScan(await self.list_leases())
+
+    async def execute_entity(self, write: writes.LeaseWrite) -> Item | None:
+        """Perform one conditional write of a shardflow entity item (a heartbeat, the mode);
+        the item after it (None after a delete). Raises
+        :class:`~shardflow.leases.errors.EntityConditionFailedError` when a condition fails."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no heartbeats")
+
+    async def _heartbeat(self, write: writes.LeaseWrite) -> Heartbeat:
+        item = await self.execute_entity(write)
+        found = entities.entity_from_item(item or {})
+        if not isinstance(found, Heartbeat):
+            raise EntityConditionFailedError(write.operation, write.lease_key, current=item)
+        return found
+
+    async def register_heartbeat(self, worker_id: str, current: Heartbeat | None) -> Heartbeat:
+        """Start ``worker_id``'s heartbeat (see :func:`entities.register_heartbeat`)."""
+        return await self._heartbeat(entities.register_heartbeat(worker_id, current))
+
+    async def beat(self, heartbeat: Heartbeat) -> Heartbeat:
+        """One heartbeat, conditional on ``heartbeat`` as last written and unfenced."""
+        return await self._heartbeat(entities.beat(heartbeat))
+
+    async def fence_heartbeat(self, heartbeat: Heartbeat, by: str) -> Heartbeat:
+        """Fence a heartbeat judged expired (see :func:`entities.fence`)."""
+        return await self._heartbeat(entities.fence(heartbeat, by))
+
+    async def delete_heartbeat(self, heartbeat: Heartbeat) -> None:
+        await self.execute_entity(entities.delete_heartbeat(heartbeat))
+
+    async def set_lease_mode(self, mode: LeaseMode) -> None:
+        """Store the application's lease mode; every worker follows it (``per-lease`` removes
+        the mode item, leaving a table of leases only, as KCL 2.x workers need)."""
+        if mode == "per-lease":
+            await self.execute_entity(entities.clear_mode())
+        else:
+            await self.execute_entity(entities.set_mode(mode))
 
     async def _lease(self, write: writes.LeaseWrite) -> Lease:
         result = await self.execute(write)

@@ -26,13 +26,14 @@ from shardflow.errors import ShardflowError
 from shardflow.events import AcquiredHow, EventEmitter, WorkerJoined, WorkerLeft
 from shardflow.leases.balance import PlannedTake, TakePlan, may_give, plan_takes, target_for
 from shardflow.leases.concurrency import run_bounded
-from shardflow.leases.errors import LeaseConditionFailedError
+from shardflow.leases.entities import Heartbeat, LeaseMode, entity_from_item
+from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoffs import HandoffBook, asked_by_another
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
-from shardflow.leases.store import LeaseStore
+from shardflow.leases.store import LeaseStore, LeaseStoreBase, TableScan
 from shardflow.leases.streams import StreamSet
 from shardflow.records import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON
 
@@ -96,6 +97,12 @@ class LeaseTaker:
         """Called with the key of every finished lease (checkpoint SHARD_END) a scan shows."""
         self.last_plan: TakePlan | None = None
         """The last cycle's balancing decision (its target and the loads it saw)."""
+        self.table_mode: LeaseMode = "per-lease"
+        """The application's lease mode as the table last showed it."""
+        self.on_mode: Callable[[LeaseMode], None] = lambda mode: None
+        """Called after every read that showed the table's mode (a scan, a stream change)."""
+        self.on_scanned: Callable[[list[Lease]], None] = lambda leases: None
+        """Called with every complete scan of the table this worker made (its take cycles)."""
         self.defers: Callable[[], bool] = lambda: False
         """True while a KCL 3.x leader assigns leases: take free and expired leases only,
         never steal or ask for a live one (see :mod:`shardflow.leases.fleet`)."""
@@ -125,6 +132,25 @@ class LeaseTaker:
                 gone = view.pop(key, None)
                 if gone is not None and gone.lease_owner is not None:
                     loads[gone.lease_owner] -= 1
+
+    def observe_entities(
+        self,
+        heartbeats: Collection[Heartbeat],
+        *,
+        complete: bool,
+        mode: LeaseMode | None = None,
+        mode_seen: bool = False,
+        removed_heartbeats: Collection[str] = (),
+    ) -> None:
+        """shardflow's own items as a read showed them: the heartbeats (for expiry) and the
+        table's lease mode (``mode_seen``: the read showed the mode item or its absence;
+        a complete scan always does)."""
+        self._tracker.observe_heartbeats(heartbeats, self._clock.monotonic(), complete=complete)
+        for worker in removed_heartbeats:
+            self._tracker.forget_heartbeat(worker)
+        if complete or mode_seen:
+            self.table_mode = mode or "per-lease"
+            self.on_mode(self.table_mode)
 
     def next_wake(self) -> float | None:
         """When a cycle should run before the next periodic one: when an observed lease
@@ -177,16 +203,23 @@ class LeaseTaker:
     async def _cycle(self, scanned: list[Lease] | None, *, fresh: bool = True) -> list[OwnedLease]:
         if scanned is None:
             try:
-                leases = await self._store.list_leases()
+                store = self._store
+                if isinstance(store, LeaseStoreBase):
+                    scan = await store.scan_table()
+                else:
+                    scan = TableScan(await store.list_leases())
             except ShardflowError:
                 self._tracker.blind(self._clock.monotonic())
                 raise
+            leases = scan.leases
+            self.observe_entities(scan.heartbeats, complete=True, mode=scan.mode)
         else:
             leases = scanned
         now = self._clock.monotonic()  # after the scan: no item was read later than this
         self._last_cycle = now
         if fresh:
             self._tracker.observe(leases, now)
+            self.on_scanned(leases)
             self._view = {lease.lease_key: lease for lease in leases}
             self._view_loads = Counter(
                 lease.lease_owner for lease in leases if lease.lease_owner is not None
@@ -264,6 +297,8 @@ class LeaseTaker:
         await run_bounded(plan.takes, take, concurrency=self._settings.renew_concurrency)
         if finished and self._settings.cleanup_finished_leases:
             await self._clean_up(finished, ours, children)
+        if fresh:
+            await self._drop_fenced(leases)
         return taken
 
     def may_give(self, requester: str, handing: Collection[str] = ()) -> bool:
@@ -410,6 +445,8 @@ class LeaseTaker:
         the lease first adds that worker to ``revealed``."""
         if not self.enabled:
             return None
+        if planned.how == "expired" and not await self._fence_holder(planned.lease):
+            return None
         sent = self._clock.monotonic()
         try:
             lease = await self._store.take(planned.lease, self._worker_id)
@@ -424,6 +461,56 @@ class LeaseTaker:
             log.warning("taking lease %s failed: %s", planned.lease.lease_key, exc)
             return None
         return self._adopt(planned, lease, sent)
+
+    async def _fence_holder(self, lease: Lease) -> bool:
+        """Before taking ``lease`` as expired: fence its holder's heartbeat, if it keeps one
+        (see :mod:`~shardflow.leases.expiry`); False when the heartbeat turns out alive (the
+        fence was refused by a beat that landed first) or the fence failed."""
+        holder = lease.actual_owner
+        heartbeat = self._tracker.heartbeat_of(holder) if holder is not None else None
+        if heartbeat is None or heartbeat.fenced_by is not None:
+            return True
+        store = self._store
+        assert isinstance(store, LeaseStoreBase)  # only such stores keep heartbeats
+        try:
+            fenced = await store.fence_heartbeat(heartbeat, self._worker_id)
+        except EntityConditionFailedError as exc:
+            found = entity_from_item(exc.current or {})
+            now = self._clock.monotonic()
+            if isinstance(found, Heartbeat):
+                self._tracker.observe_heartbeats([found], now, complete=False)
+                # Fenced by another worker first: expired all the same.
+                return found.fenced_by is not None
+            # Deleted (its worker retired it, or a peer removed it once fenced): the lease
+            # is judged lease by lease from now on, and it was: expired.
+            assert holder is not None
+            self._tracker.forget_heartbeat(holder)
+            return True
+        except ShardflowError as exc:
+            log.warning("fencing the heartbeat of %s failed: %s", holder, exc)
+            return False
+        log.info("heartbeat of %s expired; fenced it", holder)
+        self._tracker.observe_heartbeats([fenced], self._clock.monotonic(), complete=False)
+        return True
+
+    async def _drop_fenced(self, leases: list[Lease]) -> None:
+        """Delete fenced heartbeats of workers that hold no lease any more (dead workers'
+        items would pile up otherwise); conditional on the heartbeat as seen."""
+        holders = {lease.actual_owner for lease in leases}
+        doomed = [
+            heartbeat
+            for heartbeat in self._tracker.heartbeats
+            if heartbeat.fenced_by is not None
+            and heartbeat.worker_id not in holders
+            and heartbeat.worker_id != self._worker_id
+        ]
+        store = self._store
+        if not doomed or not isinstance(store, LeaseStoreBase):
+            return
+        for heartbeat in doomed:
+            with contextlib.suppress(ShardflowError):
+                await store.delete_heartbeat(heartbeat)
+            self._tracker.forget_heartbeat(heartbeat.worker_id)
 
     async def _resume(self, leases: list[Lease], *, how: AcquiredHow) -> list[OwnedLease]:
         """Hold the leases that name this worker already and are not held here: at start

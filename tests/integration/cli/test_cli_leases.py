@@ -17,7 +17,7 @@ from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.model import Lease
 from shardflow.leases.settings import LeaseSettings
 from shardflow.records import ExtendedSequenceNumber
-from support.boto import make_stream, put_records
+from support.boto import boto_client, make_stream, put_records
 
 SETTINGS = ConsumerSettings(
     leases=LeaseSettings(failover_time=2.0, renew_interval=0.4, take_interval=0.5),
@@ -141,3 +141,75 @@ async def test_piped_output_keeps_every_value_whole_on_its_row(
         (row,) = [r for r in rows if lease.lease_key in r]
         assert owner in row
         assert lease.checkpoint.sequence_number in row
+
+
+def counters(url: str, application: str) -> dict[str, int]:
+    """Lease counters by key (none while the table does not exist yet)."""
+    result = CliRunner().invoke(
+        app, ["leases", application, "--endpoint-url", url, "--format", "json", "--no-lag"]
+    )
+    if result.exit_code != 0:
+        return {}
+    return {row["lease_key"]: row["counter"] for row in json.loads(result.stdout)}
+
+
+def heartbeat_items(url: str, application: str) -> list[str]:
+    ddb = boto_client("dynamodb", url)
+    items = ddb.scan(TableName=application, ConsistentRead=True)["Items"]
+    return [
+        i["leaseKey"]["S"]
+        for i in items
+        if i.get("entityType", {}).get("S") == "SHARDFLOW_HEARTBEAT"
+    ]
+
+
+async def test_set_mode_switches_a_running_worker_to_heartbeats_and_back(
+    moto_url: str, stream_name: str
+) -> None:
+    make_stream(moto_url, stream_name, 2)
+    application = f"app-{stream_name}"
+    consumer = Consumer(
+        stream_name,
+        application,
+        settings=replace(SETTINGS, worker_id="the-worker"),
+        aws=AwsSettings(endpoint_url=moto_url),
+    )
+    run = asyncio.create_task(consumer.consume(lambda r: None))
+
+    def switch(mode: str) -> None:
+        done = CliRunner().invoke(
+            app, ["leases", application, "--endpoint-url", moto_url, "--set-mode", mode]
+        )
+        assert done.exit_code == 0, done.output
+        assert f"lease mode of {application}: {mode}" in done.output
+
+    async def ticking(seconds: float) -> bool:
+        """Whether any lease counter moved within ``seconds`` (idle: only renewals move them)."""
+        before = await asyncio.to_thread(counters, moto_url, application)
+        await asyncio.sleep(seconds)
+        return await asyncio.to_thread(counters, moto_url, application) != before
+
+    try:
+        async with asyncio.timeout(60):
+            while len(await asyncio.to_thread(counters, moto_url, application)) < 2:  # noqa: ASYNC110 - the table is polled
+                await asyncio.sleep(0.2)
+        assert await ticking(1.5), "per-lease: renewed every 0.4 s"
+        await asyncio.to_thread(switch, "heartbeat")
+        # Established one take interval (0.5 s) + 1 s after the worker's heartbeat started.
+        await asyncio.sleep(3.0)
+        assert await asyncio.to_thread(heartbeat_items, moto_url, application) == [
+            "_shardflow#heartbeat#the-worker"
+        ]
+        assert not await ticking(2.0), "heartbeat: no lease written while idle"
+        assert consumer.status().lease_mode == "heartbeat"
+        await asyncio.to_thread(switch, "per-lease")
+        await asyncio.sleep(1.0)
+        assert await ticking(1.5), "per-lease again: renewals resumed"
+        async with asyncio.timeout(10):  # the item goes failover_time after the last beat
+            while await asyncio.to_thread(heartbeat_items, moto_url, application):  # noqa: ASYNC110 - the table is polled
+                await asyncio.sleep(0.2)
+        assert len(consumer.status().shards) == 2
+        assert consumer.status().lease_mode == "per-lease"
+    finally:
+        await consumer.close()
+        await run

@@ -19,8 +19,9 @@ from shardflow.errors import (
     ResourceNotFoundError,
     ShardLeaseLostError,
 )
-from shardflow.leases import Lease, LeaseStore
-from shardflow.leases.errors import LeaseConditionFailedError
+from shardflow.leases import Lease, LeaseStore, LeaseStoreBase
+from shardflow.leases.entities import Heartbeat, entity_from_item
+from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
 from shardflow.leases.handoff_request import (
     FRESH_RENEWALS,
     HANDOFF_REQUEST,
@@ -568,3 +569,38 @@ async def test_a_kcl_handoff_in_progress_stops_a_stale_owner(
     assert news.current == current
     assert news.current.checkpoint_owner == "a"
     assert (await failure(store.checkpoint(our_stale_view, "a", SEQ))).current == current
+
+
+# --- shardflow's own items: heartbeats and the lease mode ------------------------------------------
+
+
+async def test_heartbeats_and_the_mode_are_kept_apart_from_leases(workers: Workers) -> None:
+    a, b = await workers(), await workers()
+    assert isinstance(a, LeaseStoreBase)
+    assert isinstance(b, LeaseStoreBase)
+    await held(a)
+    beat = await a.register_heartbeat("a", None)
+    await a.set_lease_mode("heartbeat")
+    scan = await b.scan_table()
+    assert [lease.lease_key for lease in scan.leases] == [KEY]
+    assert scan.heartbeats == (beat,)
+    assert scan.mode == "heartbeat"
+    assert [lease.lease_key for lease in await b.list_leases()] == [KEY]
+    # Registering over an existing item needs it as it is (another process with the same id).
+    with pytest.raises(EntityConditionFailedError) as taken:
+        await b.register_heartbeat("a", None)
+    assert entity_from_item(taken.value.current or {}) == beat
+    beaten = await a.beat(beat)
+    # A fence on what b saw before that beat is refused and names the heartbeat as it is.
+    with pytest.raises(EntityConditionFailedError) as refused:
+        await b.fence_heartbeat(beat, "b")
+    assert entity_from_item(refused.value.current or {}) == beaten
+    fenced = await b.fence_heartbeat(beaten, "b")
+    assert fenced == Heartbeat("a", beaten.counter, "b")
+    with pytest.raises(EntityConditionFailedError):
+        await a.beat(beaten)  # in flight at the fence: refused, extends nothing
+    await b.delete_heartbeat(fenced)
+    await a.set_lease_mode("per-lease")
+    scan = await b.scan_table()
+    assert scan.heartbeats == ()
+    assert scan.mode is None

@@ -59,3 +59,30 @@ def test_a_simulated_fleet_converges_after_every_phase_and_never_has_two_owners(
     assert 500 < steady["requests_by_operation"]["UpdateItem"] < 700, report
     assert "| per-lease | 2 workers join (6 → 8) |" in simulate.render(result)
     assert "| per-lease | steady |" in simulate.render_requests(result)
+
+
+def test_the_heartbeat_mode_through_every_phase_never_has_two_owners_and_writes_per_worker() -> (
+    None
+):
+    said: list[str] = []
+    config = replace(CONFIG, modes=("per-lease", "heartbeat"))
+    result: dict[str, Any] = simulate.run(config, say=said.append)
+    report = "\n".join(said)
+    per_lease, heartbeat = result["runs"]
+    assert heartbeat["mode"] == "heartbeat"
+    phases = {phase["name"]: phase for phase in heartbeat["phases"]}
+    assert list(phases) == list(simulate.PHASES), report
+    for name, phase in phases.items():
+        assert phase["two_owners"] == 0, (name, phase["two_owners_examples"], report)
+        assert phase["two_processing"] == 0, (name, report)
+        assert phase["converged"], (name, report)
+    # A crashed worker's shards wait failover_time after its last heartbeat, as per lease.
+    assert 6.5 <= phases["crash"]["longest_without_owner"] <= 16.0, report
+    assert phases["rolling"]["longest_without_owner"] < 2.0, report
+    steady = phases["steady"]
+    # One heartbeat per worker every 3.3 s (18 a minute), no renewal of its ~33 leases.
+    assert 15 <= steady["requests_by_operation"]["UpdateItem"] <= 21, report
+    base = next(p for p in per_lease["phases"] if p["name"] == "steady")
+    assert steady["write_units_per_hour"] <= 0.05 * base["write_units_per_hour"], report
+    assert steady["read_units_per_hour"] <= base["read_units_per_hour"], report
+    assert "| heartbeat |" in simulate.render_costs(result)

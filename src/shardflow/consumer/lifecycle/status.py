@@ -52,6 +52,10 @@ class ConsumerStatus:
     """How this worker shares the lease table: "standalone" (shardflow's own rules, also with
     KCL 2.x workers), "kcl3" (a KCL 3.x leader assigns leases; this worker defers) or
     "kcl3-takeover" (a KCL 3.x application whose KCL workers are all gone)."""
+    lease_mode: str = "per-lease"
+    """How this worker keeps its leases now: "per-lease" (each renewed on its own) or
+    "heartbeat" (one heartbeat item keeps them all; the application's lease mode, see the
+    guide "Deploys and scaling")."""
 
     @property
     def caught_up(self) -> bool:
