@@ -89,7 +89,9 @@ class Producer:
             # Records are checked at put; botocore's own walk over every entry would cost
             # more CPU per record than the rest of the producer.
             kinesis = await self._exit.enter_async_context(
-                self._clients.kinesis(max_pool_connections=pool, parameter_validation=False)
+                self._clients.kinesis(
+                    self.stream, max_pool_connections=pool, parameter_validation=False
+                )
             )
             self._recorder = MetricsRecorder(
                 stream_name_of(self.stream),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardflow.aws.backoff import retrying
-from shardflow.aws.kinesis import stream_ref
+from shardflow.aws.kinesis import arn_ref, stream_ref
 from shardflow.backoff import Backoff
 from shardflow.errors import InvalidArgumentError
 from shardflow.spark.source.positions import Kind, ShardPosition
@@ -50,7 +50,7 @@ async def has_records(
         if iterator is None:
             return True
         page: Mapping[str, Any] = await retrying(
-            lambda: kinesis.get_records(ShardIterator=iterator, Limit=1),
+            lambda: kinesis.get_records(ShardIterator=iterator, Limit=1, **arn_ref(stream)),
             operation="GetRecords",
             stream=stream,
             shard_id=shard_id,
