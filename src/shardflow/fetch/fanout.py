@@ -127,7 +127,7 @@ def fanout_client(
     read_timeout = (settings or FanOut()).read_timeout
     pool = max(factory.settings.max_pool_connections, shards + 16)
     client: AbstractAsyncContextManager[Any] = factory.kinesis(
-        stream, read_timeout=read_timeout, max_pool_connections=pool
+        stream=stream, read_timeout=read_timeout, max_pool_connections=pool
     )
     return client
 

@@ -101,7 +101,7 @@ class Connections:
         for stream in self._streams:
             key = (settings.role_for(stream), stream_region(stream, settings.region))
             if key not in opened:
-                opened[key] = await stack.enter_async_context(factory.kinesis(stream))
+                opened[key] = await stack.enter_async_context(factory.kinesis(stream=stream))
             of[stream] = opened[key]
         return of
 
