@@ -122,10 +122,12 @@ def run_shardflow(
     aggregate: bool,
     limits: bool,
     collector: bool = True,
+    cloudwatch: bool = False,
 ) -> None:
     import gc
 
     from shardflow.aws import AwsSettings
+    from shardflow.metrics.cloudwatch import CloudWatch
     from shardflow.producer import Producer, ProducerSettings
 
     async def main() -> None:
@@ -134,7 +136,11 @@ def run_shardflow(
             if limits
             else {"shard_records_per_second": UNLIMITED, "shard_bytes_per_second": UNLIMITED}
         )
-        settings = ProducerSettings(aggregate=aggregate, **rate)
+        # The KPL's CloudWatch metrics, collected every second (60 times the default, an upper
+        # bound of their cost) and sent to the Kinesis emulator, which refuses them: the sends
+        # fail and are dropped, as in a CloudWatch outage.
+        metrics = CloudWatch(interval=1.0, endpoint_url=endpoint) if cloudwatch else None
+        settings = ProducerSettings(aggregate=aggregate, metrics=metrics, **rate)
         aws = AwsSettings(endpoint_url=endpoint, region="us-east-1")
         async with Producer(stream, settings=settings, aws=aws) as producer:
             # Every record's result is checked, as it arrives, and not kept after (as the
@@ -163,6 +169,9 @@ CONTENDERS: dict[str, Callable[[str, str, list[tuple[str, bytes]]], None]] = {
     "shardflow": lambda e, s, i: run_shardflow(e, s, i, aggregate=False, limits=False),
     "shardflow (collector off)": lambda e, s, i: run_shardflow(
         e, s, i, aggregate=False, limits=False, collector=False
+    ),
+    "shardflow + CloudWatch metrics": lambda e, s, i: run_shardflow(
+        e, s, i, aggregate=False, limits=False, cloudwatch=True
     ),
     "shardflow (aggregated)": lambda e, s, i: run_shardflow(e, s, i, aggregate=True, limits=False),
     "shardflow (aggregated) + limits": lambda e, s, i: run_shardflow(

@@ -20,6 +20,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # generated from _EXPORTS by tests/support/public_api.py
+    from shardflow.aws import AssumeRole as AssumeRole
     from shardflow.aws import AwsSettings as AwsSettings
     from shardflow.aws import ClientFactory as ClientFactory
     from shardflow.aws import OpenClients as OpenClients
@@ -87,6 +88,7 @@ __version__ = "0.1.0"
 # worker reading a stream needs no consumer, producer or lease table) does not pay for all.
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "shardflow.aws": (
+        "AssumeRole",
         "AwsSettings",
         "ClientFactory",
         "OpenClients",

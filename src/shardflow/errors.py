@@ -13,11 +13,14 @@ module is grouped as the hierarchy is::
             ResourceInUseError
             AccessDeniedError
                 MissingCredentialsError
+                AssumeRoleError
             InvalidArgumentError
             ConditionFailedError
         ConfigurationError
             MissingRegionError
             UnknownRegionError (also AwsError)
+            InvalidStreamArnError (also ValueError)
+            StreamRegionMismatchError
         RecordTooLargeError
         InvalidPartitionKeyError
             InvalidExplicitHashKeyError
@@ -141,6 +144,25 @@ class MissingCredentialsError(AccessDeniedError):
     """No AWS credentials were found anywhere the standard chain looks."""
 
 
+class AssumeRoleError(AccessDeniedError):
+    """STS refused to let these credentials assume ``role_arn`` (AccessDenied: the role's trust
+    policy, a wrong external id, or no sts:AssumeRole permission). ``operation`` is
+    ``AssumeRole``; ``code`` the STS error code."""
+
+    def __init__(
+        self, role_arn: str, message: str, *, code: str, stream: str | None = None
+    ) -> None:
+        self.role_arn = role_arn
+        super().__init__(
+            f"cannot assume role {role_arn}: {message} - check the role's trust policy "
+            "(it must trust these credentials, with the external id if it asks one) and the "
+            "caller's sts:AssumeRole permission",
+            operation="AssumeRole",
+            code=code,
+            stream=stream,
+        )
+
+
 class InvalidArgumentError(AwsError):
     """The request was rejected as invalid; retrying the same request will not help."""
 
@@ -184,6 +206,33 @@ class UnknownRegionError(ConfigurationError, AwsError):
             operation=operation,
             code="UnknownRegion",
             status=status,
+        )
+
+
+class InvalidStreamArnError(ConfigurationError, ValueError):
+    """A stream ARN that is not ``arn:PARTITION:kinesis:REGION:ACCOUNT:stream/NAME``;
+    ``arn`` is the text given, ``problem`` what is wrong with it."""
+
+    def __init__(self, arn: str, problem: str) -> None:
+        self.arn = arn
+        self.problem = problem
+        super().__init__(
+            f"{arn!r} is not a Kinesis stream ARN ({problem}): expected "
+            "arn:aws:kinesis:REGION:ACCOUNT:stream/NAME"
+        )
+
+
+class StreamRegionMismatchError(ConfigurationError):
+    """A stream given by ARN lives in another region than the one configured (Kinesis serves a
+    stream in its own region only)."""
+
+    def __init__(self, arn: str, *, arn_region: str, configured: str) -> None:
+        self.arn = arn
+        self.arn_region = arn_region
+        self.configured = configured
+        super().__init__(
+            f"stream {arn} is in region {arn_region}, but the region configured is "
+            f"{configured}: leave the region unset (the ARN's is used) or set {arn_region}"
         )
 
 

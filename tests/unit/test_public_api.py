@@ -21,7 +21,7 @@ EVERYDAY_API = {
     # clients and entry points
     "Consumer", "Producer", "SyncProducer", "run_consumer", "read_stream", "read_all", "replay",
     # settings
-    "AwsSettings", "ClientFactory", "OpenClients", "Backoff", "ConsumerSettings", "CheckpointSettings", "LeaseSettings",
+    "AssumeRole", "AwsSettings", "ClientFactory", "OpenClients", "Backoff", "ConsumerSettings", "CheckpointSettings", "LeaseSettings",
     "Polling", "FanOut", "ProducerSettings", "DispatchSettings",
     "Idempotency", "OrderingMode", "FailurePolicy",
     # records, positions, results, handlers

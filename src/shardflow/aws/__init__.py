@@ -4,11 +4,12 @@ from shardflow.aws.backoff import DEFAULT_BACKOFF, retrying
 from shardflow.aws.classify import classify, error_class_for_code
 from shardflow.aws.clients import ClientFactory, OpenClients
 from shardflow.aws.redaction import redact, register_secret
-from shardflow.aws.settings import AwsSettings
+from shardflow.aws.settings import AssumeRole, AwsSettings
 from shardflow.backoff import Backoff
 
 __all__ = [
     "DEFAULT_BACKOFF",
+    "AssumeRole",
     "AwsSettings",
     "Backoff",
     "ClientFactory",

@@ -11,9 +11,11 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import NoRegionError
 
+from shardflow.aws.arns import stream_region
 from shardflow.aws.kinesis_json import FastParserFactory, serialize_put_records_in_one_pass
 from shardflow.aws.redaction import register_secret
-from shardflow.aws.settings import AwsSettings
+from shardflow.aws.roles import role_credentials, serve_credentials
+from shardflow.aws.settings import AssumeRole, AwsSettings
 from shardflow.errors import MissingRegionError, UnknownRegionError
 
 NO_REGION = (
@@ -35,17 +37,57 @@ class ClientFactory:
     def __init__(self, settings: AwsSettings | None = None) -> None:
         self.settings = settings or AwsSettings()
         self._session: AioSession | None = None
+        # One session per role and region, so that every client of a role shares its
+        # credentials (and their refreshes).
+        self._role_sessions: dict[tuple[AssumeRole, str | None], AioSession] = {}
 
     @property
     def session(self) -> AioSession:
         if self._session is None:
-            session = get_session()
-            # GetRecords and PutRecords answers read in one pass (see kinesis_json).
-            session.register_component("response_parser_factory", FastParserFactory())
-            if self.settings.profile:
-                session.set_config_variable("profile", self.settings.profile)
-            self._session = session
+            self._session = self._new_session()
         return self._session
+
+    def _new_session(self) -> AioSession:
+        session = get_session()
+        # GetRecords and PutRecords answers read in one pass (see kinesis_json).
+        session.register_component("response_parser_factory", FastParserFactory())
+        if self.settings.profile:
+            session.set_config_variable("profile", self.settings.profile)
+        return session
+
+    def _session_for(
+        self, role: AssumeRole | None, region: str | None, stream: str | None
+    ) -> AioSession:
+        """The base session, or the one whose credentials are ``role``'s (made once)."""
+        if role is None:
+            return self.session
+        key = (role, region)
+        session = self._role_sessions.get(key)
+        if session is None:
+            credentials = role_credentials(
+                self.session,
+                role,
+                sts_client_kwargs=self._endpoint_kwargs("sts", region),
+                stream=stream,
+            )
+            session = self._new_session()
+            serve_credentials(session, credentials)
+            self._role_sessions[key] = session
+        return session
+
+    def _endpoint_kwargs(
+        self, service: Service | Literal["sts"], region: str | None
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"config": self.config()}
+        if region:
+            kwargs["region_name"] = region
+        if self.settings.endpoint_url:
+            kwargs["endpoint_url"] = self.settings.endpoint_url
+            if self.settings.endpoint_url.lower().startswith("http://"):
+                # Nothing to verify on plain HTTP (a local emulator); without this aiobotocore
+                # still loads the CA bundle into an SSL context, ~25 ms of CPU per client.
+                kwargs["verify"] = False
+        return kwargs
 
     def config(self, **overrides: Any) -> AioConfig:
         s = self.settings
@@ -60,32 +102,43 @@ class ClientFactory:
         return AioConfig(**options)
 
     @asynccontextmanager
-    async def client(self, service: Service, **config_overrides: Any) -> AsyncIterator[Any]:
-        """An open client for ``service``; closed when the block ends."""
-        await self._register_credentials()
-        kwargs: dict[str, Any] = {"config": self.config(**config_overrides)}
-        if self.settings.region:
-            kwargs["region_name"] = self.settings.region
-        if self.settings.endpoint_url:
-            kwargs["endpoint_url"] = self.settings.endpoint_url
-            if self.settings.endpoint_url.lower().startswith("http://"):
-                # Nothing to verify on plain HTTP (a local emulator); without this aiobotocore
-                # still loads the CA bundle into an SSL context, ~25 ms of CPU per client.
-                kwargs["verify"] = False
+    async def client(
+        self, service: Service, *, stream: str | None = None, **config_overrides: Any
+    ) -> AsyncIterator[Any]:
+        """An open client for ``service``; closed when the block ends.
+
+        ``stream`` (Kinesis only; a name or an ARN) is the stream the client is for: this is
+        the one place where a stream and its settings become a client. A stream ARN gives the
+        region when none is configured (a malformed ARN or another region than the configured
+        one raises a :class:`~shardflow.errors.ConfigurationError`), and the stream's role
+        (``AwsSettings.role_for``) gives the credentials: assumed on opening, so that a refused
+        role raises :class:`~shardflow.errors.AssumeRoleError` here, and refreshed by botocore
+        before they expire."""
+        role: AssumeRole | None = None
+        region = self.settings.region
+        if service == "kinesis":
+            region = stream_region(stream, region)
+            role = self.settings.role_for(stream)
+        session = self._session_for(role, region, stream)
+        if session is not self.session:
+            await _register_credentials(self.session)
+        await _register_credentials(session)
+        kwargs = self._endpoint_kwargs(service, region)
+        kwargs["config"] = self.config(**config_overrides)
         async with AsyncExitStack() as stack:
             try:
-                client = await stack.enter_async_context(
-                    self.session.create_client(service, **kwargs)
-                )
+                client = await stack.enter_async_context(session.create_client(service, **kwargs))
             except NoRegionError:
                 raise MissingRegionError(NO_REGION) from None
             if service == "kinesis":
                 serialize_put_records_in_one_pass(client)
-            await _name_an_unknown_region(self.session, client, service)
+            await _name_an_unknown_region(session, client, service)
             yield client
 
-    def kinesis(self, **config_overrides: Any) -> Any:
-        return self.client("kinesis", **config_overrides)
+    def kinesis(self, stream: str | None = None, **config_overrides: Any) -> Any:
+        """A Kinesis client for ``stream`` (see :meth:`client`); None: for streams by name
+        under the configured region and ``AwsSettings.role``."""
+        return self.client("kinesis", stream=stream, **config_overrides)
 
     def dynamodb(self, **config_overrides: Any) -> Any:
         return self.client("dynamodb", **config_overrides)
@@ -96,13 +149,15 @@ class ClientFactory:
     def cloudwatch(self, **config_overrides: Any) -> Any:
         return self.client("cloudwatch", **config_overrides)
 
-    async def _register_credentials(self) -> None:
-        # Whatever credentials the chain resolves are masked in every shardflow message; the
-        # access key id too, since it need not look like AKIA... (emulators, custom providers).
-        credentials = await self.session.get_credentials()
-        if credentials is not None:
-            frozen = await credentials.get_frozen_credentials()
-            register_secret(frozen.access_key, frozen.secret_key, frozen.token)
+
+async def _register_credentials(session: AioSession) -> None:
+    # Whatever credentials the chain resolves are masked in every shardflow message; the access
+    # key id too, since it need not look like AKIA... (emulators, custom providers). For a role
+    # this is its first AssumeRole call: a refusal surfaces when the client is opened.
+    credentials = await session.get_credentials()
+    if credentials is not None:
+        frozen = await credentials.get_frozen_credentials()
+        register_secret(frozen.access_key, frozen.secret_key, frozen.token)
 
 
 class OpenClients(ClientFactory):
@@ -137,13 +192,15 @@ class OpenClients(ClientFactory):
         }
 
     @asynccontextmanager
-    async def client(self, service: Service, **config_overrides: Any) -> AsyncIterator[Any]:
+    async def client(
+        self, service: Service, *, stream: str | None = None, **config_overrides: Any
+    ) -> AsyncIterator[Any]:
         """The client given for ``service`` (left open), else a new one closed at the end."""
         given = self._given.get(service)
         if given is not None:
             yield given
             return
-        async with super().client(service, **config_overrides) as client:
+        async with super().client(service, stream=stream, **config_overrides) as client:
             yield client
 
 

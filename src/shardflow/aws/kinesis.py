@@ -28,6 +28,13 @@ def stream_ref(stream: str) -> dict[str, str]:
     return {"StreamARN": stream} if stream.startswith("arn:") else {"StreamName": stream}
 
 
+def arn_ref(stream: str) -> dict[str, str]:
+    """``StreamARN`` for calls that name their stream by other means (GetRecords: the
+    iterator) when the stream is given by ARN: required for a stream of another account, and
+    what moto's server needs to find an ARN-named stream's records."""
+    return {"StreamARN": stream} if stream.startswith("arn:") else {}
+
+
 def stream_name_of(stream: str) -> str:
     """The name part of a stream given by name or ARN (arn:aws:kinesis:r:a:stream/NAME)."""
     return stream.rsplit("/", 1)[-1] if stream.startswith("arn:") else stream

@@ -19,7 +19,18 @@ import typer
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.settings import AwsSettings
 from shardflow.cli import aws_options
-from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, fail, run
+from shardflow.cli.aws_options import (
+    EndpointUrl,
+    ExternalId,
+    Profile,
+    Region,
+    RoleArn,
+    RoleSessionName,
+    aws_settings,
+    fail,
+    run,
+    stream_role,
+)
 from shardflow.cli.dispatch_options import (
     Attempts,
     BisectOption,
@@ -253,6 +264,9 @@ def consume(
     lease_endpoint_url: LeaseEndpointUrl = None,
     region: Region = None,
     profile: Profile = None,
+    role_arn: RoleArn = None,
+    external_id: ExternalId = None,
+    role_session_name: RoleSessionName = None,
 ) -> None:
     """Consume streams with a handler until SIGTERM or Ctrl-C (graceful: final checkpoints,
     leases released; a second signal stops at once)."""
@@ -296,7 +310,8 @@ def consume(
         )
     except ValueError as exc:
         fail(str(exc), code=2)
-    aws = aws_settings(endpoint_url, region, profile)
+    role = stream_role(role_arn, external_id, role_session_name)
+    aws = aws_settings(endpoint_url, region, profile, role=role, streams=streams)
     lease_aws = aws_settings(lease_endpoint_url or endpoint_url, region, profile)
 
     async def work() -> None:

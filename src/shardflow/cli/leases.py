@@ -25,7 +25,7 @@ from rich.table import Table
 
 from shardflow.aws.backoff import retrying
 from shardflow.aws.clients import ClientFactory
-from shardflow.aws.kinesis import stream_ref, where
+from shardflow.aws.kinesis import arn_ref, stream_ref, where
 from shardflow.aws.settings import AwsSettings
 from shardflow.backoff import Backoff
 from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, run
@@ -128,7 +128,7 @@ async def probe_lag(kinesis: Any, stream: str, lease: Lease) -> Lag:
         if shard_iterator is None:
             return Lag(0, "caught up")
         answer = await retrying(
-            lambda: kinesis.get_records(ShardIterator=shard_iterator, Limit=1),
+            lambda: kinesis.get_records(ShardIterator=shard_iterator, Limit=1, **arn_ref(stream)),
             operation="GetRecords",
             backoff=_PROBE_BACKOFF,
             stream=stream,

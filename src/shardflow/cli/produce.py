@@ -21,12 +21,16 @@ from rich.table import Table
 from shardflow.aws.redaction import redact
 from shardflow.cli.aws_options import (
     EndpointUrl,
+    ExternalId,
     Profile,
     Region,
+    RoleArn,
+    RoleSessionName,
     aws_settings,
     fail,
     failure_message,
     stderr,
+    stream_role,
 )
 from shardflow.errors import (
     InvalidPartitionKeyError,
@@ -129,16 +133,19 @@ def produce(
     endpoint_url: EndpointUrl = None,
     region: Region = None,
     profile: Profile = None,
+    role_arn: RoleArn = None,
+    external_id: ExternalId = None,
+    role_session_name: RoleSessionName = None,
 ) -> None:
     """Write each line (without its line break; empty lines are skipped) as one record."""
     if sum((key_field is not None, key is not None, random_key)) > 1:
         raise typer.BadParameter("choose one of --key-field, --key and --random-key")
     choose_key = KeyChooser(key, key_field)
     settings = ProducerSettings(aggregate=aggregate)
-    producer = SyncProducer(
-        stream, settings=settings, aws=aws_settings(endpoint_url, region, profile)
-    )
+    role = stream_role(role_arn, external_id, role_session_name)
+    aws = aws_settings(endpoint_url, region, profile, role=role, streams=[stream])
     try:
+        producer = SyncProducer(stream, settings=settings, aws=aws)
         producer.start()
     except ShardflowError as exc:
         fail(failure_message(exc))

@@ -14,7 +14,17 @@ from typing import Annotated, Any
 
 import typer
 
-from shardflow.cli.aws_options import EndpointUrl, Profile, Region, aws_settings, run
+from shardflow.cli.aws_options import (
+    EndpointUrl,
+    ExternalId,
+    Profile,
+    Region,
+    RoleArn,
+    RoleSessionName,
+    aws_settings,
+    run,
+    stream_role,
+)
 from shardflow.cli.positions import parse_start_position
 from shardflow.fetch.polling import Polling
 from shardflow.reader import read_stream
@@ -66,15 +76,19 @@ def tail(
     endpoint_url: EndpointUrl = None,
     region: Region = None,
     profile: Profile = None,
+    role_arn: RoleArn = None,
+    external_id: ExternalId = None,
+    role_session_name: RoleSessionName = None,
 ) -> None:
     """Print records from all shards of a stream (parents before children after resharding)."""
     position = parse_start_position(start)
     render = format_json if output is OutputFormat.JSON else format_text
+    role = stream_role(role_arn, external_id, role_session_name)
 
     async def work() -> None:
         records = read_stream(
             stream,
-            aws=aws_settings(endpoint_url, region, profile),
+            aws=aws_settings(endpoint_url, region, profile, role=role, streams=[stream]),
             start=position,
             follow=follow,
             deaggregate=deaggregate,

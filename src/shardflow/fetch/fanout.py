@@ -112,18 +112,23 @@ class FanOut:
 
 
 def fanout_client(
-    factory: ClientFactory, settings: FanOut | None = None, *, shards: int = 0
+    factory: ClientFactory,
+    settings: FanOut | None = None,
+    *,
+    shards: int = 0,
+    stream: str | None = None,
 ) -> AbstractAsyncContextManager[Any]:
     """A Kinesis client fit for subscriptions: ``async with fanout_client(factory) as kinesis``.
 
     Its read timeout outlasts the gap between events, and its connection pool holds one
     connection per subscribed shard (``shards``) besides those for other calls: a subscription
     keeps its connection for minutes, and a pool that is too small would stall new ones.
+    ``stream``: the stream it subscribes to (its region and role, see ``ClientFactory.client``).
     """
     read_timeout = (settings or FanOut()).read_timeout
     pool = max(factory.settings.max_pool_connections, shards + 16)
     client: AbstractAsyncContextManager[Any] = factory.kinesis(
-        read_timeout=read_timeout, max_pool_connections=pool
+        stream=stream, read_timeout=read_timeout, max_pool_connections=pool
     )
     return client
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardflow.aws.classify import classify
-from shardflow.aws.kinesis import stream_name_of, stream_ref
+from shardflow.aws.kinesis import arn_ref, stream_name_of, stream_ref
 from shardflow.aws.persistence import DEFAULT_DENIED_FOR, Patience, Persistence
 from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
@@ -118,6 +118,7 @@ class PollingFetcher:
         self._kinesis = kinesis
         self._build = build
         self.stream = stream
+        self._arn_ref = arn_ref(stream)
         self.shard_id = shard_id
         self.start = start or StartPosition.trim_horizon()
         self.settings = settings or Polling()
@@ -189,7 +190,7 @@ class PollingFetcher:
             self.get_records_calls += 1
             try:
                 response: Mapping[str, Any] = await self._kinesis.get_records(
-                    ShardIterator=self._iterator, Limit=self.settings.max_records
+                    ShardIterator=self._iterator, Limit=self.settings.max_records, **self._arn_ref
                 )
                 self._persistence.succeeded()
                 return response, started

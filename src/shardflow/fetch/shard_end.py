@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shardflow.aws.kinesis import stream_ref
+from shardflow.aws.kinesis import arn_ref, stream_ref
 from shardflow.positions import StartPosition
 from shardflow.shards import ChildShard
 
@@ -26,7 +26,7 @@ async def shard_end_at(
         iterator = (await kinesis.get_shard_iterator(**params)).get("ShardIterator")
         if not iterator:
             return None
-        answer = await kinesis.get_records(ShardIterator=iterator, Limit=1)
+        answer = await kinesis.get_records(ShardIterator=iterator, Limit=1, **arn_ref(stream))
     except Exception as exc:
         log.debug("shard-end check of %s failed: %s", shard_id, type(exc).__name__)
         return None

@@ -31,9 +31,11 @@ log = logging.getLogger("shardflow.metrics.cloudwatch")
 MetricsLevel = Literal["NONE", "SUMMARY", "DETAILED"]
 """How much is sent: nothing, the summary metrics, or every metric (the default)."""
 
-Dimension = Literal["Operation", "ShardId", "WorkerIdentifier", "StreamId"]
+Dimension = Literal[
+    "Operation", "ShardId", "WorkerIdentifier", "StreamId", "StreamName", "ErrorCode"
+]
 """The KCL's dimensions (``StreamId`` only when a consumer reads several streams, as the KCL
-adds it in multi-stream mode)."""
+adds it in multi-stream mode) and the KPL's (``StreamName``, ``ErrorCode``)."""
 
 Unit = Literal["Count", "Milliseconds", "Bytes", "None"]
 
@@ -49,6 +51,10 @@ MAX_BYTES_PER_CALL: Final = 1_000_000
 KCL_DIMENSIONS: Final[frozenset[str]] = frozenset(
     {"Operation", "ShardId", "WorkerIdentifier", "StreamId"}
 )
+KPL_DIMENSIONS: Final[frozenset[str]] = frozenset({"StreamName", "ErrorCode"})
+"""The producer's (the KPL's ``StreamName`` and ``ErrorCode``; its ``ShardId`` level is not
+published: see the operations guide)."""
+ALL_DIMENSIONS: Final[frozenset[str]] = KCL_DIMENSIONS | KPL_DIMENSIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +71,12 @@ class CloudWatch:
     producer's ``KinesisProducerLibrary``, as the KPL's)."""
     level: MetricsLevel = "DETAILED"
     """``NONE``, ``SUMMARY`` or ``DETAILED`` (the KCL's ``metricsLevel``; default DETAILED)."""
-    dimensions: frozenset[str] = KCL_DIMENSIONS
-    """Dimensions sent (the KCL's ``metricsEnabledDimensions``; default all: ``Operation``,
-    ``ShardId``, ``WorkerIdentifier`` and, with several streams, ``StreamId``). ``Operation``
-    is always sent. A metric whose dimension is left out is aggregated over it."""
+    dimensions: frozenset[str] = ALL_DIMENSIONS
+    """Dimensions sent (the KCL's ``metricsEnabledDimensions``; default all: the consumer's
+    ``Operation``, ``ShardId``, ``WorkerIdentifier`` and, with several streams, ``StreamId``;
+    the producer's ``StreamName`` and ``ErrorCode``). ``Operation`` is always sent. A metric
+    whose dimension is left out is aggregated over it (without ``StreamName`` the producer
+    sends its metrics at the KPL's ``GLOBAL`` granularity only)."""
     interval: float = 60.0
     """Seconds each statistic set covers, and between sends (the KCL's
     ``metricsBufferTimeMillis``: 60 s)."""
@@ -81,9 +89,9 @@ class CloudWatch:
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise ValueError(f"level must be NONE, SUMMARY or DETAILED, got {self.level!r}")
-        unknown = set(self.dimensions) - KCL_DIMENSIONS
+        unknown = set(self.dimensions) - ALL_DIMENSIONS
         if unknown:
-            raise ValueError(f"unknown dimensions {sorted(unknown)}: use {sorted(KCL_DIMENSIONS)}")
+            raise ValueError(f"unknown dimensions {sorted(unknown)}: use {sorted(ALL_DIMENSIONS)}")
         object.__setattr__(self, "dimensions", frozenset(self.dimensions) | {"Operation"})
         if not self.interval > 0:
             raise ValueError("interval must be positive")
@@ -115,6 +123,15 @@ class StatisticSet:
             self.minimum = value
         if value > self.maximum:
             self.maximum = value
+
+    def merge(self, count: int, total: float, minimum: float, maximum: float) -> None:
+        """Add ``count`` values summing to ``total``, between ``minimum`` and ``maximum``."""
+        self.count += count
+        self.total += total
+        if minimum < self.minimum:
+            self.minimum = minimum
+        if maximum > self.maximum:
+            self.maximum = maximum
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -155,9 +172,34 @@ class MetricBuffer:
         **dimensions: str | None,
     ) -> None:
         """Add one value of metric ``name`` with ``dimensions`` (None: not applicable)."""
+        stats = self._set_of(name, unit, level, dimensions)
+        if stats is not None:
+            stats.add(value)
+
+    def add_set(
+        self,
+        name: str,
+        unit: Unit,
+        level: MetricsLevel,
+        values: tuple[int, float, float, float],
+        /,
+        **dimensions: str | None,
+    ) -> None:
+        """Add ``values`` (count, sum, minimum, maximum: what a histogram or counters of the
+        interval hold) to metric ``name``; nothing when the count is 0."""
+        count, total, minimum, maximum = values
+        if count <= 0:
+            return
+        stats = self._set_of(name, unit, level, dimensions)
+        if stats is not None:
+            stats.merge(count, total, minimum, maximum)
+
+    def _set_of(
+        self, name: str, unit: Unit, level: MetricsLevel, dimensions: Mapping[str, str | None]
+    ) -> StatisticSet | None:
         settings = self.settings
         if not settings.sends(level):
-            return
+            return None
         enabled = settings.dimensions
         dims = tuple(
             sorted((k, v) for k, v in dimensions.items() if v is not None and k in enabled)
@@ -167,9 +209,9 @@ class MetricBuffer:
         if stats is None:
             if len(self._sets) >= settings.max_datums:
                 self.overflowed += 1
-                return
+                return None
             stats = self._sets[key] = StatisticSet()
-        stats.add(value)
+        return stats
 
     def items(self) -> Iterator[tuple[Key, StatisticSet]]:
         return iter(self._sets.items())

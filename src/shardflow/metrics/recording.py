@@ -176,18 +176,19 @@ class Tally:
 
     ``counts`` maps a stored value (see :class:`Scale`, rounded by :func:`rounded`) to how many
     times it came: a hot path may update it directly. With ``interval=True`` it also keeps what
-    came since the last :meth:`interval_snapshot`.
+    came since the last :meth:`interval_snapshot`; :meth:`open_interval` adds another reader's
+    interval (CloudWatch's, besides ``on_metrics``'), each with its own start.
     """
 
-    __slots__ = ("_interval", "_interval_sum", "_sum", "_total", "counts", "scale")
+    __slots__ = ("_intervals", "_sum", "_total", "counts", "scale")
 
     def __init__(self, scale: Scale = SECONDS, *, interval: bool = False) -> None:
         self.scale = scale
         self.counts: dict[int, int] = {}
         self._total = _new_hdr(scale)
         self._sum = 0
-        self._interval = _new_hdr(scale) if interval else None
-        self._interval_sum = 0
+        # Per reader of intervals: [the values since its last interval snapshot, their sum].
+        self._intervals: dict[str, list[Any]] = {"": [_new_hdr(scale), 0]} if interval else {}
 
     def add(self, value: float, count: int = 1) -> None:
         """Count ``value`` (in the base unit) ``count`` times."""
@@ -209,14 +210,21 @@ class Tally:
         self._fold()
         return self._copy(self._total, self._sum)
 
-    def interval_snapshot(self) -> Histogram:
-        """The values since the previous interval snapshot (or the start); starts a new one."""
-        if self._interval is None:
-            raise ValueError("this tally keeps no intervals")
+    def open_interval(self, reader: str) -> None:
+        """Start intervals for ``reader`` (values from now on; see :meth:`interval_snapshot`)."""
         self._fold()
-        taken = self._copy(self._interval, self._interval_sum)
-        self._interval = _new_hdr(self.scale)
-        self._interval_sum = 0
+        self._intervals.setdefault(reader, [_new_hdr(self.scale), 0])
+
+    def interval_snapshot(self, reader: str = "") -> Histogram:
+        """The values since ``reader``'s previous interval snapshot (or its start); starts its
+        next interval."""
+        interval = self._intervals.get(reader)
+        if interval is None:
+            raise ValueError(f"this tally keeps no intervals for {reader!r}")
+        self._fold()
+        taken = self._copy(interval[0], interval[1])
+        interval[0] = _new_hdr(self.scale)
+        interval[1] = 0
         return taken
 
     def _fold(self) -> None:
@@ -225,7 +233,8 @@ class Tally:
             return
         top = self.scale.highest
         added = 0
-        targets = [self._total] if self._interval is None else [self._total, self._interval]
+        intervals = list(self._intervals.values())
+        targets = [self._total, *(interval[0] for interval in intervals)]
         for stored, count in counts.items():
             kept = min(max(stored, 0), top)
             added += kept * count
@@ -233,7 +242,8 @@ class Tally:
                 hdr.record_value(kept, count)
         counts.clear()
         self._sum += added
-        self._interval_sum += added
+        for interval in intervals:
+            interval[1] += added
 
     def _copy(self, hdr: Any, stored_sum: int) -> Histogram:
         copy = _new_hdr(self.scale)

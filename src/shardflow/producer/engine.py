@@ -265,6 +265,7 @@ class Engine:
         metrics.records_per_kinesis_record.add(
             request.user_records // len(request.payload), len(request.payload)
         )
+        metrics.user_records_per_request.add(request.user_records)
         self._requests_in_flight += 1
         task = self._loop.create_task(self._send(request))
         self._tasks.add(task)
@@ -272,11 +273,13 @@ class Engine:
 
     async def _send(self, request: Request) -> None:
         try:
+            started = self._loop.time()
             try:
                 async with asyncio.timeout(self._settings.request_timeout):
                     response = await self._kinesis.put_records(
                         Records=request.payload, **self._stream_params
                     )
+                self._metrics.request_time.add(self._loop.time() - started)
             except asyncio.CancelledError:
                 self._outcomes.settle_failures(
                     [

@@ -57,11 +57,16 @@ class MetricsRecorder:
         self.request_bytes = Tally(BYTES, interval=True)
         self.request_records = Tally(COUNT, interval=True)
         self.records_per_kinesis_record = Tally(COUNT, interval=True)
+        # For CloudWatch (the KPL's metrics), not in snapshots: a value per request or per
+        # failed Kinesis record, never per delivered record.
+        self.errors_by_code: dict[str, int] = {}
+        """Kinesis records refused, by error code, every attempt (a failed call: each record
+        of it)."""
+        self.request_time = Tally(SECONDS)
+        """Seconds of each PutRecords call."""
+        self.user_records_per_request = Tally(COUNT)
         self._started_at = wall()
-        self._interval_started_at = self._started_at
-        self._interval_base: dict[str, int] = dict.fromkeys(COUNTERS, 0)
-        self._interval_failures: dict[str, int] = {}
-        self._interval_refreshes = 0
+        self._intervals: dict[str, _IntervalBase] = {"": _IntervalBase(self._started_at)}
 
     def failed(self, code: str) -> None:
         self.records_failed += 1
@@ -80,28 +85,55 @@ class MetricsRecorder:
             **distributions,
         )
 
-    def interval_snapshot(self) -> ProducerMetricsSnapshot:
-        """Everything since the previous interval snapshot (or the start); starts a new interval."""
-        distributions = {name: getattr(self, name).interval_snapshot() for name in DISTRIBUTIONS}
+    def open_interval(self, reader: str) -> None:
+        """Start intervals for another reader (values from now on): CloudWatch's publisher
+        and the ``on_metrics`` callback each see every value once."""
+        for name in DISTRIBUTIONS:
+            getattr(self, name).open_interval(reader)
+        base = _IntervalBase(self._wall())
+        base.counters = {name: getattr(self, name) for name in COUNTERS}
+        base.failures = dict(self.failures)
+        base.refreshes = self._refreshes()
+        self._intervals[reader] = base
+
+    def interval_snapshot(self, reader: str = "") -> ProducerMetricsSnapshot:
+        """Everything since ``reader``'s previous interval snapshot (or its start); starts its
+        next interval."""
+        base = self._intervals[reader]
+        distributions = {
+            name: getattr(self, name).interval_snapshot(reader) for name in DISTRIBUTIONS
+        }
         now = {name: getattr(self, name) for name in COUNTERS}
         failures = {
-            code: count - self._interval_failures.get(code, 0)
+            code: count - base.failures.get(code, 0)
             for code, count in self.failures.items()
-            if count != self._interval_failures.get(code, 0)
+            if count != base.failures.get(code, 0)
         }
         refreshes = self._refreshes()
         snapshot = copy_fields(
             self,
             ProducerMetricsSnapshot,
-            started_at=self._interval_started_at,
+            started_at=base.started_at,
             ended_at=self._wall(),
             failures=MappingProxyType(failures),
-            shard_map_refreshes=refreshes - self._interval_refreshes,
-            **{name: now[name] - self._interval_base[name] for name in COUNTERS},
+            shard_map_refreshes=refreshes - base.refreshes,
+            **{name: now[name] - base.counters.get(name, 0) for name in COUNTERS},
             **distributions,
         )
-        self._interval_started_at = snapshot.ended_at
-        self._interval_base = now
-        self._interval_failures = dict(self.failures)
-        self._interval_refreshes = refreshes
+        base.started_at = snapshot.ended_at
+        base.counters = now
+        base.failures = dict(self.failures)
+        base.refreshes = refreshes
         return snapshot
+
+
+class _IntervalBase:
+    """Where one reader's current interval starts: the time, and the counters then."""
+
+    __slots__ = ("counters", "failures", "refreshes", "started_at")
+
+    def __init__(self, started_at: float) -> None:
+        self.started_at = started_at
+        self.counters: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+        self.refreshes = 0

@@ -231,7 +231,10 @@ class Outcomes:
         ttl = settings.record_ttl
         retry: dict[Lane, list[Pending]] = {}
         pause_attempts: dict[Lane, int] = {}
+        errors = self._metrics.errors_by_code
         for member, code, message, retryable, error in failures:
+            # Once per Kinesis record and attempt, as the KPL counts ErrorsByCode.
+            errors[code] = errors.get(code, 0) + 1
             records = [member] if type(member) is Pending else _records_of(member)
             for record in records:
                 record.attempts += 1

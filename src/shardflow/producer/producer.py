@@ -14,6 +14,7 @@ import logging
 import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from functools import partial
 from types import TracebackType
 from typing import Self
@@ -21,10 +22,12 @@ from typing import Self
 from shardflow.aws import AwsSettings, ClientFactory
 from shardflow.aws.kinesis import stream_name_of
 from shardflow.errors import ProducerClosedError, ProducerError
+from shardflow.metrics.cloudwatch import CloudWatchPublisher, cloudwatch_put
 from shardflow.metrics.recording import SMALL_VALUES, on_loop, rounded
 from shardflow.metrics.snapshots import ProducerMetricsSnapshot
 from shardflow.producer.batching import Builder, Pending, new_pending
 from shardflow.producer.buffer import Epoch, RecordBuffer
+from shardflow.producer.cloudwatch import KplMetrics
 from shardflow.producer.engine import Engine
 from shardflow.producer.metrics import MetricsRecorder
 from shardflow.producer.results import PutResult, ResultSink
@@ -35,6 +38,11 @@ from shardflow.producer.validation import Prepared, RecordInput, prepare, prepar
 log = logging.getLogger("shardflow.producer")
 
 MetricsCallback = Callable[[ProducerMetricsSnapshot], None]
+
+KPL_NAMESPACE = "KinesisProducerLibrary"
+"""The KPL's default CloudWatch namespace (``CloudWatch(namespace=...)`` overrides it)."""
+FINAL_FLUSH_TIMEOUT = 10.0
+"""Seconds ``close`` waits for the last CloudWatch send."""
 
 
 class Producer:
@@ -72,6 +80,8 @@ class Producer:
         self._router: ShardRouter | None = None
         self._recorder: MetricsRecorder | None = None
         self._metrics_task: asyncio.Task[None] | None = None
+        self._kpl: KplMetrics | None = None
+        self._kpl_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Future[None] | None = None
 
     # --- life cycle --------------------------------------------------------------------------
@@ -89,7 +99,9 @@ class Producer:
             # Records are checked at put; botocore's own walk over every entry would cost
             # more CPU per record than the rest of the producer.
             kinesis = await self._exit.enter_async_context(
-                self._clients.kinesis(max_pool_connections=pool, parameter_validation=False)
+                self._clients.kinesis(
+                    stream=self.stream, max_pool_connections=pool, parameter_validation=False
+                )
             )
             self._recorder = MetricsRecorder(
                 stream_name_of(self.stream),
@@ -122,6 +134,7 @@ class Producer:
         router.on_change = engine.on_map_change
         engine.start()
         router.start_periodic()
+        await self._start_cloudwatch()
         if self._on_metrics is not None:
             self._metrics_task = loop.create_task(self._report_metrics())
 
@@ -164,6 +177,7 @@ class Producer:
                 self._metrics_task.cancel()
                 await asyncio.gather(self._metrics_task, return_exceptions=True)
                 self._deliver_metrics()
+            await self._stop_cloudwatch()
             await self._exit.aclose()
 
     async def __aenter__(self) -> Self:
@@ -296,6 +310,57 @@ class Producer:
         return done
 
     # --- metrics -----------------------------------------------------------------------------
+
+    @property
+    def cloudwatch_dropped(self) -> int:
+        """CloudWatch metric values dropped so far (sends that failed, or more values than
+        ``CloudWatch.max_datums``); 0 without ``ProducerSettings.metrics``."""
+        return self._kpl.publisher.dropped if self._kpl is not None else 0
+
+    async def _start_cloudwatch(self) -> None:
+        """The KPL's metrics sent in the background; a CloudWatch client that cannot be opened
+        leaves the producer running without them (logged)."""
+        cloudwatch = self.settings.metrics
+        if cloudwatch is None or cloudwatch.level == "NONE":
+            return
+        assert self._recorder is not None
+        assert self._buffer is not None
+        clients = self._clients
+        if cloudwatch.endpoint_url is not None:
+            clients = ClientFactory(replace(clients.settings, endpoint_url=cloudwatch.endpoint_url))
+        try:
+            client = await self._exit.enter_async_context(clients.cloudwatch())
+        except Exception as exc:
+            log.warning("no CloudWatch metrics: the client cannot be opened (%s)", exc)
+            return
+        buffer = self._buffer
+        publisher = CloudWatchPublisher(
+            cloudwatch, cloudwatch.namespace or KPL_NAMESPACE, cloudwatch_put(client)
+        )
+        self._kpl = KplMetrics(
+            publisher,
+            self._recorder,
+            stream_name=stream_name_of(self.stream),
+            pending=lambda: buffer.records,
+        )
+        self._kpl_task = asyncio.get_running_loop().create_task(
+            publisher.run(), name="shardflow-producer-cloudwatch"
+        )
+
+    async def _stop_cloudwatch(self) -> None:
+        """Stop the background sends; send the last interval (at most FINAL_FLUSH_TIMEOUT)."""
+        task, kpl = self._kpl_task, self._kpl
+        if task is None or kpl is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        try:
+            await asyncio.wait_for(kpl.publisher.flush(), FINAL_FLUSH_TIMEOUT)
+        except TimeoutError:
+            log.warning(
+                "the last CloudWatch metrics were not sent within %g s", FINAL_FLUSH_TIMEOUT
+            )
+        kpl.publisher.put = None
 
     def metrics(self, timeout: float | None = 5.0) -> ProducerMetricsSnapshot:
         """Everything measured since start (a consistent copy), from any thread: taken on the

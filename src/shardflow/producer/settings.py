@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from shardflow.backoff import Backoff
+from shardflow.metrics.cloudwatch import CloudWatch
 from shardflow.producer.ratelimit import (
     SHARD_BYTES_PER_SECOND,
     SHARD_RECORDS_PER_SECOND,
@@ -98,6 +99,10 @@ class ProducerSettings:
     """Shortest time between two re-listings triggered by mispredicted shards."""
     metrics_interval: float = 10.0
     """Seconds between metrics snapshots handed to the ``on_metrics`` callback."""
+    metrics: CloudWatch | None = None
+    """Publish the producer's metrics to CloudWatch under the KPL's names (``CloudWatch()``:
+    namespace ``KinesisProducerLibrary``, every minute, in the background; a CloudWatch outage
+    drops metrics, logged and counted, never records). None: not published."""
 
     def __post_init__(self) -> None:
         if self.linger < 0:
@@ -124,6 +129,8 @@ class ProducerSettings:
         if self.min_shard_refresh_interval < 0:
             raise ValueError("min_shard_refresh_interval must be >= 0")
         _positive("metrics_interval", self.metrics_interval)
+        if self.metrics is not None and not isinstance(self.metrics, CloudWatch):
+            raise TypeError(f"metrics must be CloudWatch(...) or None, got {self.metrics!r}")
         _ = self.rate  # building it validates the pacing settings
 
     @property

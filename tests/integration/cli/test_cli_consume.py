@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from shardflow.cli import app
+from support.accounts import ROLE_ARN, other_account_stream
 from support.boto import lease_items, make_stream, put_records
 from support.streams import last_per_shard
 
@@ -539,3 +540,20 @@ def test_a_metrics_host_that_cannot_be_bound_is_a_usage_error(tmp_path: Path) ->
         sys.path.remove(str(tmp_path))
     assert result.exit_code == 2, result.output
     assert "cannot serve metrics on 256.0.0.1" in result.output
+
+
+def test_consumes_another_accounts_stream_by_arn_with_role_arn(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    (tmp_path / "handler.py").write_text(HANDLER)
+    other = other_account_stream(moto_url, stream_name, shards=2)
+    written = [(f"key-{i % 5}", f"record-{i}") for i in range(40)]
+    put_records(other.kinesis, stream_name, [(k, d.encode()) for k, d in written])
+    app_name = f"app-{stream_name}"
+    role = ("--role-arn", ROLE_ARN, "--role-session-name", "cli-reader", "--deserializer", "utf8")
+    with worker(tmp_path, "w1", moto_url, other.arn, app_name, *role) as (process, out):
+        wait_for(lambda: len(lines(out)) >= len(written), what="every record handled")
+        stop(process, tmp_path / "w1.log")
+    assert sorted(line.split(" ")[2] for line in lines(out)) == sorted(d for _, d in written)
+    # The lease table is in the consumer's own account (the base credentials).
+    assert len(lease_items(moto_url, app_name)) == 2

@@ -65,7 +65,11 @@ class FakeShard:
             position = int(params["StartingSequenceNumber"])
         return {"ShardIterator": f"iterator-{position}"}
 
-    async def get_records(self, *, ShardIterator: str, Limit: int) -> dict[str, Any]:
+    async def get_records(
+        self, *, ShardIterator: str, Limit: int, StreamARN: str | None = None
+    ) -> dict[str, Any]:
+        # A stream given by ARN is named by it in GetRecords too (another account's stream).
+        assert StreamARN is None or StreamARN.startswith("arn:aws:kinesis:")
         self.call_times.append(self.clock.now)
         self.clock.now += self.call_duration
         if self.faults:

@@ -13,8 +13,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
+from shardflow.aws.arns import stream_region
 from shardflow.aws.clients import ClientFactory
 from shardflow.aws.kinesis import list_shards, require_stream
+from shardflow.aws.routing import StreamRoutedKinesis
 from shardflow.clock import Clock
 from shardflow.consumer.checkpointing.acks import build_undelivered
 from shardflow.consumer.reading.reader import FetcherFactory
@@ -58,7 +60,8 @@ class Connections:
         self.store: LeaseStore | None = lease_store
         self.lease_streams: Any = None
         """A DynamoDB Streams client for lease pick-up (when the consumer made the store)."""
-        self._fetch_kinesis: Any = None
+        self._kinesis_of: dict[str, Any] = {}
+        self._fetch_kinesis_of: dict[str, Any] = {}
         self._consumer_arns: dict[str, str] = {}
         self._shard_ranges: dict[tuple[str, str], HashKeyRange] = {}
 
@@ -73,12 +76,14 @@ class Connections:
     async def open(self, stack: AsyncExitStack) -> tuple[Any, LeaseStore]:
         """Open what is missing (closed with ``stack``); returns (kinesis client, lease store)."""
         factory = self._clients
-        self.kinesis = await stack.enter_async_context(factory.kinesis())
+        self._kinesis_of = await self._open_kinesis(stack, factory)
+        clients = list({id(client): client for client in self._kinesis_of.values()}.values())
+        self.kinesis = clients[0] if len(clients) == 1 else StreamRoutedKinesis(self._kinesis_of)
         for stream in self._streams:
             # Before anything is created (lease table, fan-out consumer): a wrong stream name
             # fails here and leaves nothing behind.
-            await require_stream(self.kinesis, stream)
-        self._fetch_kinesis = self.kinesis
+            await require_stream(self._kinesis_of[stream], stream)
+        self._fetch_kinesis_of = dict(self._kinesis_of)
         if self.store is None:
             dynamodb = await stack.enter_async_context(factory.dynamodb())
             self.store = DynamoDBLeaseStore(dynamodb, self._application_name, streams=self._streams)
@@ -88,18 +93,36 @@ class Connections:
             await self._register_fanout(stack, factory, self._settings.fetch)
         return self.kinesis, self.store
 
+    async def _open_kinesis(self, stack: AsyncExitStack, factory: ClientFactory) -> dict[str, Any]:
+        """A Kinesis client per stream: one shared by the streams reached alike (same role,
+        same region), one of their own for the others (another account, another region)."""
+        settings = factory.settings
+        opened: dict[tuple[Any, str | None], Any] = {}
+        of: dict[str, Any] = {}
+        for stream in self._streams:
+            key = (settings.role_for(stream), stream_region(stream, settings.region))
+            if key not in opened:
+                opened[key] = await stack.enter_async_context(factory.kinesis(stream=stream))
+            of[stream] = opened[key]
+        return of
+
     async def _register_fanout(
         self, stack: AsyncExitStack, factory: ClientFactory, fanout: FanOut
     ) -> None:
         name = fanout.consumer_name or self._application_name
         # Subscriptions keep a connection each for minutes: a client of their own (an open
-        # client handed in is used as it is).
-        self._fetch_kinesis = await stack.enter_async_context(
-            fanout_client(factory, fanout, shards=EFO_POOL_SHARDS)
-        )
+        # client handed in is used as it is), per account and region as for other calls.
+        opened: dict[int, Any] = {}
+        for stream in self._streams:
+            control = self._kinesis_of[stream]
+            if id(control) not in opened:
+                opened[id(control)] = await stack.enter_async_context(
+                    fanout_client(factory, fanout, shards=EFO_POOL_SHARDS, stream=stream)
+                )
+            self._fetch_kinesis_of[stream] = opened[id(control)]
         for stream in self._streams:
             registration = ConsumerRegistration(
-                self.kinesis,
+                self._kinesis_of[stream],
                 stream,
                 name,
                 deregister_on_exit=fanout.deregister_on_stop,
@@ -112,7 +135,7 @@ class Connections:
     def fetchers(self, stream: str, shard_id: str, events: ShardEmitter = SILENT) -> FetcherFactory:
         """Opens fetchers of one shard, by fan-out or polling as the settings say; they emit
         what they see (throttling, renewed subscriptions) to ``events``."""
-        kinesis, settings, clock = self._fetch_kinesis, self._settings, self._clock
+        kinesis, settings, clock = self._fetch_kinesis_of[stream], self._settings, self._clock
         fetch = settings.fetch
         if isinstance(fetch, FanOut):
             consumer_arn = self._consumer_arns[stream]
@@ -152,7 +175,7 @@ class Connections:
         key = (stream, shard_id)
         if key not in self._shard_ranges:
             try:
-                shards = await list_shards(self.kinesis, stream)
+                shards = await list_shards(self._kinesis_of[stream], stream)
             except Exception as exc:
                 log.warning("cannot list shards of %s for hash ranges: %s", stream, exc)
                 return None

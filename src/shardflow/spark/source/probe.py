@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardflow.aws.backoff import retrying
-from shardflow.aws.kinesis import stream_ref
+from shardflow.aws.kinesis import arn_ref, stream_ref
 from shardflow.backoff import Backoff
 from shardflow.errors import ExpiredIteratorError, InvalidArgumentError
 from shardflow.spark.source.positions import Kind, ShardPosition
@@ -140,7 +140,7 @@ async def _get_records(
     kinesis: Any, stream: str, shard_id: str, iterator: str
 ) -> Mapping[str, Any]:
     page: Mapping[str, Any] = await retrying(
-        lambda: kinesis.get_records(ShardIterator=iterator, Limit=1),
+        lambda: kinesis.get_records(ShardIterator=iterator, Limit=1, **arn_ref(stream)),
         operation="GetRecords",
         stream=stream,
         shard_id=shard_id,
