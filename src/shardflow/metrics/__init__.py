@@ -25,6 +25,10 @@ buckets of :data:`LATENCY_BUCKETS`.
 
 ``ConsumerSettings(metrics=CloudWatch())`` publishes the consumer's metrics to CloudWatch under
 the KCL's names (:mod:`shardflow.metrics.cloudwatch`; the mapping is in the operations guide).
+
+With the ``otel`` extra, :mod:`shardflow.metrics.otel` registers the same metrics as
+OpenTelemetry observable instruments (``instrument_consumer``, ``instrument_producer``); this
+module does not import OpenTelemetry.
 """
 
 from shardflow.metrics.cloudwatch import CloudWatch, MetricsLevel
