@@ -305,6 +305,7 @@ def scale_child(args: argparse.Namespace) -> None:
     # Renewal times per lease while watching (lateness), and the records put meanwhile.
     renewals: dict[str, list[float]] = {}
     watching = {"now": False}
+    last_renewal = {"at": time.monotonic()}
     flow_base = probe.records
     flow_seen: set[int] = set()
 
@@ -316,6 +317,10 @@ def scale_child(args: argparse.Namespace) -> None:
             await kinesis.describe_stream_summary(StreamName=args.stream)
             await dynamodb.list_tables()
             store = DynamoDBLeaseStore(dynamodb, args.application)
+            if args.scale_lease_mode == "heartbeat":
+                # The application's mode is stored in its table before any worker starts.
+                await store.ensure_table()
+                await store.set_lease_mode("heartbeat")
             t0 = time.perf_counter()
 
             def on_event(event: DiagnosticEvent) -> None:
@@ -325,6 +330,7 @@ def scale_child(args: argparse.Namespace) -> None:
                         probe.all_leases_at = time.perf_counter() - t0
                 elif isinstance(event, LeaseRenewed):
                     probe.renewed += 1
+                    last_renewal["at"] = time.monotonic()
                     if watching["now"]:
                         renewals.setdefault(event.lease_key, []).append(time.monotonic())
                 elif isinstance(event, LeaseLost):
@@ -358,6 +364,15 @@ def scale_child(args: argparse.Namespace) -> None:
                     break
                 await asyncio.sleep(0.5)
             ready = probe.all_records_at is not None and probe.all_leases_at is not None
+            if ready and args.scale_lease_mode == "heartbeat":
+                # The heartbeat takes over from lease-by-lease renewals once every peer can have
+                # seen it (a take interval): watch from when the renewals have stopped.
+                settle_until = time.monotonic() + 60
+                while time.monotonic() < settle_until and (  # noqa: ASYNC110 - bounded
+                    consumer.status().lease_mode != "heartbeat"
+                    or time.monotonic() - last_renewal["at"] < 2 * leases.renew_every
+                ):
+                    await asyncio.sleep(0.5)
             at_ready = rss_mib()
             watching["now"] = True
             shards = (await kinesis.list_shards(StreamName=args.stream))["Shards"]
@@ -373,6 +388,8 @@ def scale_child(args: argparse.Namespace) -> None:
             window = time.perf_counter() - window0
             idle_cpu = time.process_time() - cpu0
             watching["now"] = False
+            # The mode the consumer says it keeps its leases in (the table's, once it follows).
+            consumer_mode = str(getattr(consumer.status(), "lease_mode", "per-lease"))
             flow_sent = await flow
             # The last records put are read on their shard's next poll (idle_time apart).
             flow_deadline = time.monotonic() + SCALE_IDLE_TIME + 5
@@ -402,6 +419,8 @@ def scale_child(args: argparse.Namespace) -> None:
                 "lateness": renewal_lateness(renewals, leases.renew_every),
                 "flow_sent": flow_sent,
                 "flow_handled": len(flow_seen),
+                "lease_mode": args.scale_lease_mode,
+                "status_lease_mode": consumer_mode,
             }
 
     result = asyncio.run(main())
@@ -795,6 +814,8 @@ def run_scale(args: argparse.Namespace, kinesis: str, dynamodb: str) -> dict[str
         str(args.scale_failover),
         "--scale-flow",
         str(args.scale_flow),
+        "--scale-lease-mode",
+        args.scale_lease_mode,
     ]
     timeout = args.scale_timeout + args.scale_observe + 300
     m = run_child(command, stack_env(kinesis, dynamodb), timeout=timeout)
@@ -820,7 +841,8 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
     cpu_share = m["idle_cpu_seconds"] / window
     late = m.get("lateness")
     lines = [
-        f"Scale: one process consumes {shards:,} shards ({args.scale_records} records each, "
+        f"Scale, lease mode {m.get('lease_mode', 'per-lease')}: one process consumes "
+        f"{shards:,} shards ({args.scale_records} records each, "
         f"kinesalite) with {shards:,} leases on {server}. Settings: failover_time "
         f"{failover:.0f} s (renew every {renew_every:.2f} s), polling idle_time "
         f"{m['idle_time']:.0f} s (1,000 shards polled every second would be 1,000 GetRecords/s "
@@ -851,8 +873,19 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
         f"{m['list_seconds']:.2f} s |",
         f"| verified | {'yes' if ok else 'NO'}: {m['distinct']:,} distinct ids, "
         f"{m['duplicates']} duplicates |",
+        *(
+            [f"| lease mode the consumer reported while watching | {m['status_lease_mode']} |"]
+            if "status_lease_mode" in m
+            else []
+        ),
     ]
-    if late is not None:
+    if late is not None and late["count"] == 0:
+        lines.insert(
+            lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
+            "| renewal lateness | not measured: no lease was renewed on its own (in the "
+            "heartbeat mode one heartbeat item per worker keeps them, and beats emit no event) |",
+        )
+    elif late is not None:
         share = late["p99"] / failover
         lines.insert(
             lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
@@ -861,6 +894,7 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
             f"(p99 {share:.1%} of failover_time, goal {SCALE_LATENESS_GOAL:.0%}: "
             f"{'met' if share <= SCALE_LATENESS_GOAL else 'NOT MET'}) |",
         )
+    if late is not None:
         lines.insert(
             lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
             f"| records put while watching / handled | {m['flow_sent']:,} / "
@@ -930,7 +964,8 @@ def parent(args: argparse.Namespace) -> None:
                     scale = run_scale(args, kinesis, dynalite.endpoint_url)
             else:
                 scale = run_scale(args, kinesis, dynamodb)
-            payload_out["scale"] = scale | {
+            key = "scale" if args.scale_lease_mode == "per-lease" else "scale_heartbeat"
+            payload_out[key] = scale | {
                 "failover_time": args.scale_failover,
                 "idle_time": SCALE_IDLE_TIME,
                 "lease_server": args.scale_lease_server,
@@ -948,7 +983,13 @@ def parent(args: argparse.Namespace) -> None:
             "bench/consumer_starvation.py):\n\n" + starvation_module().render(starvation)
         )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "consumer.json").write_text(json.dumps(payload_out, indent=2) + "\n")
+    path = RESULTS / "consumer.json"
+    if args.merge and path.exists():
+        # The earlier run's parts stay, with their own arguments (the tables read them).
+        earlier = json.loads(path.read_text())
+        measured = {k: v for k, v in payload_out.items() if k not in ("args", "benchmark")}
+        payload_out = earlier | measured
+    path.write_text(json.dumps(payload_out, indent=2) + "\n")
 
 
 ROTATED = "order rotated each round"
@@ -971,6 +1012,8 @@ def render(result: dict[str, Any]) -> str:
         tables.append(first_record_table(result["first_record"], args, kcl))
     if "scale" in result:
         tables.append(scale_table(result["scale"], args))
+    if "scale_heartbeat" in result:
+        tables.append(scale_table(result["scale_heartbeat"], args))
     return "\n\n".join([*tables, f"({result['machine']})"])
 
 
@@ -1029,6 +1072,18 @@ def main() -> None:
     )
     parser.add_argument(
         "--scale-flow", type=float, default=100.0, help="records/s put while watching"
+    )
+    parser.add_argument(
+        "--scale-lease-mode",
+        choices=("per-lease", "heartbeat"),
+        default="per-lease",
+        help="the scale part's lease mode (heartbeat: one heartbeat item per worker)",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the parts of bench/results/consumer.json this run does not measure "
+        "(a heartbeat-mode scale run is stored beside the per-lease one)",
     )
     parser.add_argument("--child-drain", help=argparse.SUPPRESS)
     parser.add_argument("--child-scale", action="store_true", help=argparse.SUPPRESS)
