@@ -326,7 +326,10 @@ class DynamoDBLeaseStore(LeaseStoreBase):
             return lambda: self._client.put_item(Item=write.item, **common)
         return lambda: self._client.delete_item(Key=key_of(write.lease_key), **common)
 
-    async def execute(self, write: LeaseWrite) -> Lease | None:
+    async def _send(self, write: LeaseWrite) -> tuple[Any, int]:
+        """Send ``write`` with the store's retries: (the answer, attempts made). A refused
+        condition comes back as :class:`_Rejected`, an answer rather than a failure, so it is
+        never retried."""
         request = self._request(write)
         attempts = 0
 
@@ -336,12 +339,14 @@ class DynamoDBLeaseStore(LeaseStoreBase):
             try:
                 return await request()
             except ClientError as exc:
-                # A refused condition is an answer, not a failure: never retried.
                 if _error_code(exc) == "ConditionalCheckFailedException":
                     return _Rejected(exc.response.get("Item"))
                 raise
 
-        answer = await self._call(_OPERATION_OF[write.kind], attempt)
+        return await self._call(_OPERATION_OF[write.kind], attempt), attempts
+
+    async def execute(self, write: LeaseWrite) -> Lease | None:
+        answer, attempts = await self._send(write)
         if isinstance(answer, _Rejected):
             if answer.item is None:
                 # No item in the refusal: gone, or a server that ignores
@@ -364,17 +369,7 @@ class DynamoDBLeaseStore(LeaseStoreBase):
         return None
 
     async def execute_entity(self, write: LeaseWrite) -> Item | None:
-        request = self._request(write)
-
-        async def attempt() -> Any:
-            try:
-                return await request()
-            except ClientError as exc:
-                if _error_code(exc) == "ConditionalCheckFailedException":
-                    return _Rejected(exc.response.get("Item"))
-                raise
-
-        answer = await self._call(_OPERATION_OF[write.kind], attempt)
+        answer, _ = await self._send(write)
         if isinstance(answer, _Rejected):
             current = answer.item
             if current is None:
