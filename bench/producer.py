@@ -7,6 +7,12 @@ contender that drops records cannot post a number.
 
     .venv/bin/python bench/producer.py              # 200,000 x 100 B, all contenders
     .venv/bin/python bench/producer.py --records 20000 --contenders boto3,shardflow
+    .venv/bin/python bench/producer.py --repeat 3 --baseline a13a9ba   # + that commit's shardflow
+
+``--baseline REF`` adds a row "shardflow @REF": the "shardflow" row again with the producer of an
+earlier commit (its src/ taken with ``git archive``), in the same run, each round beside the
+others: whether a change made the producer dearer is read from two rows of one run, not from two
+runs on a shared machine whose garbage-collector timing moves the ratio by a tenth.
 
 Per-shard rate limits: kinesalite enforces none, and shardflow and aiokpl both limit themselves to
 Kinesis' 1,000 records/s per shard by default, which would make every contender look the same
@@ -127,7 +133,6 @@ def run_shardflow(
     import gc
 
     from shardflow.aws import AwsSettings
-    from shardflow.metrics.cloudwatch import CloudWatch
     from shardflow.producer import Producer, ProducerSettings
 
     async def main() -> None:
@@ -139,8 +144,12 @@ def run_shardflow(
         # The KPL's CloudWatch metrics, collected every second (60 times the default, an upper
         # bound of their cost) and sent to the Kinesis emulator, which refuses them: the sends
         # fail and are dropped, as in a CloudWatch outage.
-        metrics = CloudWatch(interval=1.0, endpoint_url=endpoint) if cloudwatch else None
-        settings = ProducerSettings(aggregate=aggregate, metrics=metrics, **rate)
+        if cloudwatch:
+            # Imported and passed only here: a --baseline commit may predate them.
+            from shardflow.metrics.cloudwatch import CloudWatch
+
+            rate["metrics"] = CloudWatch(interval=1.0, endpoint_url=endpoint)
+        settings = ProducerSettings(aggregate=aggregate, **rate)
         aws = AwsSettings(endpoint_url=endpoint, region="us-east-1")
         async with Producer(stream, settings=settings, aws=aws) as producer:
             # Every record's result is checked, as it arrives, and not kept after (as the
@@ -226,13 +235,39 @@ def create_stream(endpoint: str, stream: str, shards: int) -> None:
     )
 
 
+BASELINE_PREFIX = "shardflow @"
+
+
+def baseline_source(ref: str, into: Path) -> tuple[str, Path]:
+    """``src/`` of commit ``ref`` unpacked under ``into``: (the commit's short name, the dir)."""
+    root = Path(__file__).resolve().parent.parent
+    short = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", ref],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", short, "src"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return short, into / "src"
+
+
 def parent(args: argparse.Namespace) -> None:
+    import tempfile
+
     from shardflow.local import KinesaliteServer
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     chosen = [c for c in CONTENDERS if not args.contenders or c in args.contenders.split(",")]
+    scratch = tempfile.TemporaryDirectory(prefix="shardflow-baseline-")
+    baseline_src: Path | None = None
+    if args.baseline:
+        short, baseline_src = baseline_source(args.baseline, Path(scratch.name))
+        chosen.append(BASELINE_PREFIX + short)
     runs: dict[str, list[Outcome]] = {name: [] for name in chosen}
     with KinesaliteServer() as kinesalite:
         endpoint = kinesalite.endpoint_url
@@ -244,11 +279,17 @@ def parent(args: argparse.Namespace) -> None:
                 n = chosen.index(name)
                 stream = f"bench-producer-{round_}-{n}"
                 create_stream(endpoint, stream, args.shards)
+                env = None
+                runner = name
+                if name.startswith(BASELINE_PREFIX):
+                    # The shardflow row, importing the baseline commit's package first.
+                    env = dict(os.environ, PYTHONPATH=str(baseline_src))
+                    runner = "shardflow"
                 command = [
                     sys.executable,
                     __file__,
                     "--child",
-                    name,
+                    runner,
                     "--endpoint",
                     endpoint,
                     "--stream",
@@ -258,7 +299,7 @@ def parent(args: argparse.Namespace) -> None:
                     "--size",
                     str(args.size),
                 ]
-                done = subprocess.run(command, check=True, capture_output=True, text=True)
+                done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
                 measured = json.loads(done.stdout.strip().splitlines()[-1])
                 found, duplicates, missing = verify(endpoint, stream, args.records)
                 outcome = Outcome(
@@ -277,6 +318,7 @@ def parent(args: argparse.Namespace) -> None:
                     f"(dup {duplicates}, missing {missing})",
                     flush=True,
                 )
+    scratch.cleanup()
     outcomes = [median_outcome(runs[name]) for name in chosen]
     report(outcomes, args)
 
@@ -348,6 +390,14 @@ def render(result: dict[str, Any]) -> str:
         "(shardflow's as each arrives, keeping none after); the stream is read back and every id "
         "verified.",
     ]
+    for o in outcomes:
+        if o.contender.startswith(BASELINE_PREFIX):
+            lines += [
+                "",
+                f"{o.contender}: the shardflow row again with the producer of commit "
+                f"{o.contender.removeprefix(BASELINE_PREFIX)}, run in the same rounds: "
+                f"{o.cpu_per_100k:.2f} against {_row(outcomes, 'shardflow')} CPU-s per 100k.",
+            ]
     if any(o.contender.endswith("(collector off)") for o in outcomes):
         lines += [
             "",
@@ -356,6 +406,11 @@ def render(result: dict[str, Any]) -> str:
             "future in flight is an object it walks); not a setting to copy.",
         ]
     return "\n".join(lines)
+
+
+def _row(outcomes: list[Outcome], contender: str) -> str:
+    found = [o for o in outcomes if o.contender == contender]
+    return f"{found[0].cpu_per_100k:.2f}" if found else "(no row)"
 
 
 def main() -> None:
@@ -367,6 +422,11 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1, help="rounds; the table shows medians")
     parser.add_argument("--contenders", default="", help="comma-separated names (default: all)")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run the shardflow row with the producer of this git commit, in the same run",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
     parser.add_argument("--stream", help=argparse.SUPPRESS)
