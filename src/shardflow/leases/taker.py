@@ -420,6 +420,13 @@ class LeaseTaker:
             if owned is not None:
                 taken.append(owned)
         overdue = self._book.overdue_requests(now)
+        if overdue and self._tracker.failed_within(now, self._settings.handoff_timeout):
+            # The table failed this worker's own calls lately: the owner may have been unable
+            # to answer (a brownout), not unwilling (a KCL worker), and a steal from a live
+            # owner runs the shard twice. Steal only once the table answered for a whole
+            # handoff_timeout (bench/simulate.py's brownout phase: two owners, a request
+            # unanswered through the brownout and the lease stolen from its live owner).
+            overdue = []
         if overdue:
             loads = Counter(
                 lease.lease_owner

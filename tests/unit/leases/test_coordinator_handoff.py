@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from shardflow.errors import TransientError
 from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased
 from shardflow.leases import Lease
 from shardflow.leases.coordinator import LeaseCoordinator
@@ -492,3 +493,32 @@ async def test_a_dead_workers_leases_run_again_a_failover_time_after_it_died() -
         loads = sorted(len(workers[name].owned()) for name in "abce")
         assert sum(loads) == 16
         assert loads[-1] - loads[0] <= 1, f"evened out by handoff afterwards: {loads}"
+
+
+async def test_no_steal_on_a_request_unanswered_while_the_table_fails_this_workers_calls() -> None:
+    """bench/simulate.py's brownout phase (heartbeat mode): an owner the brownout kept from
+    answering a handoff request had a lease stolen while it still held it (two owners). While
+    the table fails the requester's own calls, silence is no refusal; the steal waits until
+    the table answered for a whole handoff_timeout."""
+    failing = {"on": False, "calls": 0}
+
+    def brownout(operation: str) -> None:
+        if failing["on"]:
+            failing["calls"] += 1
+            if failing["calls"] % 2:
+                raise TransientError("brownout", operation=operation, code="InternalFailure")
+
+    async with world([shard(i) for i in range(4)]) as w:
+        kcl_like = replace(HANDOFF, handoff=False)  # ignores requests, as KCL does
+        await w.start("a", settings=kcl_like)
+        b = await w.start("b", settings=HANDOFF, store=w.store(fault=brownout))
+        await run_for(0.5, w.clock, step=0.25)
+        failing["on"] = True
+        await run_for(HANDOFF.handoff_timeout + 3.0, w.clock, step=0.25)
+        failing["on"] = False
+        healed = w.clock.monotonic()
+        assert not b.owned(), "stolen while the table failed the requester's calls"
+        await run_for(HANDOFF.handoff_timeout + 2.0, w.clock, step=0.25)
+        stolen = [at for at, e in w.recorders["b"].times(LeaseAcquired) if e.how == "stolen"]
+        assert stolen, "never stolen once the table answered again"
+        assert stolen[0] >= healed + HANDOFF.handoff_timeout - 1.0
