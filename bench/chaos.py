@@ -760,9 +760,53 @@ def _failed_requests(mode: dict[str, Any], kind: str) -> str:
     return f"{sum(p['requests_failed'] or 0 for p in faults):,} ({len(faults)} faults)"
 
 
+FAULT_NAMES = {
+    "kill": "kill -9",
+    "stop": "SIGSTOP",
+    "term": "SIGTERM",
+    "kinesis_brownout": "Kinesis brownout",
+    "dynamodb_brownout": "lease-table brownout",
+    "throttle": "throttling",
+    "split": "split",
+    "merge": "merge",
+}
+
+
+def _causes(r: dict[str, Any]) -> str:
+    """``1,953: kill 374, ... (0 unexplained)``: replays by the fault they are attributed to."""
+    by_cause = r["duplicates_by_cause"]
+    unexplained = by_cause.get("unexplained", 0)
+    causes = ", ".join(
+        f"{FAULT_NAMES.get(k, k)} {v:,}"
+        for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1])
+        if k != "unexplained"
+    )
+    return f"{r['duplicates']:,}{': ' + causes if causes else ''} ({unexplained} unexplained)"
+
+
+def _recovery_by_kind(r: dict[str, Any]) -> str:
+    """The slowest shard's recovery per fault class, slowest class first."""
+    worst: dict[str, float] = {}
+    for row in r["progress"]:
+        if row.get("max") is not None:
+            kind = row["kind"]
+            worst[kind] = max(worst.get(kind, 0.0), row["max"])
+    return ", ".join(
+        f"{FAULT_NAMES.get(k, k)} {v:.1f}" for k, v in sorted(worst.items(), key=lambda kv: -kv[1])
+    )
+
+
+def _per_kind(mode: dict[str, Any], field_name: str, kinds: tuple[str, ...]) -> str:
+    """Totals of a per-fault figure for each of ``kinds``, ``a / b / c``."""
+    totals = []
+    for kind in kinds:
+        faults = [p for p in mode["report"]["per_fault"] if p["kind"] == kind]
+        totals.append("-" if not faults else f"{sum(p[field_name] or 0 for p in faults):,}")
+    return " / ".join(totals)
+
+
 def _rows(mode: dict[str, Any]) -> list[tuple[str, str]]:
     r = mode["report"]
-    causes = ", ".join(f"{k} {v}" for k, v in sorted(r["duplicates_by_cause"].items())) or "-"
     depth = max(r["replay_depth_max"].values(), default=0.0)
     latency = r["latency_after_faults"]
     frozen = r["frozen_calls"]
@@ -794,7 +838,7 @@ def _rows(mode: dict[str, Any]) -> list[tuple[str, str]]:
             f"{len(frozen)}, {outlived:.2f} s",
         ),
         ("two live owners of a lease (lease events)", f"{r['double_owners']}"),
-        ("records handled twice (by cause)", f"{r['duplicates']:,} ({causes})"),
+        ("records handled twice (by cause)", _causes(r)),
         ("  ... replayed work before its fault (max; checkpoint interval 2 s)", f"{depth:.2f} s"),
         ("calls in flight hit by kill -9", _interrupted(mode, "kill")),
         ("calls in flight hit by SIGSTOP", _interrupted(mode, "stop")),
@@ -809,6 +853,7 @@ def _rows(mode: dict[str, Any]) -> list[tuple[str, str]]:
             _failed_requests(mode, "dynamodb_brownout"),
         ),
         ("every shard handling again after a fault: p50 / max", _progress(r)),
+        ("  ... slowest shard by fault class (s)", _recovery_by_kind(r) or "-"),
         ("shards that never did", f"{len(r['stalled'])}"),
         (
             "caught up after the last fault ended",
@@ -847,7 +892,18 @@ def render(result: dict[str, Any]) -> str:
 
 def render_faults(result: dict[str, Any]) -> str:
     """Per fault of the run without the guard: what it hit and how fast shards recovered."""
-    mode = _modes(result)[0]
+    return _faults_table(_modes(result)[0])
+
+
+def render_faults_guard(result: dict[str, Any]) -> str:
+    """Per fault of the run with the idempotency guard."""
+    guarded = [m for m in _modes(result) if m["mode"] != "noguard"]
+    if not guarded:
+        return "(the run measured no mode with the guard)"
+    return _faults_table(guarded[0])
+
+
+def _faults_table(mode: dict[str, Any]) -> str:
     began = min((p["start"] for p in mode["report"]["per_fault"]), default=0.0)
     lines = [
         "| at (s) | fault | lasted (s) | requests failed | calls in flight hit | "
@@ -875,7 +931,6 @@ def render_promises(result: dict[str, Any]) -> str:
 
     def cell(mode: dict[str, Any], name: str) -> str:
         r = mode["report"]
-        unexplained = r["duplicates_by_cause"].get("unexplained", 0)
         frozen = r["frozen_calls"]
         return {
             "lost": f"{r['lost']} of {r['written']:,} acknowledged",
@@ -885,10 +940,17 @@ def render_promises(result: dict[str, Any]) -> str:
             "owners": f"{r['double_owners']}",
             "stuck": f"{len(r['stalled'])}",
             "poison": f"{r['poison_dead_lettered']} of {r['poison_written']}",
-            "twice": f"{r['duplicates']:,} ({unexplained} unexplained)",
+            "twice": _causes(r),
             "hit": f"{sum(p['interrupted'] for p in r['per_fault']):,}",
+            "hit_by": _per_kind(mode, "interrupted", ("kill", "stop", "dynamodb_brownout")),
+            "failed_by": _per_kind(
+                mode, "requests_failed", ("kinesis_brownout", "throttle", "dynamodb_brownout")
+            ),
             "recovery": _progress(r),
-            "faults": ", ".join(f"{k} {v}" for k, v in sorted(mode["faults"].items())),
+            "recovery_by": _recovery_by_kind(r) or "-",
+            "faults": ", ".join(
+                f"{FAULT_NAMES.get(k, k)} {v}" for k, v in sorted(mode["faults"].items())
+            ),
         }[name]
 
     names = [
@@ -900,9 +962,12 @@ def render_promises(result: dict[str, Any]) -> str:
         ("owners", "two live owners of one lease"),
         ("stuck", "shards that stopped progressing"),
         ("poison", "poison records dead-lettered"),
-        ("twice", "records handled twice, each attributed to a fault"),
+        ("twice", "records handled twice, by the fault each is attributed to"),
         ("hit", "handler calls in flight hit by a fault"),
+        ("hit_by", "... by kill -9 / SIGSTOP / lease-table brownout"),
+        ("failed_by", "requests the proxy failed: Kinesis brownout / throttling / lease table"),
         ("recovery", "every shard handling again after a fault: p50 / max"),
+        ("recovery_by", "... slowest shard by fault class (s)"),
     ]
     header = " | ".join(f"{MODE_TITLES[m['mode']]}, {m['rate']:g} records/s" for m in modes)
     lines = [

@@ -358,6 +358,11 @@ def _faults(
         {f"{p.kind}@{p.reference:.1f}:{s}" for p in progress for s in p.stalled}
     )
     if failover is not None:
+        # The bound the design gives after a kill -9: the survivors see the dead worker's
+        # leases expire failover_time after the last renewal they saw (renewals every
+        # failover/3, seen within one pick-up poll, 1 s here), take them at once (each its
+        # part, beyond its share if need be), and the shard's first record follows the
+        # checkpoint read and first GetRecords: about failover + 2 s, inside the goal's 5 s.
         report.progress_goal = failover + slack
     caught = chaos_timeline.catch_up(acked, calls, faults)
     report.last_fault_end = caught["last_fault_end"]

@@ -21,6 +21,7 @@ module is grouped as the hierarchy is::
             UnknownRegionError (also AwsError)
             InvalidStreamArnError (also ValueError)
             StreamRegionMismatchError
+        StartTimeoutError
         RecordTooLargeError
         InvalidPartitionKeyError
             InvalidExplicitHashKeyError
@@ -237,6 +238,17 @@ class StreamRegionMismatchError(ConfigurationError):
 
 
 # --- Records: size, keys, aggregation, deserialization ---------------------------------------
+
+
+class StartTimeoutError(ShardflowError):
+    """A consumer could not start within ``ConsumerSettings.start_timeout``: a call it makes at
+    start (the stream's summary) kept failing with errors that may pass (5xx, throttling,
+    timeouts: a brownout). The last of them is the ``__cause__``; errors that cannot pass (a
+    missing stream, access denied) are raised as they are, at once."""
+
+    def __init__(self, message: str, *, timeout: float) -> None:
+        self.timeout = timeout
+        super().__init__(message)
 
 
 class RecordTooLargeError(ShardflowError):

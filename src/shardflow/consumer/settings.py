@@ -94,6 +94,11 @@ class ConsumerSettings:
     expire), and one still running this long after its shard stopped here is reported
     (:class:`~shardflow.events.HandlerOverrun`). A lost lease cancels ``async def`` calls at
     once."""
+    start_timeout: float = 300.0
+    """How long start-up calls that fail with errors that may pass (5xx, throttling, timeouts:
+    a Kinesis brownout) are tried again before the consumer gives up with
+    :class:`~shardflow.errors.StartTimeoutError`; a missing stream or access denied fails at
+    once."""
     handler_threads: int | None = None
     """Threads for synchronous handlers (default: min(32, CPUs + 4))."""
     dispatch: DispatchSettings | None = None
@@ -133,6 +138,8 @@ class ConsumerSettings:
             raise ValueError("on_error must be 'stop-shard' or 'stop-consumer'")
         if self.drain_timeout < 0:
             raise ValueError("drain_timeout must not be negative")
+        if not self.start_timeout > 0:
+            raise ValueError(f"start_timeout must be positive, got {self.start_timeout}")
         if self.handler_threads is not None and self.handler_threads < 1:
             raise ValueError("handler_threads must be at least 1")
         if self.metrics is not None and not isinstance(self.metrics, CloudWatch):

@@ -23,6 +23,14 @@ The rules follow KCL 2.x's lease taker, with one difference noted below:
   get their share, and the fleet ends within one lease of even. (The owner answers a request
   only while it keeps its own share, :func:`may_give`, judged on the table as it sees it
   now, not as its last take cycle did.)
+- With ``even_out``, expired leases (shards whose owner stopped) are also taken beyond the
+  target: each worker takes at least its part of them, ``ceil(expired / workers holding live
+  leases)``, and the fleet evens out afterwards by handoff. The target counts joiners that hold
+  nothing and only asked for a lease, and a joiner judges expiry from its own first sight of
+  a lease: after a crash and a restart, the survivors were all at target and left the dead
+  worker's leases to the replacement, which took them a failover time after it started, not
+  after the crash (bench/chaos.py, kill -9 and a restart 3 s later: 11-13.4 s until the last
+  shard ran again at failover time 6 s).
 - With ``max_takes`` a worker takes at most that many free and expired leases at once (the
   taker passes what it holds, at least one batch of writes): a worker that sees nobody else
   live (every lease free: a new application, a fleet started again) cannot tell whether it
@@ -62,6 +70,13 @@ class TakePlan:
     live_workers: frozenset[str]
     loads: dict[str, int]
     """Live leases per live worker (this worker included), before the takes."""
+    wanted: int = 0
+    """Free and expired leases this worker wanted (``takes`` may hold fewer: ``max_takes``)."""
+    orphans: int = 0
+    """Expired leases seen, when they are taken beyond the target (``even_out``: see the
+    module doc); else 0."""
+    holders: frozenset[str] = frozenset()
+    """The workers holding live leases, this one included: those the orphans are shared by."""
 
 
 def target_for(lease_count: int, worker_count: int, max_per_worker: int | None = None) -> int:
@@ -128,29 +143,59 @@ def plan_takes(
 
     loads = Counter({owner: len(owned) for owner, owned in alive_by_owner.items()})
     loads[worker_id] = mine
-    live = frozenset(loads) | requesters
+    holders = frozenset(loads)
+    live = holders | requesters
     target = target_for(len(leases), len(live), max_leases_per_worker)
     need = target - mine
+    wanted = need
+    orphans = 0
     if orphans_beyond_target:
         cap = max_leases_per_worker if max_leases_per_worker is not None else len(leases)
-        need = cap - mine
+        need = wanted = cap - mine
+    elif even_out and expired:
+        # Beyond the target: this worker's part of the shards whose owner stopped (see the
+        # module doc). Not free leases: at a fleet's start every lease is free, and the
+        # target is what keeps workers that scan first from taking everyone's share.
+        part = orphan_part(len(expired), len(holders))
+        if max_leases_per_worker is not None:
+            part = min(part, max_leases_per_worker - mine)
+        if part > need:
+            wanted = part
+            orphans = len(expired)
 
     def plan(takes: list[PlannedTake]) -> TakePlan:
-        return TakePlan(tuple(takes), target, mine, live, dict(loads))
+        return TakePlan(
+            tuple(takes), target, mine, live, dict(loads), max(wanted, 0), orphans, holders
+        )
 
-    if need <= 0:
+    if wanted <= 0:
         return plan([])
     if free or expired:
         chooser.shuffle(free)
         chooser.shuffle(expired)
         takes = [PlannedTake(lease, "free") for lease in free]
         takes += [PlannedTake(lease, "expired") for lease in expired]
-        limit = need if max_takes is None else min(need, max(max_takes, 1))
-        return plan(takes[:limit])
+        chosen = takes[: max(need, 0)]
+        # Beyond the target, expired leases only (see above).
+        chosen += [t for t in takes[len(chosen) :] if t.how == "expired"][: wanted - len(chosen)]
+        limit = len(chosen) if max_takes is None else min(len(chosen), max(max_takes, 1))
+        return plan(chosen[:limit])
+    if need <= 0:
+        return plan([])
     if even_out:
         wanted = need - asked
         return plan(_requests(alive_by_owner, target, mine, wanted, max_steal, chooser))
     return plan(_steals(alive_by_owner, target, need, max_steal, chooser))
+
+
+def orphan_part(orphans: int, holders: int) -> int:
+    """How many of ``orphans`` expired leases one of ``holders`` workers holding
+    live leases takes beyond its target (``even_out``): ``ceil(orphans / holders)``. Workers
+    racing for the same leases together take at most all of them, and those left (takes
+    refused, or a worker that did not see them expire yet) are shared again next cycle."""
+    if orphans <= 0:
+        return 0
+    return math.ceil(orphans / max(holders, 1))
 
 
 def may_give(mine: int, requester_holds: int, leases: int, workers: int) -> bool:

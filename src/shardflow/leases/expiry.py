@@ -59,6 +59,7 @@ class ExpiryTracker:
         self._seen: dict[str, _Sighting] = {}
         self._renewed: dict[str, float] = {}
         self._blind_since: float | None = None
+        self._failed_at: float | None = None
         self._beats: dict[str, _Beat] = {}
         self._kept: dict[str, float] = {}
         """Worker id -> when it was last seen writing a lease it already held (a renewal or a
@@ -75,8 +76,13 @@ class ExpiryTracker:
         (:meth:`answered`, or a complete scan), that stretch does not count towards any
         lease's expiry. A single failure among successes costs nothing: the stretch ends at
         the next success, moments later."""
+        self._failed_at = now
         if self._blind_since is None:
             self._blind_since = now
+
+    def failed_within(self, now: float, seconds: float) -> bool:
+        """Whether a call of this observer to the table failed in the last ``seconds``."""
+        return self._failed_at is not None and now - self._failed_at < seconds
 
     def answered(self, now: float) -> None:
         """A call of this observer to the table succeeded at ``now``: a blind stretch ends."""

@@ -24,7 +24,14 @@ from typing import Final
 from shardflow.clock import Clock
 from shardflow.errors import ShardflowError
 from shardflow.events import AcquiredHow, EventEmitter, WorkerJoined, WorkerLeft
-from shardflow.leases.balance import PlannedTake, TakePlan, may_give, plan_takes, target_for
+from shardflow.leases.balance import (
+    PlannedTake,
+    TakePlan,
+    may_give,
+    orphan_part,
+    plan_takes,
+    target_for,
+)
 from shardflow.leases.concurrency import run_bounded
 from shardflow.leases.entities import Heartbeat, LeaseMode, entity_from_item
 from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
@@ -260,7 +267,7 @@ class LeaseTaker:
         if handoff:
             self._drop_declined(plan)
         planned_keys = {planned.lease.lease_key for planned in plan.takes}
-        capped = len(plan.takes) < plan.target - plan.held  # max_takes: more wanted soon
+        capped = len(plan.takes) < plan.wanted  # max_takes: more wanted soon
         self._free_left = any(
             lease.lease_key not in planned_keys
             and (lease.is_free or (capped and self._tracker.is_expired(lease, now)))
@@ -279,7 +286,11 @@ class LeaseTaker:
                 return False
             known = len(plan.live_workers | revealed)
             share = target_for(len(active), known, self._settings.max_leases_per_worker)
-            return plan.held + got >= share
+            if plan.held + got < share:
+                return False
+            # Orphans taken beyond the target: this worker's part, shared with the workers
+            # the refusals revealed as well.
+            return got >= orphan_part(plan.orphans, len(plan.holders | revealed))
 
         async def take(planned: PlannedTake) -> None:
             nonlocal got
@@ -409,6 +420,13 @@ class LeaseTaker:
             if owned is not None:
                 taken.append(owned)
         overdue = self._book.overdue_requests(now)
+        if overdue and self._tracker.failed_within(now, self._settings.handoff_timeout):
+            # The table failed this worker's own calls lately: the owner may have been unable
+            # to answer (a brownout), not unwilling (a KCL worker), and a steal from a live
+            # owner runs the shard twice. Steal only once the table answered for a whole
+            # handoff_timeout (bench/simulate.py's brownout phase: two owners, a request
+            # unanswered through the brownout and the lease stolen from its live owner).
+            overdue = []
         if overdue:
             loads = Counter(
                 lease.lease_owner

@@ -18,7 +18,7 @@ import pytest
 from shardflow.aws import AwsSettings
 from shardflow.consumer import ConsumedRecord, Consumer, ConsumerSettings
 from shardflow.consumer.checkpointing.checkpoint import CheckpointSettings
-from shardflow.errors import ResourceNotFoundError
+from shardflow.errors import ResourceNotFoundError, StartTimeoutError, TransientError
 from shardflow.events import DiagnosticEvent, ShardFailed, ShardStarted
 from shardflow.fetch import Polling
 from shardflow.leases.settings import LeaseSettings
@@ -142,3 +142,52 @@ async def test_a_deleted_stream_ends_the_consumer_with_the_error_and_releases_it
     table = lease_items(moto_url, f"app-{stream_name}")
     assert table
     assert all("leaseOwner" not in item for item in table.values())
+
+
+async def test_a_consumer_started_during_a_kinesis_brownout_waits_it_out(
+    proxy: FaultProxy, moto_url: str, stream_name: str
+) -> None:
+    """bench/chaos.py: a worker restarted inside a Kinesis brownout ran out of its first
+    DescribeStreamSummary's retries (6 attempts) and exited. 12 failed in a row: the consumer
+    starts once they pass and handles the stream."""
+    await stream_with(moto_url, stream_name, items("r", 10))
+    rule = proxy.add(
+        ErrorResponse(INTERNAL_FAILURE, status=500), operation="DescribeStreamSummary", times=12
+    )
+    seen: list[bytes] = []
+    consumer = consumer_at(proxy.url, stream_name, settings={"start_timeout": 60.0})
+    run = asyncio.create_task(consumer.consume(collecting(seen)))
+    try:
+        await until(lambda: len(seen) >= 10 or run.done(), 60.0)
+        assert not run.done(), f"the consumer ended: {run.exception()!r}"
+    finally:
+        await consumer.close()
+        await run
+    assert proxy.injected_count(rule) == 12
+    assert sorted(seen) == sorted(d for _, d in items("r", 10))
+
+
+async def test_start_gives_up_after_start_timeout_with_a_typed_error(
+    proxy: FaultProxy, moto_url: str, stream_name: str
+) -> None:
+    await stream_with(moto_url, stream_name, items("r", 1))
+    proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500), operation="DescribeStreamSummary")
+    consumer = consumer_at(proxy.url, stream_name, settings={"start_timeout": 2.0})
+    started = time.monotonic()
+    with pytest.raises(StartTimeoutError) as caught:
+        await consumer.start()
+    took = time.monotonic() - started
+    await consumer.close()
+    assert isinstance(caught.value.__cause__, TransientError)
+    assert caught.value.timeout == 2.0
+    assert stream_name in str(caught.value)
+    assert 2.0 <= took < 15.0, "tried until start_timeout, then stopped"
+
+
+async def test_a_missing_stream_still_fails_start_at_once(proxy: FaultProxy) -> None:
+    consumer = consumer_at(proxy.url, "no-such-stream", settings={"start_timeout": 60.0})
+    started = time.monotonic()
+    with pytest.raises(ResourceNotFoundError):
+        await consumer.start()
+    await consumer.close()
+    assert time.monotonic() - started < 10.0

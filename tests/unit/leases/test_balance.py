@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from shardflow.leases import Lease
 from shardflow.leases.balance import TakePlan, plan_takes, target_for
+from shardflow.leases.handoff_request import HANDOFF_REQUEST, HandoffRequest
 
 ME = "me"
 PEERS = ("p1", "p2", "p3", "p4", "p5")
@@ -262,3 +263,67 @@ def test_max_takes_bounds_free_and_expired_takes_of_one_cycle() -> None:
     plan = plan_takes(leases, worker_id="w", held=(), is_expired=lambda lease: True, max_takes=32)
     assert plan.target == 100
     assert len(plan.takes) == 32
+
+
+def test_a_dead_workers_leases_are_shared_beyond_the_target_while_a_joiner_asks() -> None:
+    """bench/chaos.py: 4 workers on 16 shards, one killed -9 and restarted 3 s later. The
+    replacement asks for a lease at once (a fresh request: it counts as live, the target stays
+    4), and it judges expiry from its own first sight of the dead worker's leases. The
+    survivors, each at 4, took none of them: the shards waited for the replacement's own
+    failover time (11-13.4 s after the kill at failover time 6 s)."""
+    owners = ["a", "b", "c", "dead"]
+    leases = [Lease(f"s{i:02d}", lease_owner=owners[i % 4], lease_counter=5) for i in range(16)]
+    asked = Lease(
+        "s00",
+        lease_owner="a",
+        lease_counter=5,
+        extra={HANDOFF_REQUEST: {"S": HandoffRequest("joiner", 5).encode()}},
+    )
+    leases[0] = asked
+    dead = {lease.lease_key for lease in leases if lease.lease_owner == "dead"}
+    taken: set[str] = set()
+    for worker in ("a", "b", "c"):
+        result = plan_takes(
+            leases,
+            worker_id=worker,
+            held={lease.lease_key for lease in leases if lease.lease_owner == worker},
+            is_expired=lambda lease: lease.lease_key in dead,
+            even_out=True,
+            rng=random.Random(worker),
+        )
+        assert result.target == 4, "the joiner counts: 16 leases over 4 live workers"
+        assert "joiner" in result.live_workers
+        assert all(t.how == "expired" for t in result.takes)
+        assert len(result.takes) == 2, "its part of the 4 orphans over 3 holders"
+        taken |= {t.lease.lease_key for t in result.takes}
+    assert taken == dead, "between them the survivors take every lease of the dead worker"
+
+
+def test_beyond_the_target_only_expired_leases_are_taken_never_free_ones() -> None:
+    """Free leases stay the target's business (at a fleet's start every lease is free)."""
+    leases = [Lease(f"s{i}", lease_owner="a" if i < 5 else "b", lease_counter=1) for i in range(8)]
+    leases += [Lease("free"), Lease("gone", lease_owner="dead", lease_counter=1)]
+    result = plan_takes(
+        leases,
+        worker_id="a",
+        held={f"s{i}" for i in range(5)},
+        is_expired=lambda lease: lease.lease_key == "gone",
+        even_out=True,
+    )
+    assert result.target == 5, "10 leases over a and b"
+    assert [t.lease.lease_key for t in result.takes] == ["gone"]
+
+
+def test_without_handoff_expired_leases_are_taken_up_to_the_target_only() -> None:
+    """KCL 2.x's rule where leases move by stealing (an extra move would repeat records)."""
+    owners = ["a", "b", "c", "dead"]
+    leases = [Lease(f"s{i:02d}", lease_owner=owners[i % 4], lease_counter=5) for i in range(16)]
+    leases.append(Lease("s16", lease_owner="d", lease_counter=5))  # a joiner that stole one
+    result = plan_takes(
+        leases,
+        worker_id="a",
+        held={lease.lease_key for lease in leases if lease.lease_owner == "a"},
+        is_expired=lambda lease: lease.lease_owner == "dead",
+    )
+    assert result.target == 5
+    assert len(result.takes) == 1

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from shardflow.errors import TransientError
 from shardflow.events import LeaseAcquired, LeaseLost, LeaseReleased
 from shardflow.leases import Lease
 from shardflow.leases.coordinator import LeaseCoordinator
@@ -451,3 +452,73 @@ async def test_the_final_checkpoint_of_a_handoff_is_the_handover_write() -> None
             assert lease.checkpoint_owner is None
             if lease.lease_owner == "b":
                 assert lease.checkpoint == ExtendedSequenceNumber("9")
+
+
+async def test_a_dead_workers_leases_run_again_a_failover_time_after_it_died() -> None:
+    """bench/chaos.py: of 4 workers on 16 shards one is killed -9 and its replacement starts
+    3 s later and asks for a lease at once. The survivors, at target counting the
+    replacement, left the dead worker's leases to it, and it saw them expire a failover time
+    after its own start: 11-13.4 s after the kill at failover time 6 s. The survivors take
+    them as they expire; the replacement gets its share afterwards by handoff."""
+    settings = replace(HANDOFF, failover_time=6.0, pickup_poll_interval=1.0, handoff_timeout=12.0)
+    async with world([shard(i) for i in range(16)]) as w:
+        workers = {}
+        helpers = {}
+        for name in ("a", "b", "c", "d"):
+            workers[name] = await w.start(name, settings=settings)
+            helpers[name] = complete_handoffs(workers[name])
+            await run_for(2.0, w.clock, step=0.1)
+        await run_for(20.0, w.clock, step=0.1)
+        assert sorted(len(x.owned()) for x in workers.values()) == [4, 4, 4, 4]
+        orphans = set(workers["d"].owned())
+        helpers.pop("d").cancel()  # nothing drains or releases what it held
+        await workers["d"].stop(release=False)  # kill -9: its renewals stop
+        died = w.clock.monotonic()
+        await run_for(3.0, w.clock, step=0.1)
+        workers["e"] = await w.start("e", settings=settings)
+        helpers["e"] = complete_handoffs(workers["e"])
+        await run_for(30.0, w.clock, step=0.1)
+        first_taken: dict[str, float] = {}
+        for name in "abce":
+            for at, event in w.recorders[name].times(LeaseAcquired):
+                if at > died and event.lease_key in orphans:
+                    first_taken[event.lease_key] = min(at, first_taken.get(event.lease_key, at))
+        assert set(first_taken) == orphans
+        late = {key: round(at - died, 1) for key, at in first_taken.items()}
+        assert max(late.values()) <= settings.failover_time + 1.5, (
+            f"the dead worker's shards waited for the replacement: {late}"
+        )
+        for helper in helpers.values():
+            helper.cancel()
+        loads = sorted(len(workers[name].owned()) for name in "abce")
+        assert sum(loads) == 16
+        assert loads[-1] - loads[0] <= 1, f"evened out by handoff afterwards: {loads}"
+
+
+async def test_no_steal_on_a_request_unanswered_while_the_table_fails_this_workers_calls() -> None:
+    """bench/simulate.py's brownout phase (heartbeat mode): an owner the brownout kept from
+    answering a handoff request had a lease stolen while it still held it (two owners). While
+    the table fails the requester's own calls, silence is no refusal; the steal waits until
+    the table answered for a whole handoff_timeout."""
+    failing = {"on": False, "calls": 0}
+
+    def brownout(operation: str) -> None:
+        if failing["on"]:
+            failing["calls"] += 1
+            if failing["calls"] % 2:
+                raise TransientError("brownout", operation=operation, code="InternalFailure")
+
+    async with world([shard(i) for i in range(4)]) as w:
+        kcl_like = replace(HANDOFF, handoff=False)  # ignores requests, as KCL does
+        await w.start("a", settings=kcl_like)
+        b = await w.start("b", settings=HANDOFF, store=w.store(fault=brownout))
+        await run_for(0.5, w.clock, step=0.25)
+        failing["on"] = True
+        await run_for(HANDOFF.handoff_timeout + 3.0, w.clock, step=0.25)
+        failing["on"] = False
+        healed = w.clock.monotonic()
+        assert not b.owned(), "stolen while the table failed the requester's calls"
+        await run_for(HANDOFF.handoff_timeout + 2.0, w.clock, step=0.25)
+        stolen = [at for at, e in w.recorders["b"].times(LeaseAcquired) if e.how == "stolen"]
+        assert stolen, "never stolen once the table answered again"
+        assert stolen[0] >= healed + HANDOFF.handoff_timeout - 1.0

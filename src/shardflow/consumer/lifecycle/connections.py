@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any
 
 from shardflow.aws.arns import stream_region
@@ -19,6 +20,7 @@ from shardflow.aws.kinesis import list_shards, require_stream
 from shardflow.aws.routing import StreamRoutedKinesis
 from shardflow.clock import Clock
 from shardflow.consumer.checkpointing.acks import build_undelivered
+from shardflow.consumer.lifecycle.starting import until_started
 from shardflow.consumer.reading.reader import FetcherFactory
 from shardflow.consumer.settings import ConsumerSettings
 from shardflow.events import SILENT, ShardEmitter
@@ -81,8 +83,13 @@ class Connections:
         self.kinesis = clients[0] if len(clients) == 1 else StreamRoutedKinesis(self._kinesis_of)
         for stream in self._streams:
             # Before anything is created (lease table, fan-out consumer): a wrong stream name
-            # fails here and leaves nothing behind.
-            await require_stream(self._kinesis_of[stream], stream)
+            # fails here and leaves nothing behind; a brownout is waited out (start_timeout).
+            await until_started(
+                partial(require_stream, self._kinesis_of[stream], stream),
+                what=f"looking up stream {stream}",
+                give_up_after=self._settings.start_timeout,
+                clock=self._clock,
+            )
         self._fetch_kinesis_of = dict(self._kinesis_of)
         if self.store is None:
             dynamodb = await stack.enter_async_context(factory.dynamodb())
