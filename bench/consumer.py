@@ -290,6 +290,7 @@ def scale_child(args: argparse.Namespace) -> None:
     from shardflow.events import (
         CheckpointWritten,
         DiagnosticEvent,
+        HeartbeatBeat,
         LeaseAcquired,
         LeaseLost,
         LeaseRenewed,
@@ -304,6 +305,8 @@ def scale_child(args: argparse.Namespace) -> None:
     settings = ConsumerSettings(leases=leases, fetch=Polling(idle_time=SCALE_IDLE_TIME))
     # Renewal times per lease while watching (lateness), and the records put meanwhile.
     renewals: dict[str, list[float]] = {}
+    beats: dict[str, list[float]] = {}  # the heartbeat's written beats, the same way
+    beats_failed = {"n": 0}
     watching = {"now": False}
     last_renewal = {"at": time.monotonic()}
     flow_base = probe.records
@@ -333,6 +336,11 @@ def scale_child(args: argparse.Namespace) -> None:
                     last_renewal["at"] = time.monotonic()
                     if watching["now"]:
                         renewals.setdefault(event.lease_key, []).append(time.monotonic())
+                elif isinstance(event, HeartbeatBeat):
+                    if watching["now"] and event.outcome == "written":
+                        beats.setdefault(event.worker_id, []).append(time.monotonic())
+                    elif watching["now"]:
+                        beats_failed["n"] += 1
                 elif isinstance(event, LeaseLost):
                     probe.lost += 1
                 elif isinstance(event, CheckpointWritten):
@@ -417,6 +425,8 @@ def scale_child(args: argparse.Namespace) -> None:
                 "error": error,
                 "renew_every": leases.renew_every,
                 "lateness": renewal_lateness(renewals, leases.renew_every),
+                "beat_lateness": renewal_lateness(beats, leases.renew_every),
+                "beats_not_written": beats_failed["n"],
                 "flow_sent": flow_sent,
                 "flow_handled": len(flow_seen),
                 "lease_mode": args.scale_lease_mode,
@@ -879,11 +889,25 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
             else []
         ),
     ]
+    beat_late = m.get("beat_lateness")
+    if beat_late is not None and beat_late["count"] > 0:
+        share = beat_late["p99"] / failover
+        lines.insert(
+            lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
+            f"| heartbeat lateness p50 / p99 / max ({beat_late['count']:,} beats, "
+            f"{m.get('beats_not_written', 0)} not written) | "
+            f"{beat_late['p50'] * 1000:.0f} / {beat_late['p99'] * 1000:.0f} / "
+            f"{beat_late['max'] * 1000:.0f} ms "
+            f"(p99 {share:.1%} of failover_time, goal {SCALE_LATENESS_GOAL:.0%}: "
+            f"{'met' if share <= SCALE_LATENESS_GOAL else 'NOT MET'}) |",
+        )
     if late is not None and late["count"] == 0:
         lines.insert(
             lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
-            "| renewal lateness | not measured: no lease was renewed on its own (in the "
-            "heartbeat mode one heartbeat item per worker keeps them, and beats emit no event) |",
+            "| renewal lateness | none renewed on its own (one heartbeat item per worker keeps "
+            "them)"
+            + ("" if beat_late is not None else ", and this run's beats emitted no event")
+            + " |",
         )
     elif late is not None:
         share = late["p99"] / failover

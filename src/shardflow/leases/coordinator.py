@@ -37,8 +37,8 @@ never checkpoint again (the writer refuses anyway). When ``giving_up`` is set (s
 KCL 3.x handoff away from this worker) checkpoint what was handled, then ``release``.
 ``completed_state`` is stored in shardflow's own attribute ``shardflowCompleted`` (see serialization).
 
-The coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
-WorkerJoined and WorkerLeft (shardflow.events); the consumer emits the others.
+The coordinator emits LeaseAcquired, LeaseRenewed, HeartbeatBeat, LeaseLost, LeaseReleased,
+ShardEnded, WorkerJoined and WorkerLeft (shardflow.events); the consumer emits the others.
 ``take_cycle()``, ``sync_shards()`` and ``renew_all()`` run one round at once (tests, tools).
 
 Behaviour
@@ -79,8 +79,10 @@ from shardflow.aws.kinesis import list_shards
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ShardflowError
 from shardflow.events import (
+    BeatOutcome,
     EventCallback,
     EventEmitter,
+    HeartbeatBeat,
     LeaseAcquired,
     LeaseLost,
     LeaseReleased,
@@ -200,6 +202,7 @@ class LeaseCoordinator:
         if self._keeper is not None:
             self._moves.notice_taken = self._keeper.covers
             self._keeper.on_answer = self._beat_answered
+            self._keeper.on_beat = self._beaten
             self._keeper.renewals_needed = self._renewals_needed
             self._taker.on_scanned = self._scanned
         self._foreign: frozenset[str] = frozenset()
@@ -606,6 +609,18 @@ class LeaseCoordinator:
             tracker.answered(at)
         else:
             tracker.blind(at)
+
+    def _beaten(
+        self, counter: int, outcome: BeatOutcome, late: float, duration: float, leases: int
+    ) -> None:
+        self._events.emit(
+            HeartbeatBeat,
+            counter=counter,
+            outcome=outcome,
+            late=late,
+            duration=duration,
+            leases=leases,
+        )
 
     def _defers_to_kcl(self) -> bool:
         return self._fleet is not None and self._fleet.defers
