@@ -64,6 +64,8 @@ class LeaseMoves:
         self._taker = taker
         self._spawn = spawn
         self._take_cycle = take_cycle
+        self._planned = False
+        """The take cycle on the last complete view ran to its end (see picked_up)."""
         self._wake_taker = wake_taker
         self._lease_streams = lease_streams
         self._images: dict[str, tuple[str | None, str | None]] = {}
@@ -406,7 +408,14 @@ class LeaseMoves:
                 for lease in view.leases:
                     self._pass_on_soon(lease)
                 return
+            if view.unchanged and self._planned:
+                # The last poll's take cycle planned on exactly this (polling a 1,000-lease
+                # table four times a second, a cycle per poll was most of an idle worker's
+                # CPU); the take loop still wakes for expiries and overdue handoffs.
+                return
+            self._planned = False
             await self._take_cycle(list(view.leases))
+            self._planned = True
             for lease in view.leases:
                 self.consider(lease)
             return

@@ -64,6 +64,11 @@ class LeaseView:
     mode: LeaseMode | None = None
     mode_seen: bool = False
     """The view shows the table's lease mode (``mode``; None: no mode item, ``per-lease``)."""
+    unchanged: bool = False
+    """A complete view whose leases, mode and heartbeat holders are exactly the previous
+    complete view's (only heartbeat counters moved): nothing to plan on that the last take
+    cycle did not see (what time alone changes, expiry and overdue handoffs, wakes the take
+    loop by itself)."""
 
 
 class LeaseChanges(Protocol):
@@ -81,6 +86,7 @@ class PollingChanges:
         self._clock = clock
 
     async def views(self) -> AsyncIterator[LeaseView]:
+        previous: tuple[tuple[Lease, ...], LeaseMode | None, frozenset[object]] | None = None
         while True:
             started = self._clock.monotonic()
             try:
@@ -91,13 +97,19 @@ class PollingChanges:
                     scan = TableScan(await store.list_leases())
             except AwsError as exc:
                 log.warning("polling the lease table failed, tried again: %s", exc)
+                previous = None  # something may have been missed: plan on the next one
             else:
+                leases = tuple(scan.leases)
+                holders = frozenset((hb.worker_id, hb.fenced_by) for hb in scan.heartbeats)
+                unchanged = previous is not None and _same(previous, leases, scan.mode, holders)
+                previous = (leases, scan.mode, holders)
                 yield LeaseView(
-                    tuple(scan.leases),
+                    leases,
                     complete=True,
                     heartbeats=scan.heartbeats,
                     mode=scan.mode,
                     mode_seen=True,
+                    unchanged=unchanged,
                 )
             pause = self._interval - (self._clock.monotonic() - started)
             await self._clock.sleep(max(pause, 0.0))
@@ -236,6 +248,23 @@ class StreamChanges:
             mode=mode,
             mode_seen=mode_seen,
         )
+
+
+def _same(
+    previous: tuple[tuple[Lease, ...], LeaseMode | None, frozenset[object]],
+    leases: tuple[Lease, ...],
+    mode: LeaseMode | None,
+    holders: frozenset[object],
+) -> bool:
+    """Whether a scan shows what ``previous`` showed (a store that reads an unchanged item
+    into the same Lease object makes this an identity check)."""
+    before, before_mode, before_holders = previous
+    return (
+        before_mode == mode
+        and before_holders == holders
+        and len(before) == len(leases)
+        and all(a is b or a == b for a, b in zip(before, leases, strict=True))
+    )
 
 
 def _lease_of(image: dict[str, Any]) -> Lease | None:
