@@ -63,7 +63,9 @@ Behaviour
   lease would expire.
 - Shard sync (:mod:`~shardflow.leases.shard_sync`): at start for every stream without leases
   (before the first take; otherwise right after start, in the background), then every
-  ``shard_sync_interval`` and whenever a finished shard's children lack leases.
+  ``shard_sync_interval`` on the fleet's sync leader (the live worker with the lowest id;
+  the others every 10 intervals, a backstop), and on any worker whenever a finished
+  shard's children lack leases.
 """
 
 from __future__ import annotations
@@ -112,6 +114,10 @@ from shardflow.shards import ChildShard
 from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.leases")
+
+SYNC_BACKSTOP = 10
+"""A worker that is not the fleet's sync leader lists shards every this many
+``shard_sync_interval``s (see LeaseCoordinator._syncs_periodically)."""
 
 _RETRY_PAUSE = 1.0
 """Seconds before a failed take cycle is tried again (doubling, up to failover_time / 4)."""
@@ -687,10 +693,31 @@ class LeaseCoordinator:
         elif not listed:
             # Streams that had leases at start: look for shards created meanwhile, soon.
             await self._guarded("shard sync", self.sync_shards())
+        interval = self._settings.shard_sync_interval
+        last = self._clock.monotonic()
         while True:
-            await self._sleep_unless(self._sync_wanted, self._settings.shard_sync_interval)
+            await self._sleep_unless(self._sync_wanted, interval)
+            asked = self._sync_wanted.is_set()
             self._sync_wanted.clear()
+            now = self._clock.monotonic()
+            if not asked and not self._syncs_periodically(now - last):
+                continue
+            last = now
             await self._guarded("shard sync", self.sync_shards())
+
+    def _syncs_periodically(self, since_last: float) -> bool:
+        """Whether this worker's periodic shard sync is due: every ``shard_sync_interval`` for
+        the fleet's sync leader (the live worker with the lowest id, as the last take cycle
+        saw the fleet), every ``SYNC_BACKSTOP`` intervals for the others, in case the leader
+        cannot list shards. Every worker listing every shard each minute made shard syncs
+        O(shards x workers): 100 workers on 10,000 shards listed a million shards a minute
+        (bench/simulate.py). A sync asked for (a finished shard whose children lack leases)
+        runs on any worker at once, as before."""
+        plan = self._taker.last_plan
+        live = plan.live_workers | {self._worker_id} if plan is not None else frozenset()
+        leader = not live or min(live) == self._worker_id
+        every = self._settings.shard_sync_interval * (1 if leader else SYNC_BACKSTOP)
+        return since_last >= every - 1e-6
 
     def _want_sync(self) -> None:
         self._sync_wanted.set()

@@ -313,3 +313,35 @@ async def test_an_owner_at_its_share_declines_a_request_and_nothing_is_stolen() 
         assert (len(a.owned()), len(b.owned())) == (4, 4), "declined, not stolen"
         assert handoff_request_of((await w.leases())[victim.lease_key]) is None
         assert not w.recorders["a"].of(LeaseLost)
+
+
+async def test_one_worker_of_a_fleet_lists_shards_each_sync_interval_not_every_worker() -> None:
+    # Every worker listed every shard each shard_sync_interval: 100 workers on 10,000 shards
+    # listed a million shards a minute. One sync leader (the lowest live worker id) keeps the
+    # interval; the others list every SYNC_BACKSTOP intervals in case it cannot.
+    settings = LeaseSettings(handoff=False, pickup="off", shard_sync_interval=60.0)
+    async with world([shard(i) for i in range(8)]) as w:
+        workers = [await w.start(name, settings=settings) for name in ("d", "b", "c", "a")]
+        await run_for(settings.take_every * 2, w.clock, step=0.5)  # every one sees the fleet
+        calls = w.kinesis.list_calls
+        await run_for(settings.shard_sync_interval * 5, w.clock, step=0.5)
+        # The leader ("a") five times; the backstop of the others not yet due.
+        assert w.kinesis.list_calls - calls == 5
+        assert all(worker.running for worker in workers)
+        # A new shard is still found within an interval, by the leader.
+        w.kinesis.streams["*"].append(shard(8))
+        await run_for(settings.shard_sync_interval + 1.0, w.clock, step=0.5)
+        assert sid(8) in await w.leases()
+
+
+async def test_the_sync_leader_gone_the_next_lowest_worker_lists_shards() -> None:
+    settings = LeaseSettings(handoff=False, pickup="off", shard_sync_interval=60.0)
+    async with world([shard(i) for i in range(4)]) as w:
+        a = await w.start("a", settings=settings)
+        await w.start("b", settings=settings)
+        await run_for(settings.take_every * 2, w.clock, step=0.5)
+        await a.stop(release=True)
+        await run_for(settings.take_every * 2, w.clock, step=0.5)  # b sees a gone
+        calls = w.kinesis.list_calls
+        await run_for(settings.shard_sync_interval * 2, w.clock, step=0.5)
+        assert w.kinesis.list_calls - calls == 2
