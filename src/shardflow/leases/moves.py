@@ -421,16 +421,31 @@ class LeaseMoves:
             return
         if view.resumed:
             self._taker.forget_view()  # changes were missed: the next cycle scans
-        self._taker.observe(list(view.leases), list(view.removed))
+        changed = list(view.leases)
+        renewed: list[Lease] = []
+        for lease in view.renewed:
+            # A renewal of a lease held here, or naming this worker, is looked at whole (a
+            # renewal by another worker of a lease we hold means it was taken).
+            if (
+                lease.lease_key in self._owned
+                or lease.lease_owner == self._worker_id
+                or (self.leaving)
+            ):
+                changed.append(lease)
+            else:
+                renewed.append(lease)
+        if renewed:
+            self._taker.observe_renewed(renewed)
+        self._taker.observe(changed, list(view.removed))
         if self.leaving:
-            self._see(view.leases)
+            self._see(changed)
             for key in view.removed:
                 self._view.pop(key, None)
-            for lease in view.leases:
+            for lease in changed:
                 self._pass_on_soon(lease)
             return
         moved = False
-        for lease in view.leases:
+        for lease in changed:
             if lease.checkpoint.sequence_number == SHARD_END:
                 self.on_finished(lease.lease_key)
             image = (lease.lease_owner, lease.checkpoint_owner)

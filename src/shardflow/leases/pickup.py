@@ -34,7 +34,13 @@ from shardflow.leases.entities import (
     ModeSetting,
     entity_from_item,
 )
-from shardflow.leases.model import Lease, is_lease_item, lease_from_item
+from shardflow.leases.model import (
+    LEASE_COUNTER,
+    LEASE_OWNER,
+    Lease,
+    is_lease_item,
+    lease_from_item,
+)
 from shardflow.leases.store import LeaseStore, LeaseStoreBase, TableScan
 
 log = logging.getLogger("shardflow.leases")
@@ -64,6 +70,11 @@ class LeaseView:
     mode: LeaseMode | None = None
     mode_seen: bool = False
     """The view shows the table's lease mode (``mode``; None: no mode item, ``per-lease``)."""
+    renewed: tuple[Lease, ...] = ()
+    """Leases whose change moved only their counter (a renewal: same owner, checkpoint,
+    request, everything else), each as after its latest change; kept apart from ``leases``
+    because every worker of a per-lease fleet reads every renewal of every worker, and a
+    renewal tells a peer only that the lease is alive (see ExpiryTracker.renewed)."""
     unchanged: bool = False
     """A complete view whose leases, mode and heartbeat holders are exactly the previous
     complete view's (only heartbeat counters moved): nothing to plan on that the last take
@@ -178,7 +189,12 @@ class StreamChanges:
                 log.warning("reading the lease table's stream failed, tried again: %s", exc)
                 view = None
             if view is not None and (
-                view.leases or view.removed or view.resumed or view.heartbeats or view.mode_seen
+                view.leases
+                or view.renewed
+                or view.removed
+                or view.resumed
+                or view.heartbeats
+                or view.mode_seen
             ):
                 yield view
             pause = self._interval - (self._clock.monotonic() - started)
@@ -191,6 +207,7 @@ class StreamChanges:
         if due or not self._iterators:
             await self._describe(first=False)
         leases: dict[str, Lease] = {}
+        renewed: dict[str, Lease] = {}
         removed: list[str] = []
         beats: dict[str, Heartbeat] = {}
         gone_beats: list[str] = []
@@ -226,6 +243,7 @@ class StreamChanges:
                         gone_beats.append(worker)
                     elif key:
                         leases.pop(key, None)
+                        renewed.pop(key, None)
                         removed.append(key)
                     continue
                 if not is_lease_item(image):
@@ -236,11 +254,20 @@ class StreamChanges:
                         mode, mode_seen = entity.mode, True
                     continue
                 lease = _lease_of(image)
-                if lease is not None:
-                    leases[lease.lease_key] = lease  # the latest image of each lease wins
+                if lease is None:
+                    continue
+                key = lease.lease_key
+                # The latest image of each lease wins; a renewal after another change of the
+                # same lease in this read keeps the lease among the changed ones.
+                if key not in leases and _renewal_only(change.get("OldImage"), image):
+                    renewed[key] = lease
+                else:
+                    renewed.pop(key, None)
+                    leases[key] = lease
         return LeaseView(
             tuple(leases.values()),
             complete=False,
+            renewed=tuple(renewed.values()),
             removed=tuple(removed),
             resumed=resumed,
             heartbeats=tuple(beats.values()),
@@ -265,6 +292,14 @@ def _same(
         and len(before) == len(leases)
         and all(a is b or a == b for a, b in zip(before, leases, strict=True))
     )
+
+
+def _renewal_only(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether a change from item ``old`` to ``new`` moved only the lease counter (and the
+    owner holds it: a free lease's changes are never renewals)."""
+    if old is None or len(old) != len(new) or LEASE_OWNER not in new:
+        return False
+    return all(name == LEASE_COUNTER or old.get(name) == value for name, value in new.items())
 
 
 def _lease_of(image: dict[str, Any]) -> Lease | None:
