@@ -425,11 +425,15 @@ class LeaseMoves:
         renewed: list[Lease] = []
         for lease in view.renewed:
             # A renewal of a lease held here, or naming this worker, is looked at whole (a
-            # renewal by another worker of a lease we hold means it was taken).
+            # renewal by another worker of a lease we hold means it was taken); so is the
+            # first sight of a lease on the stream (it wakes the take loop, as any lease not
+            # seen before: without that wake 2 joiners of a 1,000-shard fleet converged in
+            # 30.5 s instead of 15.5 s, bench/simulate.py --short).
             if (
                 lease.lease_key in self._owned
                 or lease.lease_owner == self._worker_id
-                or (self.leaving)
+                or self.leaving
+                or lease.lease_key not in self._images
             ):
                 changed.append(lease)
             else:
