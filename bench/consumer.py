@@ -61,6 +61,9 @@ STALL_SECONDS = 30.0  # a drain that handles nothing new for this long has lost 
 # failover_time is the default (10 s: 1,000 renewals every 3.3 s, ~300 conditional writes/s),
 # so the lease table is on dynalite by default: moto's DynamoDB does ~110 a second.
 SCALE_IDLE_TIME = 10.0
+# Idle shards back off to this (Polling.max_idle_time): a record put on a shard idle that long
+# is read within 30 s; 1,000 idle shards cost ~33 GetRecords/s instead of 100.
+SCALE_MAX_IDLE_TIME = 30.0
 SCALE_LATENESS_GOAL = 0.10  # renewal lateness p99 as a share of failover_time
 SCALE_CPU_GOAL = 0.05  # of one core, while watching
 
@@ -290,6 +293,7 @@ def scale_child(args: argparse.Namespace) -> None:
     from shardflow.events import (
         CheckpointWritten,
         DiagnosticEvent,
+        HeartbeatBeat,
         LeaseAcquired,
         LeaseLost,
         LeaseRenewed,
@@ -301,9 +305,12 @@ def scale_child(args: argparse.Namespace) -> None:
     probe = ScaleProbe(args.scale_shards, args.scale_shards * args.scale_records)
     collector = Collector(probe.records)
     leases = LeaseSettings(failover_time=args.scale_failover)
-    settings = ConsumerSettings(leases=leases, fetch=Polling(idle_time=SCALE_IDLE_TIME))
+    polling = Polling(idle_time=SCALE_IDLE_TIME, max_idle_time=args.scale_max_idle)
+    settings = ConsumerSettings(leases=leases, fetch=polling)
     # Renewal times per lease while watching (lateness), and the records put meanwhile.
     renewals: dict[str, list[float]] = {}
+    beats: dict[str, list[float]] = {}  # the heartbeat's written beats, the same way
+    beats_failed = {"n": 0}
     watching = {"now": False}
     last_renewal = {"at": time.monotonic()}
     flow_base = probe.records
@@ -333,6 +340,11 @@ def scale_child(args: argparse.Namespace) -> None:
                     last_renewal["at"] = time.monotonic()
                     if watching["now"]:
                         renewals.setdefault(event.lease_key, []).append(time.monotonic())
+                elif isinstance(event, HeartbeatBeat):
+                    if watching["now"] and event.outcome == "written":
+                        beats.setdefault(event.worker_id, []).append(time.monotonic())
+                    elif watching["now"]:
+                        beats_failed["n"] += 1
                 elif isinstance(event, LeaseLost):
                     probe.lost += 1
                 elif isinstance(event, CheckpointWritten):
@@ -377,6 +389,15 @@ def scale_child(args: argparse.Namespace) -> None:
             watching["now"] = True
             shards = (await kinesis.list_shards(StreamName=args.stream))["Shards"]
             keys = [shard["HashKeyRange"]["StartingHashKey"] for shard in shards]
+            # First no records at all: the idle cost (after idle shards' polls backed off to
+            # max_idle_time), then records flowing.
+            quiet_cpu = quiet_window = 0.0
+            if ready and args.scale_quiet > 0:
+                await asyncio.sleep(args.scale_max_idle or 0.0)
+                quiet0, quiet_at = time.process_time(), time.perf_counter()
+                await asyncio.sleep(args.scale_quiet)
+                quiet_cpu = time.process_time() - quiet0
+                quiet_window = time.perf_counter() - quiet_at
             renewed0, cpu0, window0 = probe.renewed, time.process_time(), time.perf_counter()
             observe_until = time.monotonic() + (args.scale_observe if ready else 0)
             flow = asyncio.create_task(
@@ -392,7 +413,7 @@ def scale_child(args: argparse.Namespace) -> None:
             consumer_mode = str(getattr(consumer.status(), "lease_mode", "per-lease"))
             flow_sent = await flow
             # The last records put are read on their shard's next poll (idle_time apart).
-            flow_deadline = time.monotonic() + SCALE_IDLE_TIME + 5
+            flow_deadline = time.monotonic() + (args.scale_max_idle or SCALE_IDLE_TIME) + 5
             while len(flow_seen) < flow_sent and time.monotonic() < flow_deadline:  # noqa: ASYNC110 - a bounded wait on a count
                 await asyncio.sleep(0.25)
             stop0 = time.perf_counter()
@@ -411,12 +432,17 @@ def scale_child(args: argparse.Namespace) -> None:
                 "renewals_in_window": probe.renewed - renewed0,
                 "window_seconds": window,
                 "idle_cpu_seconds": idle_cpu,
+                "quiet_cpu_seconds": quiet_cpu,
+                "quiet_window_seconds": quiet_window,
+                "max_idle_time": args.scale_max_idle,
                 "leases_lost": probe.lost,
                 "checkpoints": probe.checkpoints,
                 "stop_seconds": time.perf_counter() - stop0,
                 "error": error,
                 "renew_every": leases.renew_every,
                 "lateness": renewal_lateness(renewals, leases.renew_every),
+                "beat_lateness": renewal_lateness(beats, leases.renew_every),
+                "beats_not_written": beats_failed["n"],
                 "flow_sent": flow_sent,
                 "flow_handled": len(flow_seen),
                 "lease_mode": args.scale_lease_mode,
@@ -816,8 +842,11 @@ def run_scale(args: argparse.Namespace, kinesis: str, dynamodb: str) -> dict[str
         str(args.scale_flow),
         "--scale-lease-mode",
         args.scale_lease_mode,
+        "--scale-quiet",
+        str(args.scale_quiet),
+        *(["--scale-max-idle", str(args.scale_max_idle)] if args.scale_max_idle else []),
     ]
-    timeout = args.scale_timeout + args.scale_observe + 300
+    timeout = args.scale_timeout + args.scale_observe + args.scale_quiet + 400
     m = run_child(command, stack_env(kinesis, dynamodb), timeout=timeout)
     m |= {"create_seconds": created, "list_seconds": listing}
     return m
@@ -839,6 +868,11 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
     renew_every = m.get("renew_every", failover / 3 - 0.025)
     server = m.get("lease_server", "moto")
     cpu_share = m["idle_cpu_seconds"] / window
+    quiet_share = (
+        m["quiet_cpu_seconds"] / m["quiet_window_seconds"]
+        if m.get("quiet_window_seconds")
+        else None
+    )
     late = m.get("lateness")
     lines = [
         f"Scale, lease mode {m.get('lease_mode', 'per-lease')}: one process consumes "
@@ -846,7 +880,13 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
         f"kinesalite) with {shards:,} leases on {server}. Settings: failover_time "
         f"{failover:.0f} s (renew every {renew_every:.2f} s), polling idle_time "
         f"{m['idle_time']:.0f} s (1,000 shards polled every second would be 1,000 GetRecords/s "
-        "against one emulator), everything else default",
+        "against one emulator)"
+        + (
+            f", max_idle_time {m['max_idle_time']:.0f} s (idle shards back off to it)"
+            if m.get("max_idle_time")
+            else ""
+        )
+        + ", everything else default",
         "",
         "| | value |",
         "|---|---:|",
@@ -866,8 +906,25 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
         ),
         f"| lease renewals while watching / leases lost | {m['renewals_in_window']:,} in "
         f"{window:.0f} s / {m['leases_lost']} |",
-        f"| consumer CPU while watching | {cpu_share * 100:.0f}% of one core (goal "
-        f"{SCALE_CPU_GOAL:.0%}: {'met' if cpu_share <= SCALE_CPU_GOAL else 'NOT MET'}) |",
+        *(
+            [
+                f"| consumer CPU, no records flowing ({m['quiet_window_seconds']:.0f} s, after "
+                f"{m.get('max_idle_time') or 0:.0f} s idle) | {quiet_share * 100:.1f}% of one core "
+                f"(goal {SCALE_CPU_GOAL:.0%}: "
+                f"{'met' if quiet_share <= SCALE_CPU_GOAL else 'NOT MET'}) |"
+            ]
+            if quiet_share is not None
+            else []
+        ),
+        "| consumer CPU while watching"
+        + (f" ({m['flow_per_second']:.0f} records/s flowing)" if quiet_share is not None else "")
+        + f" | {cpu_share * 100:.0f}% of one core"
+        + (
+            f" (goal {SCALE_CPU_GOAL:.0%}: {'met' if cpu_share <= SCALE_CPU_GOAL else 'NOT MET'})"
+            if quiet_share is None
+            else ""
+        )
+        + " |",
         f"| stop: final checkpoints and {shards:,} releases | {m['stop_seconds']:.1f} s |",
         f"| stream on kinesalite: create / ListShards | {m['create_seconds']:.1f} s / "
         f"{m['list_seconds']:.2f} s |",
@@ -879,11 +936,25 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
             else []
         ),
     ]
+    beat_late = m.get("beat_lateness")
+    if beat_late is not None and beat_late["count"] > 0:
+        share = beat_late["p99"] / failover
+        lines.insert(
+            lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
+            f"| heartbeat lateness p50 / p99 / max ({beat_late['count']:,} beats, "
+            f"{m.get('beats_not_written', 0)} not written) | "
+            f"{beat_late['p50'] * 1000:.0f} / {beat_late['p99'] * 1000:.0f} / "
+            f"{beat_late['max'] * 1000:.0f} ms "
+            f"(p99 {share:.1%} of failover_time, goal {SCALE_LATENESS_GOAL:.0%}: "
+            f"{'met' if share <= SCALE_LATENESS_GOAL else 'NOT MET'}) |",
+        )
     if late is not None and late["count"] == 0:
         lines.insert(
             lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
-            "| renewal lateness | not measured: no lease was renewed on its own (in the "
-            "heartbeat mode one heartbeat item per worker keeps them, and beats emit no event) |",
+            "| renewal lateness | none renewed on its own (one heartbeat item per worker keeps "
+            "them)"
+            + ("" if beat_late is not None else ", and this run's beats emitted no event")
+            + " |",
         )
     elif late is not None:
         share = late["p99"] / failover
@@ -1072,6 +1143,18 @@ def main() -> None:
     )
     parser.add_argument(
         "--scale-flow", type=float, default=100.0, help="records/s put while watching"
+    )
+    parser.add_argument(
+        "--scale-quiet",
+        type=float,
+        default=60.0,
+        help="seconds watched with no records flowing (idle CPU), before --scale-observe",
+    )
+    parser.add_argument(
+        "--scale-max-idle",
+        type=float,
+        default=SCALE_MAX_IDLE_TIME,
+        help="Polling.max_idle_time of the scale run (0: no back-off of idle shards)",
     )
     parser.add_argument(
         "--scale-lease-mode",

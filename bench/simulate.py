@@ -78,6 +78,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import heapq
 import json
 import logging
@@ -1139,7 +1140,17 @@ def run(config: Config, say: Callable[[str], None] = print) -> dict[str, Any]:
     }
 
 
+GC_THRESHOLDS = (100_000, 20, 100)
+"""The simulation keeps the state of every worker (100 coordinators, their views of a
+10,000-lease table, the table's stream) in one process, where each real worker has its own:
+with the interpreter's default thresholds (700, 10, 10) its cyclic garbage collector, which
+walks every live object on each full collection, took half the wall time of a 5,000-shard,
+50-worker run (32.5 s of 64.9 s, measured with gc.callbacks). Collections far apart change
+nothing the simulation measures (nothing in it depends on when memory is freed)."""
+
+
 def main() -> None:
+    gc.set_threshold(*GC_THRESHOLDS)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -7,8 +7,8 @@ with ``match`` or ``isinstance``. Callbacks receiving them must be quick and mus
 (exceptions are logged and dropped).
 
 Observations flow one way, through one :class:`EventEmitter` per worker: the lease
-coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
-WorkerJoined and WorkerLeft; the fetchers FetchThrottled and SubscriptionRenewed; the
+coordinator emits LeaseAcquired, LeaseRenewed, HeartbeatBeat, LeaseLost, LeaseReleased,
+ShardEnded, WorkerJoined and WorkerLeft; the fetchers FetchThrottled and SubscriptionRenewed; the
 checkpointer CheckpointWritten; the consumer ShardStarted, ShardFailed and HandlerOverrun.
 Subscribers (the consumer's metrics, the user's ``on_event``) receive every event.
 """
@@ -40,6 +40,11 @@ LostWhy = Literal["taken", "expired", "deleted", "handoff"]
 item disappeared, or a graceful handoff to another worker completed without us."""
 
 ReleasedWhy = Literal["shutdown", "shard_done", "handoff", "requested"]
+
+BeatOutcome = Literal["written", "failed", "refused"]
+"""What became of a heartbeat beat: the table took it (every held lease it covers is extended);
+no answer (leases are renewed one by one until a beat is written again); or the item had been
+fenced or changed by a peer (nothing is extended, the heartbeat is registered again)."""
 
 WriteReason = Literal["checkpoint", "flush", "count", "interval", "final", "shard_end"]
 """What made a checkpointer write: asked by user code (``checkpoint``, ``flush``), the
@@ -76,6 +81,21 @@ class LeaseRenewed(_ShardEvent):
     lease_key: str
     counter: int
     duration: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatBeat(_Event):
+    """This worker's heartbeat (the ``heartbeat`` lease mode) was beaten: one write for all
+    its leases, in place of their renewals. ``late`` is how many seconds after it was due the
+    beat was sent (one ``renew_interval`` after the previous beat was sent; 0 for the first),
+    ``duration`` the seconds the write took, ``leases`` how many held leases it extended
+    (0 while the heartbeat is not yet known to every peer, or on a beat not written)."""
+
+    counter: int
+    outcome: BeatOutcome
+    late: float
+    duration: float
+    leases: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,6 +223,7 @@ class WorkerLeft(_Event):
 DiagnosticEvent = (
     LeaseAcquired
     | LeaseRenewed
+    | HeartbeatBeat
     | LeaseLost
     | LeaseReleased
     | ShardStarted

@@ -32,6 +32,8 @@ import orjson
 from aiobotocore.parsers import AioResponseParserFactory
 from botocore.utils import parse_timestamp
 
+from shardflow.aws.dynamodb_json import dynamodb_output, parse_item_output
+
 log = logging.getLogger(__name__)
 
 # What botocore keeps: members of the output shape, never a null (it drops both the others).
@@ -111,20 +113,28 @@ _PARSERS = {"GetRecords": parse_get_records_body, "PutRecords": parse_put_record
 
 
 class KinesisParser:
-    """A response parser that reads successful Kinesis GetRecords and PutRecords bodies itself
-    and hands every other response to ``fallback`` (botocore's JSON parser)."""
+    """A response parser that reads successful Kinesis GetRecords and PutRecords bodies, and
+    DynamoDB's item answers (:mod:`shardflow.aws.dynamodb_json`), itself and hands every other
+    response to ``fallback`` (botocore's JSON parser)."""
 
     def __init__(self, fallback: Any) -> None:
         self._fallback = fallback
 
     async def parse(self, response: dict[str, Any], shape: Any) -> Any:
-        operation = kinesis_output(shape) if response["status_code"] < 300 else None
-        if operation is not None:
+        ok = response["status_code"] < 300
+        operation = kinesis_output(shape) if ok else None
+        item_output = dynamodb_output(shape) if ok and operation is None else None
+        if operation is not None or item_output is not None:
             try:
-                parsed = _PARSERS[operation](response["body"])
+                if item_output is not None:
+                    # A lease table's answers (see shardflow.aws.dynamodb_json).
+                    parsed = parse_item_output(response["body"], item_output)
+                else:
+                    assert operation is not None
+                    parsed = _PARSERS[operation](response["body"])
             except (ValueError, TypeError, KeyError, AttributeError, binascii.Error) as exc:
                 # (orjson.JSONDecodeError is a ValueError.)
-                log.debug("%s body left to botocore's parser: %r", operation, exc)
+                log.debug("%s body left to botocore's parser: %r", operation or item_output, exc)
             else:
                 headers = response["headers"]
                 metadata: dict[str, Any] = {

@@ -37,8 +37,8 @@ never checkpoint again (the writer refuses anyway). When ``giving_up`` is set (s
 KCL 3.x handoff away from this worker) checkpoint what was handled, then ``release``.
 ``completed_state`` is stored in shardflow's own attribute ``shardflowCompleted`` (see serialization).
 
-The coordinator emits LeaseAcquired, LeaseRenewed, LeaseLost, LeaseReleased, ShardEnded,
-WorkerJoined and WorkerLeft (shardflow.events); the consumer emits the others.
+The coordinator emits LeaseAcquired, LeaseRenewed, HeartbeatBeat, LeaseLost, LeaseReleased,
+ShardEnded, WorkerJoined and WorkerLeft (shardflow.events); the consumer emits the others.
 ``take_cycle()``, ``sync_shards()`` and ``renew_all()`` run one round at once (tests, tools).
 
 Behaviour
@@ -63,7 +63,9 @@ Behaviour
   lease would expire.
 - Shard sync (:mod:`~shardflow.leases.shard_sync`): at start for every stream without leases
   (before the first take; otherwise right after start, in the background), then every
-  ``shard_sync_interval`` and whenever a finished shard's children lack leases.
+  ``shard_sync_interval`` on the fleet's sync leader (the live worker with the lowest id;
+  the others every 10 intervals, a backstop), and on any worker whenever a finished
+  shard's children lack leases.
 """
 
 from __future__ import annotations
@@ -79,8 +81,10 @@ from shardflow.aws.kinesis import list_shards
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ShardflowError
 from shardflow.events import (
+    BeatOutcome,
     EventCallback,
     EventEmitter,
+    HeartbeatBeat,
     LeaseAcquired,
     LeaseLost,
     LeaseReleased,
@@ -110,6 +114,10 @@ from shardflow.shards import ChildShard
 from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.leases")
+
+SYNC_BACKSTOP = 10
+"""A worker that is not the fleet's sync leader lists shards every this many
+``shard_sync_interval``s (see LeaseCoordinator._syncs_periodically)."""
 
 _RETRY_PAUSE = 1.0
 """Seconds before a failed take cycle is tried again (doubling, up to failover_time / 4)."""
@@ -200,6 +208,7 @@ class LeaseCoordinator:
         if self._keeper is not None:
             self._moves.notice_taken = self._keeper.covers
             self._keeper.on_answer = self._beat_answered
+            self._keeper.on_beat = self._beaten
             self._keeper.renewals_needed = self._renewals_needed
             self._taker.on_scanned = self._scanned
         self._foreign: frozenset[str] = frozenset()
@@ -607,6 +616,18 @@ class LeaseCoordinator:
         else:
             tracker.blind(at)
 
+    def _beaten(
+        self, counter: int, outcome: BeatOutcome, late: float, duration: float, leases: int
+    ) -> None:
+        self._events.emit(
+            HeartbeatBeat,
+            counter=counter,
+            outcome=outcome,
+            late=late,
+            duration=duration,
+            leases=leases,
+        )
+
     def _defers_to_kcl(self) -> bool:
         return self._fleet is not None and self._fleet.defers
 
@@ -672,10 +693,31 @@ class LeaseCoordinator:
         elif not listed:
             # Streams that had leases at start: look for shards created meanwhile, soon.
             await self._guarded("shard sync", self.sync_shards())
+        interval = self._settings.shard_sync_interval
+        last = self._clock.monotonic()
         while True:
-            await self._sleep_unless(self._sync_wanted, self._settings.shard_sync_interval)
+            await self._sleep_unless(self._sync_wanted, interval)
+            asked = self._sync_wanted.is_set()
             self._sync_wanted.clear()
+            now = self._clock.monotonic()
+            if not asked and not self._syncs_periodically(now - last):
+                continue
+            last = now
             await self._guarded("shard sync", self.sync_shards())
+
+    def _syncs_periodically(self, since_last: float) -> bool:
+        """Whether this worker's periodic shard sync is due: every ``shard_sync_interval`` for
+        the fleet's sync leader (the live worker with the lowest id, as the last take cycle
+        saw the fleet), every ``SYNC_BACKSTOP`` intervals for the others, in case the leader
+        cannot list shards. Every worker listing every shard each minute made shard syncs
+        O(shards x workers): 100 workers on 10,000 shards listed a million shards a minute
+        (bench/simulate.py). A sync asked for (a finished shard whose children lack leases)
+        runs on any worker at once, as before."""
+        plan = self._taker.last_plan
+        live = plan.live_workers | {self._worker_id} if plan is not None else frozenset()
+        leader = not live or min(live) == self._worker_id
+        every = self._settings.shard_sync_interval * (1 if leader else SYNC_BACKSTOP)
+        return since_last >= every - 1e-6
 
     def _want_sync(self) -> None:
         self._sync_wanted.set()

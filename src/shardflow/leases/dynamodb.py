@@ -7,7 +7,7 @@ one conditional request."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -177,6 +177,11 @@ class DynamoDBLeaseStore(LeaseStoreBase):
         self._backoff = backoff
         self._scan_page_size = scan_page_size
         self._table_wait = table_wait
+        self._scanned: dict[str, tuple[Mapping[str, Any], Lease]] = {}
+        """Lease key -> its item and lease as the last complete scan read them: an item that
+        has not changed since is not parsed again (a worker polling a 1,000-lease table for
+        changes reads the same items several times a second), and the same Lease object
+        tells a reader cheaply that nothing changed."""
 
     @property
     def client(self) -> Any:
@@ -277,6 +282,8 @@ class DynamoDBLeaseStore(LeaseStoreBase):
             params["Limit"] = self._scan_page_size
         leases: list[Lease] = []
         found: list[Entity] = []
+        earlier = self._scanned
+        scanned: dict[str, tuple[Mapping[str, Any], Lease]] = {}
         while True:
             page = await self._call(
                 "Scan",
@@ -288,14 +295,23 @@ class DynamoDBLeaseStore(LeaseStoreBase):
                     if entity is not None:
                         found.append(entity)
                     continue
-                try:
-                    leases.append(lease_from_item(item))
-                except MalformedLeaseError as exc:
-                    log.warning("skipping lease item %s: %s", exc.lease_key, exc.reason)
+                key = item.get("leaseKey", {}).get("S")
+                known = earlier.get(key) if key is not None else None
+                if known is not None and known[0] == item:
+                    lease = known[1]
+                else:
+                    try:
+                        lease = lease_from_item(item)
+                    except MalformedLeaseError as exc:
+                        log.warning("skipping lease item %s: %s", exc.lease_key, exc.reason)
+                        continue
+                scanned[lease.lease_key] = (item, lease)
+                leases.append(lease)
             last = page.get("LastEvaluatedKey")
             if not last:
                 break
             params["ExclusiveStartKey"] = last
+        self._scanned = scanned
         return TableScan.of(sorted(leases, key=lambda lease: lease.lease_key), found)
 
     async def get(self, lease_key: str) -> Lease | None:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 
 from shardflow.clock import Clock
 from shardflow.errors import AwsError
+from shardflow.events import BeatOutcome
 from shardflow.leases.entities import Heartbeat, entity_from_item
 from shardflow.leases.errors import EntityConditionFailedError
 from shardflow.leases.owned import OwnedLease
@@ -85,6 +86,14 @@ class HeartbeatKeeper:
         others (as a failed renewal does not)."""
         self.wanted_since: float | None = None
         """When the table's mode last turned ``heartbeat`` for this worker."""
+        self.on_beat: Callable[[int, BeatOutcome, float, float, int], None] = (
+            lambda counter, outcome, late, duration, leases: None
+        )
+        """Called after every beat with the counter it wrote (or tried to), its outcome, how
+        late it was sent, how long it took and how many leases it extended (the coordinator
+        emits :class:`~shardflow.events.HeartbeatBeat`)."""
+        self._last_sent: float | None = None
+        """When the last beat (answered or not) was sent: the next is due an interval later."""
 
     @property
     def active(self) -> bool:
@@ -137,7 +146,12 @@ class HeartbeatKeeper:
                 log.exception("heartbeat of %s failed unexpectedly", self._worker_id)
             self._wake.clear()
             if self.busy:
-                await first_of(self._wake, self._clock.sleep(interval))
+                # At a fixed rate, as the renewer: a slow write does not push every later
+                # beat back by its own duration.
+                last = self._last_sent
+                now = self._clock.monotonic()
+                pause = interval if last is None else max(last + interval - now, 0.0)
+                await first_of(self._wake, self._clock.sleep(pause))
 
     async def round(self) -> None:
         """One beat (or registration, or retirement)."""
@@ -174,6 +188,13 @@ class HeartbeatKeeper:
         heartbeat = self.heartbeat
         assert heartbeat is not None
         sent = self._clock.monotonic()
+        previous, self._last_sent = self._last_sent, sent
+        interval = self._settings.renew_every
+        late = 0.0 if previous is None else max(sent - previous - interval, 0.0)
+
+        def report(outcome: BeatOutcome, counter: int, leases: int = 0) -> None:
+            self.on_beat(counter, outcome, late, self._clock.monotonic() - sent, leases)
+
         try:
             async with asyncio.timeout(self._settings.renew_every):
                 self.heartbeat = await self._store.beat(heartbeat)
@@ -187,6 +208,7 @@ class HeartbeatKeeper:
                 # Our own beat whose answer was lost (a retried timeout): it landed. The
                 # deadlines stay: we do not know when it landed.
                 self.heartbeat = found
+                report("written", found.counter)
                 return
             fenced = found.fenced_by if isinstance(found, Heartbeat) else None
             log.warning(
@@ -196,20 +218,26 @@ class HeartbeatKeeper:
             )
             self.heartbeat = None
             self._established_at = None
+            self._last_sent = None
+            report("refused", heartbeat.counter + 1)
             self.on_lapsed()
             return
         except (AwsError, TimeoutError) as exc:
             log.warning("heartbeat of %s failed, tried again: %r", self._worker_id, exc)
             self._failing = True
             self.on_answer(False, self._clock.monotonic())
+            report("failed", heartbeat.counter + 1)
             return
         self._failing = False
         self.on_answer(True, self._clock.monotonic())
         self._last_sent_ok = sent
         established = self._established_at
+        extended = 0
         if established is not None and sent >= established:
             for owned in list(self._owned.values()):
                 owned.extend(sent)
+                extended += 1
+        report("written", self.heartbeat.counter, extended)
 
     async def _retire(self) -> None:
         """The mode went back to per-lease: no more beats; the item goes once no deadline

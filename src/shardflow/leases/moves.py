@@ -64,6 +64,8 @@ class LeaseMoves:
         self._taker = taker
         self._spawn = spawn
         self._take_cycle = take_cycle
+        self._planned = False
+        """The take cycle on the last complete view ran to its end (see picked_up)."""
         self._wake_taker = wake_taker
         self._lease_streams = lease_streams
         self._images: dict[str, tuple[str | None, str | None]] = {}
@@ -406,22 +408,48 @@ class LeaseMoves:
                 for lease in view.leases:
                     self._pass_on_soon(lease)
                 return
+            if view.unchanged and self._planned:
+                # The last poll's take cycle planned on exactly this (polling a 1,000-lease
+                # table four times a second, a cycle per poll was most of an idle worker's
+                # CPU); the take loop still wakes for expiries and overdue handoffs.
+                return
+            self._planned = False
             await self._take_cycle(list(view.leases))
+            self._planned = True
             for lease in view.leases:
                 self.consider(lease)
             return
         if view.resumed:
             self._taker.forget_view()  # changes were missed: the next cycle scans
-        self._taker.observe(list(view.leases), list(view.removed))
+        changed = list(view.leases)
+        renewed: list[Lease] = []
+        for lease in view.renewed:
+            # A renewal of a lease held here, or naming this worker, is looked at whole (a
+            # renewal by another worker of a lease we hold means it was taken); so is the
+            # first sight of a lease on the stream (it wakes the take loop, as any lease not
+            # seen before: without that wake 2 joiners of a 1,000-shard fleet converged in
+            # 30.5 s instead of 15.5 s, bench/simulate.py --short).
+            if (
+                lease.lease_key in self._owned
+                or lease.lease_owner == self._worker_id
+                or self.leaving
+                or lease.lease_key not in self._images
+            ):
+                changed.append(lease)
+            else:
+                renewed.append(lease)
+        if renewed:
+            self._taker.observe_renewed(renewed)
+        self._taker.observe(changed, list(view.removed))
         if self.leaving:
-            self._see(view.leases)
+            self._see(changed)
             for key in view.removed:
                 self._view.pop(key, None)
-            for lease in view.leases:
+            for lease in changed:
                 self._pass_on_soon(lease)
             return
         moved = False
-        for lease in view.leases:
+        for lease in changed:
             if lease.checkpoint.sequence_number == SHARD_END:
                 self.on_finished(lease.lease_key)
             image = (lease.lease_owner, lease.checkpoint_owner)

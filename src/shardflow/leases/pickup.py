@@ -34,7 +34,13 @@ from shardflow.leases.entities import (
     ModeSetting,
     entity_from_item,
 )
-from shardflow.leases.model import Lease, is_lease_item, lease_from_item
+from shardflow.leases.model import (
+    LEASE_COUNTER,
+    LEASE_OWNER,
+    Lease,
+    is_lease_item,
+    lease_from_item,
+)
 from shardflow.leases.store import LeaseStore, LeaseStoreBase, TableScan
 
 log = logging.getLogger("shardflow.leases")
@@ -64,6 +70,16 @@ class LeaseView:
     mode: LeaseMode | None = None
     mode_seen: bool = False
     """The view shows the table's lease mode (``mode``; None: no mode item, ``per-lease``)."""
+    renewed: tuple[Lease, ...] = ()
+    """Leases whose change moved only their counter (a renewal: same owner, checkpoint,
+    request, everything else), each as after its latest change; kept apart from ``leases``
+    because every worker of a per-lease fleet reads every renewal of every worker, and a
+    renewal tells a peer only that the lease is alive (see ExpiryTracker.renewed)."""
+    unchanged: bool = False
+    """A complete view whose leases, mode and heartbeat holders are exactly the previous
+    complete view's (only heartbeat counters moved): nothing to plan on that the last take
+    cycle did not see (what time alone changes, expiry and overdue handoffs, wakes the take
+    loop by itself)."""
 
 
 class LeaseChanges(Protocol):
@@ -81,6 +97,7 @@ class PollingChanges:
         self._clock = clock
 
     async def views(self) -> AsyncIterator[LeaseView]:
+        previous: tuple[tuple[Lease, ...], LeaseMode | None, frozenset[object]] | None = None
         while True:
             started = self._clock.monotonic()
             try:
@@ -91,13 +108,19 @@ class PollingChanges:
                     scan = TableScan(await store.list_leases())
             except AwsError as exc:
                 log.warning("polling the lease table failed, tried again: %s", exc)
+                previous = None  # something may have been missed: plan on the next one
             else:
+                leases = tuple(scan.leases)
+                holders = frozenset((hb.worker_id, hb.fenced_by) for hb in scan.heartbeats)
+                unchanged = previous is not None and _same(previous, leases, scan.mode, holders)
+                previous = (leases, scan.mode, holders)
                 yield LeaseView(
-                    tuple(scan.leases),
+                    leases,
                     complete=True,
                     heartbeats=scan.heartbeats,
                     mode=scan.mode,
                     mode_seen=True,
+                    unchanged=unchanged,
                 )
             pause = self._interval - (self._clock.monotonic() - started)
             await self._clock.sleep(max(pause, 0.0))
@@ -166,7 +189,12 @@ class StreamChanges:
                 log.warning("reading the lease table's stream failed, tried again: %s", exc)
                 view = None
             if view is not None and (
-                view.leases or view.removed or view.resumed or view.heartbeats or view.mode_seen
+                view.leases
+                or view.renewed
+                or view.removed
+                or view.resumed
+                or view.heartbeats
+                or view.mode_seen
             ):
                 yield view
             pause = self._interval - (self._clock.monotonic() - started)
@@ -179,6 +207,7 @@ class StreamChanges:
         if due or not self._iterators:
             await self._describe(first=False)
         leases: dict[str, Lease] = {}
+        renewed: dict[str, Lease] = {}
         removed: list[str] = []
         beats: dict[str, Heartbeat] = {}
         gone_beats: list[str] = []
@@ -214,6 +243,7 @@ class StreamChanges:
                         gone_beats.append(worker)
                     elif key:
                         leases.pop(key, None)
+                        renewed.pop(key, None)
                         removed.append(key)
                     continue
                 if not is_lease_item(image):
@@ -224,11 +254,20 @@ class StreamChanges:
                         mode, mode_seen = entity.mode, True
                     continue
                 lease = _lease_of(image)
-                if lease is not None:
-                    leases[lease.lease_key] = lease  # the latest image of each lease wins
+                if lease is None:
+                    continue
+                key = lease.lease_key
+                # The latest image of each lease wins; a renewal after another change of the
+                # same lease in this read keeps the lease among the changed ones.
+                if key not in leases and _renewal_only(change.get("OldImage"), image):
+                    renewed[key] = lease
+                else:
+                    renewed.pop(key, None)
+                    leases[key] = lease
         return LeaseView(
             tuple(leases.values()),
             complete=False,
+            renewed=tuple(renewed.values()),
             removed=tuple(removed),
             resumed=resumed,
             heartbeats=tuple(beats.values()),
@@ -236,6 +275,34 @@ class StreamChanges:
             mode=mode,
             mode_seen=mode_seen,
         )
+
+
+def _same(
+    previous: tuple[tuple[Lease, ...], LeaseMode | None, frozenset[object]],
+    leases: tuple[Lease, ...],
+    mode: LeaseMode | None,
+    holders: frozenset[object],
+) -> bool:
+    """Whether a scan shows what ``previous`` showed (a store that reads an unchanged item
+    into the same Lease object makes this an identity check)."""
+    before, before_mode, before_holders = previous
+    return (
+        before_mode == mode
+        and before_holders == holders
+        and len(before) == len(leases)
+        and all(a is b or a == b for a, b in zip(before, leases, strict=True))
+    )
+
+
+def _renewal_only(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether a change from item ``old`` to ``new`` moved only the lease counter (and the
+    owner holds it: a free lease's changes are never renewals)."""
+    if old is None or len(old) != len(new) or LEASE_OWNER not in new:
+        return False
+    # One dictionary comparison (in C) rather than one per attribute.
+    counted = dict(old)
+    counted[LEASE_COUNTER] = new.get(LEASE_COUNTER)
+    return counted == new
 
 
 def _lease_of(image: dict[str, Any]) -> Lease | None:

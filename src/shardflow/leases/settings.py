@@ -48,7 +48,9 @@ class LeaseSettings:
     worker's first ``failover_time`` in a running fleet; after that up to
     ``renew_concurrency``."""
     shard_sync_interval: float = 60.0
-    """How often shards are listed to create leases for new shards."""
+    """How often shards are listed to create leases for new shards (by one worker of the
+    fleet, the live worker with the lowest id; every other worker lists them every 10
+    intervals, in case that one cannot)."""
     parent_poll_interval: float = 10.0
     """How often a child shard re-reads its parents' leases."""
     safety_margin: float | None = None

@@ -123,6 +123,28 @@ class LeaseTaker:
         the table as last scanned is brought up to date (see :meth:`take_cycle`)."""
         self._tracker.observe(leases, self._clock.monotonic(), complete=False)
         self._tracker.forget(removed)
+        self._update_view(leases, removed)
+
+    def observe_renewed(self, leases: list[Lease]) -> None:
+        """Renewals read from the table's stream (see LeaseView.renewed): the lease is alive,
+        its owner unchanged. The expiry clocks restart and the view takes the new counter,
+        without the general bookkeeping of :meth:`observe` (a lease the view shows with
+        another owner gets it)."""
+        self._tracker.renewed(leases, self._clock.monotonic())
+        view = self._view
+        if view is None:
+            return
+        odd: list[Lease] = []
+        for lease in leases:
+            known = view.get(lease.lease_key)
+            if known is None or known.lease_owner != lease.lease_owner:
+                odd.append(lease)
+            elif lease.lease_counter >= known.lease_counter:
+                view[lease.lease_key] = lease
+        if odd:
+            self._update_view(odd, [])
+
+    def _update_view(self, leases: list[Lease], removed: list[str]) -> None:
         view = self._view
         if view is not None:
             loads = self._view_loads

@@ -173,6 +173,28 @@ async def test_idle_interval_is_the_exact_time_between_calls_of_a_caught_up_shar
     assert gaps == [pytest.approx(idle_time)] * 5
 
 
+async def test_an_empty_shard_backs_off_to_max_idle_time_and_records_reset_it() -> None:
+    clock = SteppingClock()
+    shard = FakeShard(clock, records=1)
+    fetcher = fetcher_for(shard, idle_time=1.0, max_idle_time=6.0)
+    assert sequence_numbers([await anext(fetcher)]) == [1]
+    for _ in range(6):
+        assert not (await anext(fetcher)).records
+    gaps = [b - a for a, b in zip(shard.call_times, shard.call_times[1:], strict=False)]
+    # After records: idle_time; then doubling after each empty answer, capped.
+    assert gaps == [pytest.approx(g) for g in (1.0, 1.0, 2.0, 4.0, 6.0, 6.0)]
+    shard.data.append(b"late")
+    assert sequence_numbers([await anext(fetcher)]) == [2]
+    assert shard.call_times[-1] - shard.call_times[-2] == pytest.approx(6.0), "within the cap"
+    await anext(fetcher)
+    assert shard.call_times[-1] - shard.call_times[-2] == pytest.approx(1.0), "reset by records"
+
+
+def test_max_idle_time_below_idle_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_idle_time"):
+        Polling(idle_time=2.0, max_idle_time=1.0)
+
+
 async def test_a_slow_caller_pays_no_extra_idle_wait() -> None:
     clock = SteppingClock()
     shard = FakeShard(clock)

@@ -8,6 +8,7 @@ import asyncio
 import zlib
 from collections import Counter
 from collections.abc import Awaitable
+from typing import Any
 
 from shardflow.errors import TransientError
 from shardflow.events import LeaseAcquired, LeaseLost
@@ -313,3 +314,84 @@ async def test_an_owner_at_its_share_declines_a_request_and_nothing_is_stolen() 
         assert (len(a.owned()), len(b.owned())) == (4, 4), "declined, not stolen"
         assert handoff_request_of((await w.leases())[victim.lease_key]) is None
         assert not w.recorders["a"].of(LeaseLost)
+
+
+async def test_one_worker_of_a_fleet_lists_shards_each_sync_interval_not_every_worker() -> None:
+    # Every worker listed every shard each shard_sync_interval: 100 workers on 10,000 shards
+    # listed a million shards a minute. One sync leader (the lowest live worker id) keeps the
+    # interval; the others list every SYNC_BACKSTOP intervals in case it cannot.
+    settings = LeaseSettings(handoff=False, pickup="off", shard_sync_interval=60.0)
+    async with world([shard(i) for i in range(8)]) as w:
+        workers = [await w.start(name, settings=settings) for name in ("d", "b", "c", "a")]
+        await run_for(settings.take_every * 2, w.clock, step=0.5)  # every one sees the fleet
+        calls = w.kinesis.list_calls
+        await run_for(settings.shard_sync_interval * 5, w.clock, step=0.5)
+        # The leader ("a") five times; the backstop of the others not yet due.
+        assert w.kinesis.list_calls - calls == 5
+        assert all(worker.running for worker in workers)
+        # A new shard is still found within an interval, by the leader.
+        w.kinesis.streams["*"].append(shard(8))
+        await run_for(settings.shard_sync_interval + 1.0, w.clock, step=0.5)
+        assert sid(8) in await w.leases()
+
+
+async def test_the_sync_leader_gone_the_next_lowest_worker_lists_shards() -> None:
+    settings = LeaseSettings(handoff=False, pickup="off", shard_sync_interval=60.0)
+    async with world([shard(i) for i in range(4)]) as w:
+        a = await w.start("a", settings=settings)
+        await w.start("b", settings=settings)
+        await run_for(settings.take_every * 2, w.clock, step=0.5)
+        await a.stop(release=True)
+        await run_for(settings.take_every * 2, w.clock, step=0.5)  # b sees a gone
+        calls = w.kinesis.list_calls
+        await run_for(settings.shard_sync_interval * 2, w.clock, step=0.5)
+        assert w.kinesis.list_calls - calls == 2
+
+
+async def test_renewals_read_from_the_stream_are_kept_apart_and_keep_leases_alive() -> None:
+    # Every worker of a per-lease fleet reads every renewal of every worker from the table's
+    # stream (10,000 leases: 3,000 a second, for each of 100 workers), and each went through
+    # the whole of a lease change: expiry bookkeeping, the table's picture and its loads,
+    # handoff considerations, a wake of the take loop for leases seen the first time. A
+    # change that moved only the counter is a renewal: it only says the lease is alive.
+    async with world([shard(i) for i in range(16)]) as w:
+        streams = {name: InMemoryLeaseStreams(w.tables) for name in "ab"}
+        a = await w.start("a", settings=LeaseSettings(), lease_streams=streams["a"])
+        honour_handoffs(a)
+        await run_for(5.0, w.clock)
+        b = await w.start("b", settings=LeaseSettings(), lease_streams=streams["b"])
+        honour_handoffs(b)
+        await run_for(45.0, w.clock)
+        assert len(a.owned()) == len(b.owned()) == 8
+        views: list[Any] = []
+        picked_up = b._moves.picked_up
+
+        async def spy(view: Any) -> None:
+            views.append(view)
+            await picked_up(view)
+
+        b._moves.picked_up = spy  # type: ignore[method-assign]
+        observed: list[int] = []
+        observe = b._taker.tracker.observe
+        b._taker.tracker.observe = lambda leases, now, complete=True: (  # type: ignore[method-assign]
+            observed.append(len(list(leases)) if not complete else 0),
+            observe(leases, now, complete=complete),
+        )[1]
+        await run_for(20.0, w.clock)
+        renewed = [lease for view in views for lease in view.renewed]
+        changed = [lease for view in views for lease in view.leases]
+        theirs = {lease.lease_key for lease in renewed if lease.lease_owner == "a"}
+        assert theirs == set(a.owned()), "every renewal of a's leases read as a renewal"
+        assert not [lease for lease in changed if lease.lease_owner == "a"], changed
+        # None of a's renewals went through the general bookkeeping (b's own renewals of
+        # leases it holds do: a renewal by another worker of a lease held here means a steal).
+        assert sum(observed) <= len([lease for lease in renewed if lease.lease_owner == "b"])
+        now = w.clock.monotonic()
+        tracker = b._taker.tracker
+        leases = await w.leases()
+        assert not any(tracker.is_expired(leases[key], now) for key in a.owned())
+        # a stops renewing (frozen): b sees its leases expire after failover_time, and takes them.
+        for task in a._tasks:
+            task.cancel()
+        await run_for(LeaseSettings().failover_time + LeaseSettings().take_every + 2.0, w.clock)
+        assert len(b.owned()) == 16

@@ -4,6 +4,7 @@ within the bound it has for a lost lease, and the mode switches live both ways."
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from shardflow.errors import ShardLeaseLostError, TransientError
-from shardflow.events import LeaseAcquired, LeaseLost
+from shardflow.events import HeartbeatBeat, LeaseAcquired, LeaseLost
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
 from shardflow.leases.entities import (
     HEARTBEAT_PREFIX,
@@ -196,6 +197,38 @@ async def test_an_idle_fleet_writes_heartbeats_not_renewals() -> None:
         assert sum(counted.values()) == counted["heartbeat"], counted
         assert len(a.owned()) + len(b.owned()) == 8
         assert all(owned.valid() for owned in [*a.owned().values(), *b.owned().values()])
+
+
+async def test_every_beat_is_an_event_with_its_lateness_and_the_leases_it_kept() -> None:
+    async with world([shard(i) for i in range(4)]) as w:
+        flaky = FlakyHeartbeats("app", tables=w.tables)
+        a = await w.start("a", settings=HB, store=flaky)
+        await _in_heartbeat_mode(w, a)
+        start = w.clock.monotonic()
+        await run_for(HB.renew_every * 6, w.clock, step=0.1)
+        beats = [(at, e) for at, e in w.recorders["a"].times(HeartbeatBeat) if at > start]
+        assert 5 <= len(beats) <= 7, beats
+        assert all(e.outcome == "written" and e.leases == 4 for _, e in beats), beats
+        # On a fixed rate: due one renew interval after the previous beat was sent.
+        assert all(e.late < 0.15 for _, e in beats), beats
+        assert [e.counter for _, e in beats] == list(
+            range(beats[0][1].counter, beats[0][1].counter + len(beats))
+        )
+        for (at0, _), (at1, _) in itertools.pairwise(beats):
+            assert abs(at1 - at0 - HB.renew_every) < 0.15
+        # Beats that get no answer say so and extend nothing; the next written one keeps all.
+        flaky.failing = flaky.beats_only = True
+        failed_from = w.clock.monotonic()
+        await run_for(HB.renew_every * 2, w.clock, step=0.1)
+        flaky.failing = False
+        await run_for(HB.renew_every * 2, w.clock, step=0.1)
+        after = [e for at, e in w.recorders["a"].times(HeartbeatBeat) if at > failed_from]
+        outcomes = [e.outcome for e in after]
+        assert "failed" in outcomes, outcomes
+        assert outcomes[-1] == "written", outcomes
+        assert all(e.leases == 0 for e in after if e.outcome == "failed")
+        assert after[-1].leases == 4
+        assert not w.recorders["a"].of(LeaseLost)
 
 
 async def test_a_heartbeat_brownout_stops_the_worker_before_a_peer_takes_its_leases() -> None:
