@@ -28,7 +28,7 @@ import contextlib
 import logging
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -185,8 +185,9 @@ class ShardDriver:
         for pending in list(self._pending):
             await self._exchange(self._records_message(pending), "processRecords")
 
-    def _records_message(self, batch: list[ConsumedRecord[Any]]) -> bytes:
-        return messages.process_records(batch, self._lag_of(self.shard_id))
+    def _records_message(self, batch: list[ConsumedRecord[Any]]) -> Iterable[bytes]:
+        # In pieces made as they are written: a batch's line is never whole in memory.
+        return messages.process_records_pieces(batch, self._lag_of(self.shard_id))
 
     async def _failed(self, failure: ProcessorError) -> None:
         """Kill the failed processor and wait before the next start (not when stopping)."""
@@ -210,7 +211,7 @@ class ShardDriver:
             async with asyncio.timeout(pause):
                 await self._stopping.wait()
 
-    async def _exchange(self, message: bytes, action: str) -> None:
+    async def _exchange(self, message: bytes | Iterable[bytes], action: str) -> None:
         """Send ``message`` and serve the processor's checkpoints until its status for
         ``action``; raises ProcessorError when it fails (and leaves it to be killed)."""
         child = self._child
