@@ -107,36 +107,45 @@ class ShardDriver:
     async def run(self) -> None:
         """Drive the session to its end; never raises (a failure is logged, the shard alone
         stops)."""
+        # The shard is read from now on, while the processor starts and initializes (the KCL
+        # too starts its prefetch before it calls initialize): its first batch is ready, or
+        # on its way, when initialize is answered, instead of only asked for then.
+        first = asyncio.ensure_future(anext(self.session.batches, None))
         try:
             await self._deliver(None)  # start the processor and initialize it
-            await self._batches()
+            await self._batches(first)
             await self._end()
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("shard %s: the multilang driver failed", self.shard_id)
         finally:
+            await _abandon(first)
             await self._close_child()
 
-    async def _batches(self) -> None:
+    async def _batches(self, first: asyncio.Future[list[ConsumedRecord[Any]] | None]) -> None:
         batches = self.session.batches
-        waiting: asyncio.Future[list[ConsumedRecord[Any]] | None] | None = None
-        while True:
-            if waiting is None:
-                waiting = asyncio.ensure_future(anext(batches, None))
-            if self.settings.empty_batches and not waiting.done():
-                done, _ = await asyncio.wait({waiting}, timeout=self.settings.idle_time)
-                if not done:
-                    await self._deliver([])
-                    continue
-            batch = await waiting
-            waiting = None
-            if batch is None:
-                return
-            self._pending.append(batch)
-            self._last_record = batch[-1]
-            self._largest = batch[-1].position
-            await self._deliver(batch)
+        waiting: asyncio.Future[list[ConsumedRecord[Any]] | None] | None = first
+        try:
+            while True:
+                if waiting is None:
+                    waiting = asyncio.ensure_future(anext(batches, None))
+                if self.settings.empty_batches and not waiting.done():
+                    done, _ = await asyncio.wait({waiting}, timeout=self.settings.idle_time)
+                    if not done:
+                        await self._deliver([])
+                        continue
+                batch = await waiting
+                waiting = None
+                if batch is None:
+                    return
+                self._pending.append(batch)
+                self._last_record = batch[-1]
+                self._largest = batch[-1].position
+                await self._deliver(batch)
+        finally:
+            if waiting is not None:
+                await _abandon(waiting)
 
     async def _end(self) -> None:
         """The ending the KCL would send (see the module doc)."""
@@ -362,6 +371,18 @@ class ShardDriver:
             if index:
                 pending[0] = batch[index:]
             return
+
+
+async def _abandon(waiting: asyncio.Future[Any]) -> None:
+    """Cancel a wait for the next batch that is not wanted any more (a batch it got was never
+    given to the processor: not acknowledged, so read again by whoever reads the shard next)."""
+    if waiting.done():
+        if not waiting.cancelled():
+            waiting.exception()  # seen: the session's own ending reports what failed
+        return
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+        await waiting
 
 
 def _key(position: ExtendedSequenceNumber) -> tuple[int, int, int]:
