@@ -334,17 +334,22 @@ def render(result: dict[str, Any]) -> str:
         theirs = medians.get(name)
         if theirs is None or theirs.get("error") or ours.get("error") or not ours:
             continue
+        pss = (
+            f"{ours['pss_mib'] / theirs['pss_mib']:.2f}x"
+            if "pss_mib" in ours and "pss_mib" in theirs
+            else "-"
+        )
         ratio_rows.append(
             f"| vs {name} | {ours['records_per_second'] / theirs['records_per_second']:.2f}x | "
             f"{ours['cpu_per_100k'] / theirs['cpu_per_100k']:.2f}x | "
-            f"{ours['rss_mib'] / theirs['rss_mib']:.2f}x |"
+            f"{ours['rss_mib'] / theirs['rss_mib']:.2f}x | {pss} |"
         )
     if ratio_rows:
         rows += [
             "",
             "| shardflow multilang | records/s (goal >= 1) | CPU per record (goal <= 0.5) | "
-            "RSS (goal <= 0.3) |",
-            "|---|---:|---:|---:|",
+            "RSS (goal <= 0.3) | PSS (shared pages counted once; no goal) |",
+            "|---|---:|---:|---:|---:|",
             *ratio_rows,
         ]
     if result["first_record"]:
