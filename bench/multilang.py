@@ -42,7 +42,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from consumer import create_stream, payload, put_all
-from kcl_runs import HandledLog, KclBench, failed, not_run, verdict
+from kcl_runs import HandledLog, KclBench, failed, not_run, tree_memory, verdict
 
 RESULTS = Path(os.environ.get("SHARDFLOW_BENCH_RESULTS") or Path(__file__).parent / "results")
 STREAM = "bench-multilang"
@@ -120,6 +120,7 @@ class ShardflowDaemon:
                 if len(log.keys) != seen:
                     seen, last_new = len(log.keys), time.monotonic()
             cpu_end, rss = tree_cpu(process.pid), tree_rss(process.pid)
+            memory = tree_memory(process.pid)
             done_at = time.time()
         finally:
             stop(process)
@@ -129,6 +130,7 @@ class ShardflowDaemon:
             "cpu_seconds": cpu_end - cpu_start,
             "error": None,
             "rss_mib": rss / (1024 * 1024),
+            **memory,
         }
 
     def first_record(self, application: str, timeout: float) -> float | None:
@@ -264,7 +266,18 @@ def line(m: dict[str, Any], records: int) -> str:
     rate = records / m["seconds"] if m["seconds"] else 0.0
     return (
         f"{rate:9,.0f} rec/s  {m['cpu_seconds'] * 100_000 / records:5.2f} CPU-s/100k  "
-        f"RSS {m['rss_mib']:6.0f} MiB  missing {m['missing']}, duplicates {m['duplicates']}"
+        f"RSS {m['rss_mib']:6.0f} MiB{breakdown(m)}  "
+        f"missing {m['missing']}, duplicates {m['duplicates']}"
+    )
+
+
+def breakdown(m: dict[str, Any]) -> str:
+    """`` (daemon D + N processors P; PSS S)``, when the round measured them."""
+    if "rss_daemon_mib" not in m:
+        return ""
+    return (
+        f" (daemon {m['rss_daemon_mib']:.0f} + {m['processors']} processors "
+        f"{m['rss_processors_mib']:.0f}; PSS {m['pss_mib']:.0f})"
     )
 
 
@@ -275,7 +288,7 @@ def median(runs: list[dict[str, Any]], records: int) -> dict[str, Any]:
         return {"error": bad["error"] or f"{bad['missing']} records missing"}
     seconds = statistics.median(m["seconds"] for m in runs)
     cpu = statistics.median(m["cpu_seconds"] for m in runs)
-    return {
+    medians = {
         "error": None,
         "rounds": len(runs),
         "records_per_second": records / seconds,
@@ -283,6 +296,10 @@ def median(runs: list[dict[str, Any]], records: int) -> dict[str, Any]:
         "rss_mib": statistics.median(m["rss_mib"] for m in runs),
         "duplicates": max(m["duplicates"] for m in runs),
     }
+    for key in ("rss_daemon_mib", "rss_processors_mib", "pss_mib", "pss_daemon_mib"):
+        if all(key in m for m in runs):  # results of older runs have only rss_mib
+            medians[key] = statistics.median(m[key] for m in runs)
+    return medians
 
 
 def render(result: dict[str, Any]) -> str:
@@ -293,16 +310,23 @@ def render(result: dict[str, Any]) -> str:
         f"on moto) through one kclpy processor, medians of {args['repeat']} round(s), "
         f"commit {result['commit']}:",
         "",
-        "| daemon | records/s | CPU-s per 100k (process tree) | RSS MiB | duplicates |",
-        "|---|---:|---:|---:|---:|",
+        "| daemon | records/s | CPU-s per 100k (process tree) | RSS MiB | "
+        "of which daemon / processors | PSS MiB | duplicates |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, m in medians.items():
         if m["error"]:
-            rows.append(f"| {name} | failed: {m['error']} | | | |")
+            rows.append(f"| {name} | failed: {m['error']} | | | | | |")
             continue
+        parts = (
+            f"{m['rss_daemon_mib']:,.0f} / {m['rss_processors_mib']:,.0f}"
+            if "rss_daemon_mib" in m
+            else "-"
+        )
+        pss = f"{m['pss_mib']:,.0f}" if "pss_mib" in m else "-"
         rows.append(
             f"| {name} | {m['records_per_second']:,.0f} | {m['cpu_per_100k']:.2f} | "
-            f"{m['rss_mib']:,.0f} | {m['duplicates']} |"
+            f"{m['rss_mib']:,.0f} | {parts} | {pss} | {m['duplicates']} |"
         )
     ours = medians.get(SHARDFLOW, {})
     ratio_rows = []
@@ -310,17 +334,22 @@ def render(result: dict[str, Any]) -> str:
         theirs = medians.get(name)
         if theirs is None or theirs.get("error") or ours.get("error") or not ours:
             continue
+        pss = (
+            f"{ours['pss_mib'] / theirs['pss_mib']:.2f}x"
+            if "pss_mib" in ours and "pss_mib" in theirs
+            else "-"
+        )
         ratio_rows.append(
             f"| vs {name} | {ours['records_per_second'] / theirs['records_per_second']:.2f}x | "
             f"{ours['cpu_per_100k'] / theirs['cpu_per_100k']:.2f}x | "
-            f"{ours['rss_mib'] / theirs['rss_mib']:.2f}x |"
+            f"{ours['rss_mib'] / theirs['rss_mib']:.2f}x | {pss} |"
         )
     if ratio_rows:
         rows += [
             "",
             "| shardflow multilang | records/s (goal >= 1) | CPU per record (goal <= 0.5) | "
-            "RSS (goal <= 0.3) |",
-            "|---|---:|---:|---:|",
+            "RSS (goal <= 0.3) | PSS (shared pages counted once; no goal) |",
+            "|---|---:|---:|---:|---:|",
             *ratio_rows,
         ]
     if result["first_record"]:

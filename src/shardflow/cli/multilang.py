@@ -21,6 +21,7 @@ from shardflow.cli.aws_options import fail, run, stderr
 from shardflow.multilang.config import MultiLangConfig, load_config
 from shardflow.multilang.daemon import MultiLangDaemon
 from shardflow.multilang.errors import PropertiesError
+from shardflow.multilang.memory import release_large_buffers
 
 log = logging.getLogger("shardflow.cli")
 
@@ -93,6 +94,7 @@ def multilang(
     )
     for sdk in ("botocore", "aiobotocore"):
         logging.getLogger(sdk).setLevel(max(level, logging.WARNING))
+    release_large_buffers()  # megabyte GetRecords answers: freed to the system, not the heap
     try:
         run(_serve(MultiLangDaemon(config)))
     except asyncio.CancelledError:

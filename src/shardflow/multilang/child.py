@@ -19,7 +19,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from shardflow.multilang.errors import (
@@ -86,14 +86,22 @@ class ChildProcess:
 
     # --- the protocol ---------------------------------------------------------------------------
 
-    async def send(self, data: bytes) -> None:
-        """Write ``data`` (whole lines) to the child's stdin and wait until it is taken."""
+    async def send(self, data: bytes | Iterable[bytes]) -> None:
+        """Write ``data`` (whole lines, or the consecutive pieces of whole lines) to the child's
+        stdin and wait until it is taken. Pieces are written one by one, each once the pipe
+        took the ones before (up to the transport's buffer), so that a batch's line need not
+        be in memory whole: the next piece is only made (by a generator) when it is needed."""
         process = self._started()
         stdin = process.stdin
         assert stdin is not None
         try:
-            stdin.write(data)
-            await stdin.drain()
+            if isinstance(data, bytes):
+                stdin.write(data)
+                await stdin.drain()
+                return
+            for piece in data:
+                stdin.write(piece)
+                await stdin.drain()
         except (BrokenPipeError, ConnectionResetError, RuntimeError) as exc:
             raise self._exited(f"its stdin is closed ({type(exc).__name__})") from None
 

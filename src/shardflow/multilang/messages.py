@@ -18,7 +18,7 @@ KCL's Jackson reader does: blank lines and lines that are not such a message are
 from __future__ import annotations
 
 import binascii
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -42,6 +42,12 @@ ERROR_NAMES: Final = frozenset(
 )
 """What a checkpoint answer's ``error`` may say: the simple class name of the KCL's exception."""
 
+RECORDS_PER_PIECE: Final = 500
+"""Records encoded at a time by :func:`process_records_pieces`: a batch of 10,000 is never a
+list of 10,000 dicts at once (12 MiB for 100 B records, against 0.6 MiB per piece), and each
+piece can be written to the processor's pipe before the next is encoded."""
+
+_RECORDS_HEAD: Final = b'{"action":"processRecords","records":['
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND: Final = timedelta(milliseconds=1)
 _b64 = binascii.b2a_base64
@@ -91,14 +97,26 @@ def initialize(shard_id: str, position: ExtendedSequenceNumber | None) -> bytes:
 
 
 def process_records(records: Sequence[Record], millis_behind_latest: int | None) -> bytes:
-    """A batch of (de-aggregated) records, each as the KCL's ``JsonFriendlyRecord``."""
-    return _line(
-        {
-            "action": "processRecords",
-            "records": [_record(record) for record in records],
-            "millisBehindLatest": millis_behind_latest,
-        }
-    )
+    """A batch of (de-aggregated) records, each as the KCL's ``JsonFriendlyRecord``: one line
+    (the pieces of :func:`process_records_pieces`, joined)."""
+    return b"".join(process_records_pieces(records, millis_behind_latest))
+
+
+def process_records_pieces(
+    records: Sequence[Record], millis_behind_latest: int | None
+) -> Iterator[bytes]:
+    """The ``processRecords`` line of :func:`process_records` in consecutive pieces, each
+    encoded only when asked for (at most :data:`RECORDS_PER_PIECE` records in one): joined,
+    they are the bytes ``orjson.dumps`` gives for the whole message, so the daemon can write a
+    batch of any size holding one piece in memory at a time."""
+    yield _RECORDS_HEAD
+    for start in range(0, len(records), RECORDS_PER_PIECE):
+        encoded = orjson.dumps(
+            [_record(record) for record in records[start : start + RECORDS_PER_PIECE]]
+        )
+        # "[a,b]" -> "a,b", with the comma that joins it to the piece before
+        yield encoded[1:-1] if start == 0 else b"," + encoded[1:-1]
+    yield b'],"millisBehindLatest":' + orjson.dumps(millis_behind_latest) + b"}\n"
 
 
 def checkpoint_answer(request: CheckpointRequest, error: str | None) -> bytes:

@@ -28,7 +28,7 @@ import contextlib
 import logging
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -107,36 +107,45 @@ class ShardDriver:
     async def run(self) -> None:
         """Drive the session to its end; never raises (a failure is logged, the shard alone
         stops)."""
+        # The shard is read from now on, while the processor starts and initializes (the KCL
+        # too starts its prefetch before it calls initialize): its first batch is ready, or
+        # on its way, when initialize is answered, instead of only asked for then.
+        first = asyncio.ensure_future(anext(self.session.batches, None))
         try:
             await self._deliver(None)  # start the processor and initialize it
-            await self._batches()
+            await self._batches(first)
             await self._end()
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("shard %s: the multilang driver failed", self.shard_id)
         finally:
+            await _abandon(first)
             await self._close_child()
 
-    async def _batches(self) -> None:
+    async def _batches(self, first: asyncio.Future[list[ConsumedRecord[Any]] | None]) -> None:
         batches = self.session.batches
-        waiting: asyncio.Future[list[ConsumedRecord[Any]] | None] | None = None
-        while True:
-            if waiting is None:
-                waiting = asyncio.ensure_future(anext(batches, None))
-            if self.settings.empty_batches and not waiting.done():
-                done, _ = await asyncio.wait({waiting}, timeout=self.settings.idle_time)
-                if not done:
-                    await self._deliver([])
-                    continue
-            batch = await waiting
-            waiting = None
-            if batch is None:
-                return
-            self._pending.append(batch)
-            self._last_record = batch[-1]
-            self._largest = batch[-1].position
-            await self._deliver(batch)
+        waiting: asyncio.Future[list[ConsumedRecord[Any]] | None] | None = first
+        try:
+            while True:
+                if waiting is None:
+                    waiting = asyncio.ensure_future(anext(batches, None))
+                if self.settings.empty_batches and not waiting.done():
+                    done, _ = await asyncio.wait({waiting}, timeout=self.settings.idle_time)
+                    if not done:
+                        await self._deliver([])
+                        continue
+                batch = await waiting
+                waiting = None
+                if batch is None:
+                    return
+                self._pending.append(batch)
+                self._last_record = batch[-1]
+                self._largest = batch[-1].position
+                await self._deliver(batch)
+        finally:
+            if waiting is not None:
+                await _abandon(waiting)
 
     async def _end(self) -> None:
         """The ending the KCL would send (see the module doc)."""
@@ -185,8 +194,9 @@ class ShardDriver:
         for pending in list(self._pending):
             await self._exchange(self._records_message(pending), "processRecords")
 
-    def _records_message(self, batch: list[ConsumedRecord[Any]]) -> bytes:
-        return messages.process_records(batch, self._lag_of(self.shard_id))
+    def _records_message(self, batch: list[ConsumedRecord[Any]]) -> Iterable[bytes]:
+        # In pieces made as they are written: a batch's line is never whole in memory.
+        return messages.process_records_pieces(batch, self._lag_of(self.shard_id))
 
     async def _failed(self, failure: ProcessorError) -> None:
         """Kill the failed processor and wait before the next start (not when stopping)."""
@@ -210,7 +220,7 @@ class ShardDriver:
             async with asyncio.timeout(pause):
                 await self._stopping.wait()
 
-    async def _exchange(self, message: bytes, action: str) -> None:
+    async def _exchange(self, message: bytes | Iterable[bytes], action: str) -> None:
         """Send ``message`` and serve the processor's checkpoints until its status for
         ``action``; raises ProcessorError when it fails (and leaves it to be killed)."""
         child = self._child
@@ -361,6 +371,18 @@ class ShardDriver:
             if index:
                 pending[0] = batch[index:]
             return
+
+
+async def _abandon(waiting: asyncio.Future[Any]) -> None:
+    """Cancel a wait for the next batch that is not wanted any more (a batch it got was never
+    given to the processor: not acknowledged, so read again by whoever reads the shard next)."""
+    if waiting.done():
+        if not waiting.cancelled():
+            waiting.exception()  # seen: the session's own ending reports what failed
+        return
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+        await waiting
 
 
 def _key(position: ExtendedSequenceNumber) -> tuple[int, int, int]:

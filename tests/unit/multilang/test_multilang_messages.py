@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -178,3 +179,46 @@ def test_records_reach_a_processor_as_given(
         )
         for r in decoded["records"]
     ] == [(d, k, s, n, ms, "record") for d, k, s, n, ms in rows]
+
+
+def test_a_batch_in_pieces_is_the_one_line_the_kcl_writes() -> None:
+    # More records than one piece holds, and a last piece that is not full: joined, the pieces
+    # are byte for byte the message encoded whole (as the KCL's JSON writer gives it).
+    count = 2 * messages.RECORDS_PER_PIECE + 7
+    records = [
+        Record(
+            f"{i:05d}|é\x00".encode(),
+            f"kéy-{i % 13}",
+            SEQ + str(i),
+            i % 3,
+            approximate_arrival_timestamp=None if i % 5 == 0 else at(1795716073220 + i),
+        )
+        for i in range(count)
+    ]
+    pieces = list(messages.process_records_pieces(records, 1234))
+    whole = (
+        orjson.dumps(
+            {
+                "action": "processRecords",
+                "records": [
+                    {
+                        "data": base64.b64encode(r.data).decode(),
+                        "partitionKey": r.partition_key,
+                        "sequenceNumber": r.sequence_number,
+                        "approximateArrivalTimestamp": messages.arrival_millis(r),
+                        "subSequenceNumber": r.sub_sequence_number,
+                        "action": "record",
+                    }
+                    for r in records
+                ],
+                "millisBehindLatest": 1234,
+            }
+        )
+        + b"\n"
+    )
+    assert b"".join(pieces) == whole
+    assert len(pieces) == 5  # head, three pieces of records, tail
+    assert max(len(piece) for piece in pieces) < len(whole) // 2
+    assert b"".join(messages.process_records_pieces([], None)) == (
+        b'{"action":"processRecords","records":[],"millisBehindLatest":null}\n'
+    )
