@@ -531,6 +531,7 @@ class Fleet:
         self.producer.stop()
         written = len(self.producer.written)
         drained = wait_for(lambda: self.drained(), 60, every=0.5)
+        table = self.table_entities()  # the mode the fleet ran in, before the workers stop
         stopping = time.time()
         self.stop_all()
         self.log.poll()
@@ -549,6 +550,7 @@ class Fleet:
             "shards": config.shards,
             "workers": config.workers,
             "phases": [asdict(p) for p in self.phases],
+            "table_at_end": table,
             "verified": verified,
             "producer": {
                 "written": written,
@@ -934,6 +936,8 @@ class Fleet:
         events = fleet_timeline.read_events(
             {name: self.dir / f"{name}.log" for name in self.workers}
         )
+        assert self.producer is not None
+        sent_at = {rid: sent for rid, (_, sent) in self.producer.written.items()}
         for phase in self.phases:
             if not phase.judged:
                 continue
@@ -949,7 +953,9 @@ class Fleet:
                 }
             if phase.judged == "planned":
                 # Where the pause of each shard that changed hands went, step by step.
-                found = fleet_timeline.moves(self.log.rows, events, phase.started, phase.ended)
+                found = fleet_timeline.moves(
+                    self.log.rows, events, phase.started, phase.ended, sent_at
+                )
                 f["handoffs"] = fleet_timeline.stage_summary(found)
             self.say(f"{phase.name}: {summary_line(asdict(phase))}")
             for key in ("gap_max", "delay_max", "twice", "takeover"):
@@ -1454,7 +1460,11 @@ def handoff_line(summary: dict[str, Any]) -> str:
         f"{fmt_s(values['max'])})"
         for name, values in summary["stages"].items()
     )
-    line = f"{summary['moves']} moves, median gap {fmt_s(summary['gap_median'])}; median stages: {stages}"
+    line = (
+        f"{summary['moves']} moves, median gap {fmt_s(summary['gap_median'])}, the new owner's "
+        f"first record waited {fmt_s(summary.get('first_delay_median'))} (max "
+        f"{fmt_s(summary.get('first_delay_max'))}); median stages: {stages}"
+    )
     if summary["worst"]:
         worst = summary["worst"][0]
         line += (

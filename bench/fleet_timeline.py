@@ -11,7 +11,10 @@ with a wall time by the worker that does it (``%(created).3f`` in the workers' l
     -> "shard K (...): resuming after ..."    its reader starts (checkpoint from the lease)
     -> first record handled by the new owner  GetShardIterator, GetRecords, the handler
 
-A pause (the gap between the two records) is split into the stages between these points;
+The last stage is split in two by the time the new owner's first record was written: a reader
+that starts before the next record exists waits for the producer (at 2 records/s up to 0.5 s),
+which is the rate, not the handoff. A pause (the gap between the two records) is the sum of
+the stages;
 :func:`moves` finds every such move in a window, :func:`stage_summary` says which stage the
 pause went to, on the median move and on the shards with the longest gaps.
 """
@@ -37,14 +40,15 @@ _EVENTS = (
     ("claimed", re.compile(r"^claimed lease (\S+) \(handoff\)")),
     ("reader", re.compile(r"^shard (\S+) \(stream [^)]*\): resuming after checkpoint")),
 )
-STAGES = ("begun", "handed", "claimed", "reader", "first")
+STAGES = ("begun", "handed", "claimed", "reader", "no_record", "first")
 """The points of a move after the old owner's last record, in order."""
 STAGE_TITLES = {
     "begun": "last record -> handoff begun",
     "handed": "begun -> drained + handed over",
     "claimed": "handed over -> claimed by the new owner",
     "reader": "claimed -> reader started",
-    "first": "reader started -> first record",
+    "no_record": "waiting for the next record to be written",
+    "first": "reader started (or record written) -> first record handled",
 }
 
 
@@ -66,6 +70,8 @@ class Move:
     new: str
     last: float
     first: float
+    written: float | None = None
+    """When the new owner's first record was written (None: not known)."""
     begun: float | None = None
     handed: float | None = None
     claimed: float | None = None
@@ -87,9 +93,21 @@ class Move:
         out: dict[str, float | None] = {}
         previous: float | None = self.last
         for name, at in points:
+            if name == "first" and previous is not None and self.written is not None:
+                # Reader up before the record existed: that wait is the producer's rate.
+                waited = max(0.0, min(self.written, at) - previous)
+                out["no_record"] = round(waited, 3)
+                previous += waited
+            elif name == "first":
+                out["no_record"] = None
             out[name] = round(at - previous, 3) if at is not None and previous is not None else None
             previous = at if at is not None else None
-        return out
+        return {name: out[name] for name in STAGES}
+
+    @property
+    def first_delay(self) -> float | None:
+        """How long the new owner's first record waited to be handled after it was written."""
+        return None if self.written is None else self.first - self.written
 
 
 def read_events(logs: Mapping[str, Path]) -> list[LogEvent]:
@@ -114,23 +132,29 @@ def read_events(logs: Mapping[str, Path]) -> list[LogEvent]:
 
 
 def moves(
-    rows: Iterable[Handled], events: Iterable[LogEvent], start: float, end: float
+    rows: Iterable[Handled],
+    events: Iterable[LogEvent],
+    start: float,
+    end: float,
+    written: Mapping[str, float] | None = None,
 ) -> list[Move]:
     """Every change of the worker handling a shard whose first record by the new worker falls
-    in ``[start, end]``, with the logged points between the two records."""
-    by_shard: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    for worker, shard, _, at in rows:
-        by_shard[shard].append((at, worker))
+    in ``[start, end]``, with the logged points between the two records (``written``: record
+    id -> when it was written)."""
+    by_shard: dict[str, list[tuple[float, str, str]]] = defaultdict(list)
+    for worker, shard, record_id, at in rows:
+        by_shard[shard].append((at, worker, record_id))
     logged: dict[str, list[LogEvent]] = defaultdict(list)
     for event in events:
         logged[event.shard].append(event)
     found: list[Move] = []
     for shard, handled in by_shard.items():
         handled.sort()
-        for (last, old), (first, new) in itertools.pairwise(handled):
+        for (last, old, _), (first, new, record_id) in itertools.pairwise(handled):
             if old == new or not start <= first <= end:
                 continue
-            move = Move(shard, old, new, last, first)
+            sent = written.get(record_id) if written is not None else None
+            move = Move(shard, old, new, last, first, sent)
             for event in logged.get(shard, []):
                 # The points of this move: after the old owner's last-but-one record at the
                 # earliest (a handoff may begin while its last record is being handled).
@@ -152,9 +176,12 @@ def stage_summary(found: list[Move], worst: int = 5) -> dict[str, Any]:
             if seconds is not None:
                 stages[name].append(seconds)
     ranked = sorted(found, key=lambda move: move.gap, reverse=True)
+    delays = [m.first_delay for m in found if m.first_delay is not None]
     return {
         "moves": len(found),
         "gap_median": round(statistics.median(m.gap for m in found), 3) if found else None,
+        "first_delay_median": round(statistics.median(delays), 3) if delays else None,
+        "first_delay_max": round(max(delays), 3) if delays else None,
         "stages": {
             name: {
                 "median": round(statistics.median(values), 3) if values else None,
@@ -169,6 +196,7 @@ def stage_summary(found: list[Move], worst: int = 5) -> dict[str, Any]:
                 "old": move.old,
                 "new": move.new,
                 "gap": round(move.gap, 3),
+                "first_delay": round(move.first_delay, 3) if move.first_delay is not None else None,
                 "stages": move.stages(),
             }
             for move in ranked[:worst]
@@ -184,12 +212,16 @@ def describe(summary: dict[str, Any]) -> list[str]:
         f"{STAGE_TITLES[name]} {fmt(values['median'])} (max {fmt(values['max'])})"
         for name, values in summary["stages"].items()
     )
-    lines = [f"{summary['moves']} moves, gap median {fmt(summary['gap_median'])}: {medians}"]
+    lines = [
+        f"{summary['moves']} moves, gap median {fmt(summary['gap_median'])}, the new owner's "
+        f"first record waited {fmt(summary['first_delay_median'])} (max "
+        f"{fmt(summary['first_delay_max'])}): {medians}"
+    ]
     for move in summary["worst"]:
         stages = ", ".join(f"{name} {fmt(value)}" for name, value in move["stages"].items())
         lines.append(
             f"  {move['shard'][-4:]} {move['old']} -> {move['new']}: gap "
-            f"{fmt(move['gap'])} = {stages}"
+            f"{fmt(move['gap'])} = {stages}; first record waited {fmt(move['first_delay'])}"
         )
     return lines
 
