@@ -14,6 +14,14 @@ its AWS requests per operation with botocore's ``before-call``/``after-call`` ho
 clients' session (a dict update per call) and writes the totals to a file once a second;
 psutil samples every process's CPU time and RSS once a second.
 
+Lease modes (``--lease-mode``, default ``both``): the application's lease mode is stored in
+its table before any worker starts, ``per-lease`` (every lease renewed on its own, the KCL's
+way) or ``heartbeat`` (one heartbeat item per worker; a lease is written when taken,
+checkpointed, handed off or released). ``both`` runs the whole bench once per mode, each on
+fresh emulators, per-lease first; the heartbeat run uses the shard count the per-lease run
+settled on, so that the two compare on the same fleet. The result holds the runs side by
+side (``runs``, keyed by mode), and the goals are printed per mode.
+
 Phases, one after the other on the same stream and lease table, records flowing throughout
 except in the idle minute:
 
@@ -36,7 +44,10 @@ p99 and worst delay of a record (handled minus written), records handled twice (
 handling falls in the phase) and never handled (written in the phase). At 2 records/s a shard's
 records are 0.5 s apart, so a p99 *gap* at or above 0.5 s is the rate, not a pause: the p99
 goal is judged on the record delay, which a pause lengthens and the rate does not; the worst
-gap is judged as it is. After the last phase the producer stops, the tail is drained and every
+gap is judged as it is. For every shard that changed hands in a planned move the workers'
+logs give the steps of its pause (bench/fleet_timeline.py): the old owner's last record, the
+handoff begun, drained and handed over, claimed by the new owner, its reader started, its
+first record; the stages' medians and the slowest moves are printed. After the last phase the producer stops, the tail is drained and every
 record id written is looked up in what the workers handled.
 
 Goals (printed met / MISSED): rolling restart worst gap <= 1 s, record delay p99 <= 0.5 s,
@@ -51,7 +62,8 @@ the record delay) and starts over at half the shards, down to ``--min-shards`` (
 Lease timings as bench/handoff.py: failover 6 s (renew 1.975 s, take cycle 12.05 s), polling
 idle 0.2 s, pick-up every 0.2 s, handoff timeout 10 s, drain timeout 5 s.
 
-    .venv/bin/python bench/fleet.py                 # 256 shards, 8 workers (~10 min)
+    .venv/bin/python bench/fleet.py                 # 256 shards, 8 workers, both modes (~15 min)
+    .venv/bin/python bench/fleet.py --lease-mode heartbeat
     .venv/bin/python bench/fleet.py --short         # 64 shards, 4 workers, shorter phases
     .venv/bin/python bench/fleet.py --lease-server moto --shards 64
 """
@@ -78,6 +90,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import fleet_timeline
 from fleet_kit import (
     DRAIN_TIMEOUT,
     FAILOVER,
@@ -111,12 +124,19 @@ READER_STARTED = re.compile(
 )
 
 
+LEASE_MODES = ("per-lease", "heartbeat")
+
+
 @dataclass(frozen=True)
 class Config:
     shards: int = 256
     workers: int = 8
     rate: float = 2.0
     lease_server: str = "dynalite"
+    lease_modes: tuple[str, ...] = LEASE_MODES
+    """Each mode is a run of its own (fresh emulators, the same phases), in this order."""
+    lease_mode: str = "per-lease"
+    """The mode of the run under way (stored in its lease table before any worker starts)."""
     phases: tuple[str, ...] = PHASES
     settle: float | None = None  # start-up: seconds to wait at most (None: 60 + shards / 2)
     steady: float = 15.0  # the steady window after start-up (the load check)
@@ -388,6 +408,24 @@ class Fleet:
         except self.ddb.exceptions.ResourceNotFoundException:
             return []
 
+    def table_entities(self) -> dict[str, Any]:
+        """What the table says of its lease mode: the mode item, the heartbeat items."""
+        items = self.leases()
+        kinds = Counter(item.get("entityType", {}).get("S") for item in items)
+        mode = next(
+            (
+                item.get("leaseMode", {}).get("S")
+                for item in items
+                if item.get("entityType", {}).get("S") == "SHARDFLOW_LEASE_MODE"
+            ),
+            None,
+        )
+        return {
+            "lease_mode": mode or "per-lease",
+            "heartbeat_items": kinds.get("SHARDFLOW_HEARTBEAT", 0),
+            "lease_items": kinds.get(None, 0),
+        }
+
     def owners(self) -> Counter[str]:
         got = Counter(item.get("leaseOwner", {}).get("S") for item in self.leases())
         return got
@@ -475,6 +513,10 @@ class Fleet:
             {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"] for s in shards},
             config.rate,
         )
+        if config.lease_mode != "per-lease":
+            # The application's mode is stored in its table before any worker starts (as
+            # `shardflow leases APP --set-mode heartbeat` does); every worker follows it.
+            set_lease_mode(self.dynamodb, self.app, config.lease_mode, config.lease_server)
         self.producer.start()
         self.startup()
         if "rolling" in config.phases:
@@ -489,6 +531,7 @@ class Fleet:
         self.producer.stop()
         written = len(self.producer.written)
         drained = wait_for(lambda: self.drained(), 60, every=0.5)
+        table = self.table_entities()  # the mode the fleet ran in, before the workers stop
         stopping = time.time()
         self.stop_all()
         self.log.poll()
@@ -501,11 +544,13 @@ class Fleet:
             f"{verified['twice']} twice, {verified['lost']} never handled"
         )
         return {
+            "lease_mode": config.lease_mode,
             "stream": self.stream,
             "files": str(self.dir),
             "shards": config.shards,
             "workers": config.workers,
             "phases": [asdict(p) for p in self.phases],
+            "table_at_end": table,
             "verified": verified,
             "producer": {
                 "written": written,
@@ -770,6 +815,7 @@ class Fleet:
         phase.figures = {
             "seconds": round(end - start, 1),
             "drained_first": drained,
+            "table": self.table_entities(),
             "lease_requests_per_minute": {
                 op: round(n / minutes, 1) for op, n in sorted(per_op.items())
             },
@@ -887,6 +933,11 @@ class Fleet:
     def judge(self) -> None:
         """Gaps, delays, repeats and losses of each phase, with everything handled read."""
         self.log.poll()
+        events = fleet_timeline.read_events(
+            {name: self.dir / f"{name}.log" for name in self.workers}
+        )
+        assert self.producer is not None
+        sent_at = {rid: sent for rid, (_, sent) in self.producer.written.items()}
         for phase in self.phases:
             if not phase.judged:
                 continue
@@ -900,9 +951,18 @@ class Fleet:
                     "0 twice": f["twice"] == 0,
                     "0 lost": f["lost"] == 0,
                 }
+            if phase.judged == "planned":
+                # Where the pause of each shard that changed hands went, step by step.
+                found = fleet_timeline.moves(
+                    self.log.rows, events, phase.started, phase.ended, sent_at
+                )
+                f["handoffs"] = fleet_timeline.stage_summary(found)
             self.say(f"{phase.name}: {summary_line(asdict(phase))}")
             for key in ("gap_max", "delay_max", "twice", "takeover"):
                 self.say(f"  worst shards by {key}: {worst_shards(asdict(phase), key)}")
+            if "handoffs" in f:
+                for line in fleet_timeline.describe(f["handoffs"]):
+                    self.say(f"  handoffs: {line}")
 
     def window_into(self, phase: Phase) -> None:
         got = self.window(phase.started, phase.ended)
@@ -1264,71 +1324,209 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
+def runs_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The runs of a result by lease mode (a result from before the lease modes is one
+    per-lease run, its figures at the top)."""
+    runs: dict[str, dict[str, Any]] = result.get("runs") or {"per-lease": result}
+    return runs
+
+
+def phase_title(phase: dict[str, Any], workers_left: int | None = None) -> str:
+    """A phase's title without what differs between runs (the name of the killed worker)."""
+    if phase["name"] == "kill":
+        return "kill -9 of the worker holding the most leases" + (
+            f" ({workers_left} left)" if workers_left is not None else ""
+        )
+    return str(phase["title"])
+
+
+def goals_text(goals: dict[str, bool]) -> str:
+    if not goals:
+        return ""
+    missed = [goal for goal, ok in goals.items() if not ok]
+    if not missed:
+        return "goals: all met (" + ", ".join(goals) + ")"
+    met = [goal for goal, ok in goals.items() if ok]
+    return (
+        "goals: "
+        + ", ".join(f"{goal} MISSED" for goal in missed)
+        + (f" (met: {', '.join(met)})" if met else "")
+    )
+
+
+def phase_cell(phase: dict[str, Any]) -> str:
+    """One run's figures of a phase, and its goals, in a table cell."""
+    f = phase["figures"]
+    parts = []
+    if phase["judged"] == "planned":
+        parts.append(
+            f"worst gap {fmt_s(f['gap_max'])}, p99 gap {fmt_s(f['gap_p99'])} (median shard "
+            f"{fmt_s(f['gap_p99_median'])}), record delay p99 {fmt_s(f['delay_p99'])} / max "
+            f"{fmt_s(f['delay_max'])}, {f['twice']} twice, {f['lost']} lost"
+        )
+    other = other_figures(phase)
+    if other:
+        parts.append(other)
+    if phase["judged"] == "kill":
+        parts.append(f"{f['twice']} handled twice, {f['lost']} lost")
+    goals = goals_text(phase["goals"])
+    if goals:
+        parts.append(goals)
+    return "; ".join(parts)
+
+
 def render(result: dict[str, Any]) -> str:
-    """The run's table, from its JSON (bench/tables.py puts it into docs/benchmarks.md)."""
+    """The runs' table, the lease modes side by side, from the JSON (bench/tables.py puts it
+    into docs/benchmarks.md)."""
+    runs = runs_of(result)
+    modes = list(runs)
+    first = runs[modes[0]]
     lines = [
-        "| phase | longest gap | p99 gap, worst shard (median shard) | record delay p99 / max "
-        "| twice | never handled | other figures | goals |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "| phase | " + " | ".join(f"lease mode {mode}" for mode in modes) + " |",
+        "|---|" + "---|" * len(modes),
     ]
-    for phase in result["phases"]:
-        f = phase["figures"]
-        goals = ", ".join(f"{goal}: {verdict(ok)}" for goal, ok in phase["goals"].items())
-        if phase["judged"]:
-            cells = [
-                fmt_s(f["gap_max"]),
-                f"{fmt_s(f['gap_p99'])} ({fmt_s(f['gap_p99_median'])})",
-                f"{fmt_s(f['delay_p99'])} / {fmt_s(f['delay_max'])}",
-                str(f["twice"]),
-                str(f["lost"]),
-            ]
-        else:
-            cells = ["", "", "", "", ""]
-        lines.append(
-            f"| {phase['title']} | {' | '.join(cells)} | {other_figures(phase)} | {goals or '-'} |"
-        )
+    by_mode = {mode: {p["name"]: p for p in run["phases"]} for mode, run in runs.items()}
+    for phase in first["phases"]:
+        cells = [
+            phase_cell(by_mode[mode][phase["name"]]) if phase["name"] in by_mode[mode] else "-"
+            for mode in modes
+        ]
+        left = first["workers"] - 1 if phase["name"] == "kill" else None
+        lines.append(f"| {phase_title(phase, left)} | {' | '.join(cells)} |")
     notes = []
-    for attempt in result.get("saturated", []):
+    for mode, run in runs.items():
+        for attempt in run.get("saturated", []):
+            notes.append(
+                f"{mode}: {attempt['shards']} shards NOT sustained ({attempt['reason']}); "
+                f"{load_line(attempt['load'])}"
+            )
+    for mode, run in runs.items():
+        startup = next((p for p in run["phases"] if p["name"] == "startup"), None)
+        if startup is not None:
+            notes.append(
+                f"{mode}: {run['shards']} shards, steady load: {load_line(startup['load'])}"
+            )
+        rolling = next((p for p in run["phases"] if p["name"] == "rolling"), None)
+        if rolling is not None:
+            notes.append(f"{mode}: load during the rolling restart: {load_line(rolling['load'])}")
+            if rolling["figures"].get("handoffs"):
+                notes.append(
+                    f"{mode}: where the rolling restart's pauses went (workers' logs): "
+                    + handoff_line(rolling["figures"]["handoffs"])
+                )
+        v = run["verified"]
         notes.append(
-            f"{attempt['shards']} shards: NOT sustained ({attempt['reason']}); {load_line(attempt['load'])}"
+            f"{mode}: every record id checked: {v['written']:,} written, "
+            f"{v['handled_ids']:,} handled, {v['twice']} handled twice in all (kill -9 "
+            f"included), {v['lost']} never handled"
         )
-    startup = next((p for p in result["phases"] if p["name"] == "startup"), None)
-    if startup is not None:
-        notes.append(f"{result['shards']} shards, steady load: {load_line(startup['load'])}")
     for name, rows in result.get("probe", {}).items():
         notes.append(f"probe, {probe_line(name, rows)}")
+    startup = next((p for p in first["phases"] if p["name"] == "startup"), None)
     if startup is not None and result.get("probe"):
         asked = startup["load"]["requests"].get("kinesis.GetRecords", {}).get("per_second")
         if asked:
-            per_shard = asked / result["shards"]
+            per_shard = asked / first["shards"]
             notes.append(
                 f"the fleet asked kinesalite for {per_shard:.1f} GetRecords/s per shard in the "
                 f"steady window: {per_shard * result['requested_shards']:,.0f}/s at "
                 f"{result['requested_shards']} shards"
             )
-    rolling = next((p for p in result["phases"] if p["name"] == "rolling"), None)
-    if rolling is not None:
-        notes.append(f"load during the rolling restart: {load_line(rolling['load'])}")
-    v = result["verified"]
-    notes.append(
-        f"every record id checked: {v['written']:,} written, {v['handled_ids']:,} handled, "
-        f"{v['twice']} handled twice in all (kill -9 included), {v['lost']} never handled"
-    )
-    if result.get("saturated"):
+    if any(run.get("saturated") for run in runs.values()):
         notes.append(
-            f"run at {result['shards']} shards, below the {result['requested_shards']} asked "
+            f"run at {first['shards']} shards, below the {result['requested_shards']} asked "
             "for: the local stack did not keep up with more on this machine as it was loaded "
             "during the run (the CPU other jobs took is in each load line)"
         )
+    settings = first.get("settings") or result["settings"]
     return "\n".join(
         [
             *lines,
             "",
             *(f"- {note}" for note in notes),
             "",
-            f"({result['settings']}; {result['machine']}; {result['seconds']} s in all)",
+            f"({settings}; lease modes {', '.join(modes)}, each on fresh emulators; "
+            f"{result['machine']}; {result['seconds']} s in all)",
         ]
     )
+
+
+def handoff_line(summary: dict[str, Any]) -> str:
+    """The median move's stages and the slowest move's, in one line."""
+    if not summary["moves"]:
+        return "no shard changed hands"
+    stages = ", ".join(
+        f"{fleet_timeline.STAGE_TITLES[name]} {fmt_s(values['median'])} (max "
+        f"{fmt_s(values['max'])})"
+        for name, values in summary["stages"].items()
+    )
+    line = (
+        f"{summary['moves']} moves, median gap {fmt_s(summary['gap_median'])}, the new owner's "
+        f"first record waited {fmt_s(summary.get('first_delay_median'))} (max "
+        f"{fmt_s(summary.get('first_delay_max'))}); median stages: {stages}"
+    )
+    if summary["worst"]:
+        worst = summary["worst"][0]
+        line += (
+            f"; slowest, {worst['shard']} {worst['old']} -> {worst['new']}: gap "
+            f"{fmt_s(worst['gap'])} = "
+            + " + ".join(f"{name} {fmt_s(value)}" for name, value in worst["stages"].items())
+        )
+    return line
+
+
+def render_idle(result: dict[str, Any]) -> str:
+    """The idle fleet's lease-table requests in each lease mode (docs/guides/operations.md)."""
+    runs = runs_of(result)
+    lines = [
+        "| lease mode | lease-table requests / minute, all workers | by operation | per worker "
+        "| CPU per worker (max) | RSS per worker (max) |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    updates: dict[str, float] = {}
+    workers = None
+    for mode, run in runs.items():
+        idle = next((p for p in run["phases"] if p["name"] == "idle"), None)
+        if idle is None:
+            continue
+        f = idle["figures"]
+        per_op = f["lease_requests_per_minute"]
+        updates[mode] = per_op.get("dynamodb.UpdateItem", 0.0)
+        workers = len(f["per_worker"])
+        per_worker = f["lease_requests_per_minute_total"] / max(workers, 1)
+        ops = ", ".join(f"{op.split('.', 1)[1]} {n:,.0f}" for op, n in per_op.items())
+        lines.append(
+            f"| {mode} | {f['lease_requests_per_minute_total']:,.0f} | {ops or '-'} "
+            f"| {per_worker:,.0f} | {f['cpu_per_worker_max']:.3f} | "
+            f"{f['rss_mb_per_worker_max']:.0f} MB |"
+        )
+    first = next(iter(runs.values()))
+    notes = [
+        f"An idle fleet of {workers} worker processes on {first['shards']} shards, "
+        f"{next(p for p in first['phases'] if p['name'] == 'idle')['figures']['seconds']:g} s "
+        "measured, no records flowing; requests counted in each worker (botocore hooks)."
+    ]
+    if "per-lease" in updates and "heartbeat" in updates and updates["per-lease"]:
+        notes.append(
+            f"Lease writes (UpdateItem) in the heartbeat mode: "
+            f"{updates['heartbeat'] / updates['per-lease']:.3f}x the per-lease mode's, same run."
+        )
+    settings = first.get("settings") or result["settings"]
+    notes.append(f"`bench/fleet.py`: {settings}; {result['machine']}.")
+    return "\n".join([*lines, "", " ".join(notes)])
+
+
+def goal_lines(result: dict[str, Any]) -> list[str]:
+    """Every goal of every phase, per lease mode, met or MISSED."""
+    lines = []
+    for mode, run in runs_of(result).items():
+        goals = [
+            f"{phase['name']}: {goal} {verdict(ok)}"
+            for phase in run["phases"]
+            for goal, ok in phase["goals"].items()
+        ]
+        lines.append(f"goals, lease mode {mode}: " + "; ".join(goals))
+    return lines
 
 
 def other_figures(phase: dict[str, Any]) -> str:
@@ -1413,7 +1611,8 @@ def settings_line(config: Config, shards: int) -> str:
 
 
 def run(config: Config, say: Any = print) -> dict[str, Any]:
-    """The whole bench, on emulators of its own; the result as written to JSON."""
+    """The whole bench, on emulators of its own, once per lease mode of ``config``; the
+    result as written to JSON (the runs side by side under ``runs``, keyed by mode)."""
     from shardflow.local import DynaliteServer, KinesaliteServer, MotoServer
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
@@ -1421,7 +1620,6 @@ def run(config: Config, say: Any = print) -> dict[str, Any]:
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     started = time.monotonic()
     say(f"settings: {settings_line(config, config.shards)}")
-    saturated: list[dict[str, Any]] = []
     probed: dict[str, Any] = {}
     if config.probe:
         say("probe: each emulator alone under the fleet's commonest request ...")
@@ -1429,6 +1627,42 @@ def run(config: Config, say: Any = print) -> dict[str, Any]:
         with KinesaliteServer() as kinesalite, lease_server as leases:
             servers = {"kinesalite": kinesalite.pid, config.lease_server: leases.pid}
             probed = probe(kinesalite.endpoint_url, leases.endpoint_url, servers, say)
+    runs: dict[str, dict[str, Any]] = {}
+    attempt = config
+    for mode in config.lease_modes:
+        say(f"lease mode {mode}, {attempt.shards} shards ...")
+        # The first mode finds the shard count the local stack sustains; the next run at that
+        # count (no fallback) so that the modes compare on the same fleet.
+        outcome, attempt = run_mode(replace(attempt, lease_mode=mode), say)
+        attempt = replace(attempt, fallback=False)
+        runs[mode] = outcome
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    first = runs[config.lease_modes[0]]
+    result = {
+        "benchmark": "fleet",
+        "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+        "machine": machine,
+        "settings": settings_line(attempt, attempt.shards),
+        "requested_shards": config.shards,
+        "shards": first["shards"],
+        "workers": config.workers,
+        "lease_server": config.lease_server,
+        "lease_modes": list(config.lease_modes),
+        "probe": probed,
+        "runs": runs,
+        "seconds": round(time.monotonic() - started),
+    }
+    for line in goal_lines(result):
+        say(line)
+    return result
+
+
+def run_mode(config: Config, say: Any) -> tuple[dict[str, Any], Config]:
+    """One fleet run in ``config.lease_mode``, starting over at half the shards while the
+    local stack does not keep up (if ``config.fallback``); the run and the config it ran."""
+    from shardflow.local import DynaliteServer, KinesaliteServer, MotoServer
+
+    saturated: list[dict[str, Any]] = []
     attempt = config
     while True:
         smaller = max(attempt.shards // 2, config.min_shards)
@@ -1456,19 +1690,28 @@ def run(config: Config, say: Any = print) -> dict[str, Any]:
                 )
                 say(f"starting over at {smaller} shards")
                 attempt = replace(attempt, shards=smaller)
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    return {
-        "benchmark": "fleet",
-        "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
-        "machine": machine,
-        "settings": settings_line(attempt, attempt.shards),
-        "requested_shards": config.shards,
-        "lease_server": config.lease_server,
-        "saturated": saturated,
-        "probe": probed,
-        **outcome,
-        "seconds": round(time.monotonic() - started),
-    }
+    outcome["saturated"] = saturated
+    outcome["settings"] = settings_line(attempt, attempt.shards)
+    return outcome, attempt
+
+
+def set_lease_mode(endpoint: str, application: str, mode: str, lease_server: str) -> None:
+    """Create the application's lease table and store its lease mode in it."""
+    import asyncio
+
+    from shardflow.aws.clients import ClientFactory
+    from shardflow.aws.settings import AwsSettings
+    from shardflow.leases.dynamodb import DynamoDBLeaseStore
+
+    async def store_mode() -> None:
+        factory = ClientFactory(AwsSettings(region=REGION, endpoint_url=endpoint))
+        async with factory.dynamodb() as client:
+            store = DynamoDBLeaseStore(client, application)
+            # moto: with the stream that lease pick-up reads, as the workers would create it.
+            await store.ensure_table(stream_if_created=lease_server == "moto")
+            await store.set_lease_mode("heartbeat" if mode == "heartbeat" else "per-lease")
+
+    asyncio.run(store_mode())
 
 
 def main() -> None:
@@ -1484,6 +1727,14 @@ def main() -> None:
         default="dynalite",
         help="the lease table's server: dynalite (concurrent; no stream, so pick-up polls) or "
         "moto (with its DynamoDB stream; serialized, ~110 conditional writes/s)",
+    )
+    parser.add_argument(
+        "--lease-mode",
+        choices=(*LEASE_MODES, "both"),
+        default="both",
+        help="the lease mode of the application (stored in its table before the workers "
+        "start): per-lease renewals, one heartbeat per worker, or both, one run after the "
+        "other on fresh emulators, side by side in the result (default both)",
     )
     parser.add_argument(
         "--phases",
@@ -1523,7 +1774,10 @@ def main() -> None:
             counts=args.counts,
         )
         return
-    config = replace(SHORT if args.short else DEFAULT, lease_server=args.lease_server)
+    modes = LEASE_MODES if args.lease_mode == "both" else (args.lease_mode,)
+    config = replace(
+        SHORT if args.short else DEFAULT, lease_server=args.lease_server, lease_modes=modes
+    )
     overrides: dict[str, Any] = {
         "shards": args.shards,
         "workers": args.workers,

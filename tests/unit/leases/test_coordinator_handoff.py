@@ -202,21 +202,23 @@ SLOW_DRAIN = 12.0
 lease table near its limit (bench/handoff.py, commit 3306ef9)."""
 
 
-async def a_hands_to_b_as_both_leave(w: Any, settings: LeaseSettings) -> tuple[Any, Any]:
+async def a_hands_to_b_as_both_leave(w: Any, settings: LeaseSettings) -> tuple[Any, Any, float]:
     """a and b hold 32 leases each and leave one right after the other: a chose b for all of
     its leases before b said that it leaves (the race two workers stopping at once can run);
-    b then has nobody to hand its own to. b's shards drain at once, a's take SLOW_DRAIN s."""
+    b then has nobody to hand its own to. b's shards drain at once, a's take SLOW_DRAIN s
+    (a's leave, paced while the first handoffs drain, ends before); returns when they end."""
     a = await w.start("a", settings=replace(settings, max_leases_per_worker=32))
     b = await w.start("b", settings=replace(settings, max_leases_per_worker=32))
     assert Counter({"a": 32, "b": 32}) == await w.owners()
-    complete_handoffs(a, not_before=w.clock.monotonic() + SLOW_DRAIN, clock=w.clock)
+    drained_at = w.clock.monotonic() + SLOW_DRAIN
+    complete_handoffs(a, not_before=drained_at, clock=w.clock)
     complete_handoffs(b)
     assert await leave(w, a) == 32
     assert await leave(w, b) == 0
     from_a = [lease for lease in (await w.leases()).values() if lease.checkpoint_owner == "a"]
     assert len(from_a) == 32
     assert {lease.lease_owner for lease in from_a} == {"b"}, "a chose b for all of them"
-    return a, b
+    return a, b, drained_at
 
 
 async def test_a_leaver_waits_for_handoffs_to_it_and_frees_them_at_64_shards() -> None:
@@ -227,9 +229,9 @@ async def test_a_leaver_waits_for_handoffs_to_it_and_frees_them_at_64_shards() -
         HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0, successor_wait=0.0
     )
     async with world([shard(i) for i in range(64)]) as w:
-        a, b = await a_hands_to_b_as_both_leave(w, settings)
+        a, b, drained_at = await a_hands_to_b_as_both_leave(w, settings)
         b_stopped = asyncio.create_task(b.stop())
-        await run_for(SLOW_DRAIN - 1.0, w.clock, step=0.25)
+        await run_for(drained_at - w.clock.monotonic() - 1.0, w.clock, step=0.25)
         assert not b_stopped.done(), "b left with a's handoffs to it under way"
         await run_for(2.0, w.clock, step=0.25)
         assert b_stopped.done()
@@ -247,7 +249,7 @@ async def test_a_leaver_passes_a_handoff_to_it_on_to_a_live_worker_at_64_shards(
         HANDOFF, handoff_timeout=30.0, max_leases_to_steal_at_once=0, successor_wait=0.0
     )
     async with world([shard(i) for i in range(64)]) as w:
-        a, b = await a_hands_to_b_as_both_leave(w, settings)
+        a, b, _ = await a_hands_to_b_as_both_leave(w, settings)
         c = await w.start("c", settings=replace(settings, max_leases_to_steal_at_once=1))
         await run_for(1.0, w.clock, step=0.25)
         b_stopped = asyncio.create_task(b.stop())
@@ -279,7 +281,9 @@ async def test_workers_leaving_at_once_say_so_and_choose_neither_each_other(
         c = await w.start("c", settings=capped)
         await run_for(HANDOFF.renew_every + 1.0, w.clock, step=0.25)  # all seen renewing
         leaving = asyncio.gather(a.leave(), b.leave())
-        await run_for(1.0, w.clock, step=0.25)
+        # Paced: HANDOFFS_IN_FLIGHT to c per pick-up interval while none completes (nobody
+        # drains here), so 8 rounds.
+        await run_for(3.0, w.clock, step=0.25)
         assert leaving.done()
         assert leaving.result() == [32, 32]
         moved = Counter(

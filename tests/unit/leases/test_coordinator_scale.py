@@ -8,6 +8,7 @@ import asyncio
 import zlib
 from collections import Counter
 from collections.abc import Awaitable
+from dataclasses import replace
 from typing import Any
 
 from shardflow.errors import TransientError
@@ -17,7 +18,8 @@ from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoff_request import handoff_request_of
 from shardflow.leases.handoffs import successors
-from shardflow.leases.memory import InMemoryLeaseStreams
+from shardflow.leases.memory import InMemoryLeaseStreams, LeaseWriteSeen
+from shardflow.leases.moves import HANDOFFS_IN_FLIGHT
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
@@ -395,3 +397,56 @@ async def test_renewals_read_from_the_stream_are_kept_apart_and_keep_leases_aliv
             task.cancel()
         await run_for(LeaseSettings().failover_time + LeaseSettings().take_every + 2.0, w.clock)
         assert len(b.owned()) == 16
+
+
+async def test_a_leaver_hands_a_new_worker_its_share_a_few_leases_at_a_time_at_128_shards() -> None:
+    # bench/fleet.py's rolling restart at 128 shards, 8 workers: each leaver handed the
+    # replacement that had just started (the least loaded worker) 13 leases in one go; it
+    # claimed them together and started 13 shards at once on its busy event loop, and every
+    # pause of a shard over 1 s was among those (readers up to 0.18 s late, first records up
+    # to 0.3 s after that). A leaver now keeps at most HANDOFFS_IN_FLIGHT unclaimed handoffs
+    # to one worker, handling the rest itself until those are claimed.
+    settings = LeaseSettings(pickup="poll", pickup_poll_interval=0.25, handoff_timeout=30.0)
+    async with world([shard(i) for i in range(128)]) as w:
+        old = []
+        for i in range(8):
+            worker = await w.start(f"w{i}", settings=replace(settings, max_leases_per_worker=16))
+            honour_handoffs(worker)
+            old.append(worker)
+        await run_for(2.0, w.clock)
+        assert Counter({f"w{i}": 16 for i in range(8)}) == await w.owners()
+        joiner = await w.start("new", settings=settings)
+        honour_handoffs(joiner)
+        for _ in range(40):  # until it asked for a lease and got it (as the bench's step)
+            if joiner.owned():
+                break
+            await run_for(0.05, w.clock, step=0.05)
+        assert len(joiner.owned()) == 1
+
+        in_flight: set[str] = set()
+        most = 0
+
+        def watch(seen: LeaseWriteSeen) -> None:
+            nonlocal most
+            before, after = seen.before, seen.after
+            if seen.refused or before is None or after is None:
+                return
+            if before.lease_owner == "w0" and after.lease_owner == "new" and after.checkpoint_owner:
+                in_flight.add(after.lease_key)  # w0 began handing it to the joiner
+            elif before.lease_owner == after.lease_owner == "new" and not (
+                before.checkpoint_owner or after.checkpoint_owner
+            ):
+                in_flight.discard(after.lease_key)  # the joiner's own write: claimed
+            most = max(most, len(in_flight))
+
+        stop_watching = w.tables.watch(watch)
+        leaving = asyncio.ensure_future(old[0].leave())
+        await run_for(6.0, w.clock, step=0.05)
+        stop_watching()
+        assert leaving.done(), "paced, but done within seconds"
+        assert leaving.result() == 16
+        assert not old[0].owned()
+        await run_for(2.0, w.clock)
+        assert Counter({"new": 16, **{f"w{i}": 16 for i in range(1, 8)}}) == await w.owners()
+        assert 0 < most <= HANDOFFS_IN_FLIGHT, f"{most} handoffs to the new worker at once"
+        assert not any(w.recorders[f"w{i}"].of(LeaseLost) for i in range(8))

@@ -1,0 +1,234 @@
+"""Where a planned move's pause goes: each shard's handoff, step by step, from the workers'
+logs and the records they handled (bench/fleet.py's per-shard timelines).
+
+A shard handed from one worker to another in a planned move passes these steps, each logged
+with a wall time by the worker that does it (``%(created).3f`` in the workers' log files):
+
+    last record handled by the old owner
+    -> "handing lease K over to W"            the old owner's handoff write landed (begin)
+    -> "lease K handed over to W ..."         drained, final checkpoint + handover written
+    -> "claimed lease K (handoff)"            the new owner saw it (pick-up) and renewed it
+    -> "shard K (...): resuming after ..."    its reader starts (checkpoint from the lease)
+    -> first record handled by the new owner  GetShardIterator, GetRecords, the handler
+
+The last stage is split in two by the time the new owner's first record was written: a reader
+that starts before the next record exists waits for the producer (at 2 records/s up to 0.5 s),
+which is the rate, not the handoff. A pause (the gap between the two records) is the sum of
+the stages;
+:func:`moves` finds every such move in a window, :func:`stage_summary` says which stage the
+pause went to, on the median move and on the shards with the longest gaps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+Handled = tuple[str, str, str, float]
+"""One record handled: worker, shard, record id, wall time (as fleet_kit)."""
+
+_LINE = re.compile(r"^(\d+\.\d+) shardflow\.\S+ (.*)$")
+_EVENTS = (
+    ("begun", re.compile(r"^handing lease (\S+) over to (\S+)$")),
+    ("handed", re.compile(r"^lease (\S+) handed over to (\S+)")),
+    ("claimed", re.compile(r"^claimed lease (\S+) \(handoff\)")),
+    ("reader", re.compile(r"^shard (\S+) \(stream [^)]*\): resuming after checkpoint")),
+)
+STAGES = ("begun", "handed", "claimed", "reader", "no_record", "first")
+"""The points of a move after the old owner's last record, in order."""
+STAGE_TITLES = {
+    "begun": "last record -> handoff begun",
+    "handed": "begun -> drained + handed over",
+    "claimed": "handed over -> claimed by the new owner",
+    "reader": "claimed -> reader started",
+    "no_record": "waiting for the next record to be written",
+    "first": "reader started (or record written) -> first record handled",
+}
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    at: float
+    worker: str
+    kind: str
+    """"begun", "handed" (by the old owner), "claimed", "reader" (by the new owner)."""
+    shard: str
+
+
+@dataclass
+class Move:
+    """One shard passing from ``old`` to ``new`` (see the module doc): wall times."""
+
+    shard: str
+    old: str
+    new: str
+    last: float
+    first: float
+    written: float | None = None
+    """When the new owner's first record was written (None: not known)."""
+    begun: float | None = None
+    handed: float | None = None
+    claimed: float | None = None
+    reader: float | None = None
+
+    @property
+    def gap(self) -> float:
+        return self.first - self.last
+
+    def stages(self) -> dict[str, float | None]:
+        """Seconds spent in each stage (None where a point was not logged)."""
+        points: list[tuple[str, float | None]] = [
+            ("begun", self.begun),
+            ("handed", self.handed),
+            ("claimed", self.claimed),
+            ("reader", self.reader),
+            ("first", self.first),
+        ]
+        out: dict[str, float | None] = {}
+        previous: float | None = self.last
+        for name, at in points:
+            if name == "first" and previous is not None and self.written is not None:
+                # Reader up before the record existed: that wait is the producer's rate.
+                waited = max(0.0, min(self.written, at) - previous)
+                out["no_record"] = round(waited, 3)
+                previous += waited
+            elif name == "first":
+                out["no_record"] = None
+            out[name] = round(at - previous, 3) if at is not None and previous is not None else None
+            previous = at if at is not None else None
+        return {name: out[name] for name in STAGES}
+
+    @property
+    def first_delay(self) -> float | None:
+        """How long the new owner's first record waited to be handled after it was written."""
+        return None if self.written is None else self.first - self.written
+
+
+def read_events(logs: Mapping[str, Path]) -> list[LogEvent]:
+    """The handoff points logged by every worker (name -> its log file)."""
+    events = []
+    for worker, path in logs.items():
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            match = _LINE.match(line)
+            if match is None:
+                continue
+            for kind, pattern in _EVENTS:
+                found = pattern.match(match.group(2))
+                if found is not None:
+                    events.append(LogEvent(float(match.group(1)), worker, kind, found.group(1)))
+                    break
+    events.sort(key=lambda event: event.at)
+    return events
+
+
+def moves(
+    rows: Iterable[Handled],
+    events: Iterable[LogEvent],
+    start: float,
+    end: float,
+    written: Mapping[str, float] | None = None,
+) -> list[Move]:
+    """Every change of the worker handling a shard whose first record by the new worker falls
+    in ``[start, end]``, with the logged points between the two records (``written``: record
+    id -> when it was written)."""
+    by_shard: dict[str, list[tuple[float, str, str]]] = defaultdict(list)
+    for worker, shard, record_id, at in rows:
+        by_shard[shard].append((at, worker, record_id))
+    logged: dict[str, list[LogEvent]] = defaultdict(list)
+    for event in events:
+        logged[event.shard].append(event)
+    found: list[Move] = []
+    for shard, handled in by_shard.items():
+        handled.sort()
+        for (last, old, _), (first, new, record_id) in itertools.pairwise(handled):
+            if old == new or not start <= first <= end:
+                continue
+            sent = written.get(record_id) if written is not None else None
+            move = Move(shard, old, new, last, first, sent)
+            for event in logged.get(shard, []):
+                # The points of this move: after the old owner's last-but-one record at the
+                # earliest (a handoff may begin while its last record is being handled).
+                if not last - 5.0 <= event.at <= first:
+                    continue
+                owner = old if event.kind in ("begun", "handed") else new
+                if event.worker == owner and getattr(move, event.kind) is None:
+                    setattr(move, event.kind, event.at)
+            found.append(move)
+    return found
+
+
+def stage_summary(found: list[Move], worst: int = 5) -> dict[str, Any]:
+    """Per stage, the median and max seconds over the moves; the worst moves by gap, each
+    with its stages."""
+    stages: dict[str, list[float]] = {name: [] for name in STAGES}
+    for move in found:
+        for name, seconds in move.stages().items():
+            if seconds is not None:
+                stages[name].append(seconds)
+    ranked = sorted(found, key=lambda move: move.gap, reverse=True)
+    delays = [m.first_delay for m in found if m.first_delay is not None]
+    return {
+        "moves": len(found),
+        "gap_median": round(statistics.median(m.gap for m in found), 3) if found else None,
+        "first_delay_median": round(statistics.median(delays), 3) if delays else None,
+        "first_delay_max": round(max(delays), 3) if delays else None,
+        "stages": {
+            name: {
+                "median": round(statistics.median(values), 3) if values else None,
+                "max": round(max(values), 3) if values else None,
+                "logged": len(values),
+            }
+            for name, values in stages.items()
+        },
+        "worst": [
+            {
+                "shard": move.shard,
+                "old": move.old,
+                "new": move.new,
+                "gap": round(move.gap, 3),
+                "first_delay": round(move.first_delay, 3) if move.first_delay is not None else None,
+                "stages": move.stages(),
+            }
+            for move in ranked[:worst]
+        ],
+    }
+
+
+def describe(summary: dict[str, Any]) -> list[str]:
+    """Lines for the bench's output: the median move's stages, then the worst moves."""
+    if not summary["moves"]:
+        return ["no shard changed hands"]
+    medians = ", ".join(
+        f"{STAGE_TITLES[name]} {fmt(values['median'])} (max {fmt(values['max'])})"
+        for name, values in summary["stages"].items()
+    )
+    lines = [
+        f"{summary['moves']} moves, gap median {fmt(summary['gap_median'])}, the new owner's "
+        f"first record waited {fmt(summary['first_delay_median'])} (max "
+        f"{fmt(summary['first_delay_max'])}): {medians}"
+    ]
+    for move in summary["worst"]:
+        stages = ", ".join(f"{name} {fmt(value)}" for name, value in move["stages"].items())
+        lines.append(
+            f"  {move['shard'][-4:]} {move['old']} -> {move['new']}: gap "
+            f"{fmt(move['gap'])} = {stages}; first record waited {fmt(move['first_delay'])}"
+        )
+    return lines
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def as_dicts(found: list[Move]) -> list[dict[str, Any]]:
+    return [asdict(move) | {"gap": round(move.gap, 3)} for move in found]

@@ -1,0 +1,70 @@
+"""bench/fleet_timeline.py: a planned move's pause split into its logged steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.bench import load_bench
+
+timeline = load_bench("fleet_timeline")
+
+SHARD = "shardId-000000000007"
+
+
+def write_logs(tmp_path: Path) -> dict[str, Path]:
+    old = tmp_path / "w01.log"
+    new = tmp_path / "w02.log"
+    old.write_text(
+        f"100.100 shardflow.leases handing lease {SHARD} over to w02\n"
+        "100.105 shardflow.leases handing lease shardId-000000000008 over to w02\n"
+        f"100.300 shardflow.leases lease {SHARD} handed over to w02 at checkpoint 4967\n"
+        "100.301 shardflow.consumer a line of no interest\n"
+    )
+    new.write_text(
+        f"100.700 shardflow.leases claimed lease {SHARD} (handoff)\n"
+        f"100.750 shardflow.consumer shard {SHARD} (stream s): resuming after checkpoint 4967 "
+        "(records up to it and including it are not handled again)\n"
+    )
+    return {"w01": old, "w02": new}
+
+
+def test_a_moves_pause_is_the_sum_of_its_stages(tmp_path: Path) -> None:
+    events = timeline.read_events(write_logs(tmp_path))
+    rows = [
+        ("w01", SHARD, "a", 99.5),
+        ("w01", SHARD, "b", 100.0),
+        ("w02", SHARD, "c", 100.9),
+        ("w02", SHARD, "d", 101.4),
+    ]
+    written = {"a": 99.45, "b": 99.95, "c": 100.8, "d": 101.3}
+    (move,) = timeline.moves(rows, events, 100.5, 102.0, written)
+    assert (move.old, move.new) == ("w01", "w02")
+    stages = move.stages()
+    assert stages == {
+        "begun": 0.1,
+        "handed": 0.2,
+        "claimed": 0.4,
+        "reader": 0.05,
+        "no_record": 0.05,  # the reader was up at 100.75; record c was written at 100.8
+        "first": 0.1,
+    }
+    assert round(sum(v for v in stages.values() if v is not None), 3) == round(move.gap, 3)
+    assert round(move.first_delay, 3) == 0.1
+
+    summary = timeline.stage_summary([move])
+    assert summary["moves"] == 1
+    assert summary["stages"]["claimed"] == {"median": 0.4, "max": 0.4, "logged": 1}
+    assert summary["worst"][0]["shard"] == SHARD
+    assert "handed over -> claimed by the new owner 0.400" in timeline.describe(summary)[0]
+
+
+def test_moves_outside_the_window_and_points_of_other_workers_are_left_out(
+    tmp_path: Path,
+) -> None:
+    events = timeline.read_events(write_logs(tmp_path))
+    rows = [("w01", SHARD, "a", 100.0), ("w03", SHARD, "b", 100.9)]
+    (move,) = timeline.moves(rows, events, 100.5, 102.0)
+    # w03 took the shard: w02's claim and reader are not this move's points.
+    assert (move.claimed, move.reader) == (None, None)
+    assert move.begun == 100.1
+    assert timeline.moves(rows, events, 101.0, 102.0) == []
