@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import platform
@@ -46,6 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from consumer_starvation import lateness, percentile  # one reading of renewal times
 from fleet_kit import stack_env  # the environment a user of shardflow would set
 
 # make bench (the short mode) writes elsewhere: only full runs are the docs' figures.
@@ -483,18 +483,15 @@ async def put_flow(
 def renewal_lateness(renewals: dict[str, list[float]], interval: float) -> dict[str, float]:
     """How much later than ``interval`` after its previous one each renewal of a lease came:
     p50, p99 and max over every lease, in seconds."""
-    late = sorted(
-        max(0.0, b - a - interval)
-        for times in renewals.values()
-        for a, b in itertools.pairwise(times)
-    )
+    late = lateness(renewals, interval)
     if not late:
         return {"p50": 0.0, "p99": 0.0, "max": 0.0, "count": 0}
-
-    def at(q: float) -> float:
-        return late[min(len(late) - 1, int(q * len(late)))]
-
-    return {"p50": at(0.50), "p99": at(0.99), "max": late[-1], "count": len(late)}
+    return {
+        "p50": percentile(late, 50),
+        "p99": percentile(late, 99),
+        "max": max(late),
+        "count": len(late),
+    }
 
 
 # --- time to first record (a program of its own, run with python -c) --------------------------
