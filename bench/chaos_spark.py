@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import json
 import os
@@ -71,12 +72,14 @@ DEFAULT_RATE = 20.0
 """Events/s: kinesis-local slows as its streams fill (see the emulator notes), and the
 cluster, the driver, two emulators and two proxies share two cores; 12,000 events in 10
 minutes keeps every micro-batch small enough that a fault, not the load, sets its length."""
-BATCH_BOUND = 90.0
-"""Seconds of driver time a micro-batch may take. A batch waits out at most the longest
-brownout (20 s; the SDK retries inside it, then Spark's 4 task attempts), the re-run of the
-tasks of a lost executor (a new executor JVM starts in ~10-20 s on the busy 2-core machine),
-and its own work (~2-5 s): about 45 s; twice that for the loaded machine. Time with no driver
-alive (kill -9 to the next driver's start) does not count: the batch is not running then."""
+BATCH_BOUND = 60.0
+"""Seconds a micro-batch may take while a driver runs the queries. A batch waits out at most
+the longest brownout (20 s: its calls are retried inside it, the batch-end stores' for 10-15
+s, then Spark retries the task), the re-run of the tasks of a lost executor elsewhere (seconds;
+Spark notices the loss at once from the Worker), and its own work (2-5 s on the busy 2-core
+machine): about 40 s, 60 s with room for the machine. The time from a driver's kill until the
+next driver's queries are started (its JVM start, 20-70 s here) does not count: no driver runs
+the batch then (that time is the driver kill's recovery, reported per fault)."""
 
 # (not before second, action, seconds it lasts) for a 600 s run; the short one for 120 s.
 LONG_SCHEDULE: list[tuple[float, str, float]] = [
@@ -336,11 +339,12 @@ class Soak:
 
     def committed_since(self, moment: float) -> bool:
         """Every query committed a batch planned at or after ``moment``."""
-        batches = self.batches()
-        return all(
-            any(b.query == q and b.committed is not None and b.started >= moment for b in batches)
-            for q in self.QUERIES
-        )
+        return self.recovered(check.Fault("start", moment, moment))
+
+    def recovered(self, fault: check.Fault) -> bool:
+        """Every query committed a batch planned after ``fault`` (after a split or a merge: one
+        reading a new shard)."""
+        return None not in check.recovery_of(fault, self.batches(), self.QUERIES).values()
 
     def wait(self, condition: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -520,12 +524,14 @@ class Soak:
         """Each fault at its time, not before every query committed a batch planned after the
         previous fault ended (bounded by ``--settle``); faults run one at a time."""
         began = time.time()
-        last_end = began
         for at, kind, lasting in schedule:
             wait = began + at - time.time()
             if wait > 0:
                 time.sleep(wait)
-            settled = self.wait(functools.partial(self.committed_since, last_end), self.args.settle)
+            last = self.faults.entries[-1] if self.faults.entries else None
+            settled = last is None or self.wait(
+                functools.partial(self.recovered, last), self.args.settle
+            )
             if not settled:
                 print(f"  {kind}: the queries had not recovered after {self.args.settle:g} s")
             try:
@@ -533,15 +539,14 @@ class Soak:
             except Exception as error:  # recorded: the soak fails, the rest still runs
                 self.actions_failed.append(f"{kind}: {error!r}")
                 print(f"  {kind} failed: {error!r}", flush=True)
-            last_end = time.time()
         end = began + self.args.duration
         if time.time() < end:
             time.sleep(end - time.time())
 
     def quiet(self, seconds: float) -> None:
         """The last fault's recovery is measured with the producer still running."""
-        last_end = max((f.end for f in self.faults.entries), default=time.time())
-        self.wait(lambda: self.committed_since(last_end), seconds)
+        if self.faults.entries:
+            self.wait(functools.partial(self.recovered, self.faults.entries[-1]), seconds)
 
     def drained(self) -> bool:
         assert self.producer is not None
@@ -608,8 +613,19 @@ class Soak:
                     break
         return copies
 
+    def ready_times(self) -> None:
+        """Each driver's ``DRIVER STARTED pid time`` line: when its queries were started."""
+        ready: dict[int, float] = {}
+        log = self.dir / "driver.log"
+        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+            if line.startswith("DRIVER STARTED "):
+                pid, moment = line.split()[2:4]
+                ready[int(pid)] = float(moment)
+        self.drivers = [dataclasses.replace(d, ready=ready.get(d.pid)) for d in self.drivers]
+
     def result(self, drained_after: float | None, stopped: float) -> dict[str, Any]:
         assert self.producer is not None
+        self.ready_times()
         self.kinesis_proxy.wait_idle(30)
         self.s3_proxy.wait_idle(30)
         batches = self.batches()
@@ -652,6 +668,7 @@ class Soak:
                 {
                     "pid": d.pid,
                     "started": round(d.started - self.began, 2),
+                    "ready": None if d.ready is None else round(d.ready - self.began, 2),
                     "ended": None if d.ended is None else round(d.ended - self.began, 2),
                     "how": d.how,
                 }

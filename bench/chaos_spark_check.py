@@ -10,7 +10,8 @@ planted violation in a unit test (``tests/unit/bench/test_chaos_spark_check.py``
   extra copy is attributed to the fault whose window (start .. end + ``slack``) holds its
   arrival, else it is unexplained;
 - :func:`stuck_batches`: micro-batches that took longer than the bound, not counting the time
-  no driver was alive (a driver killed mid-batch leaves the batch to its successor);
+  no driver ran the queries (a driver killed mid-batch leaves the batch to its successor,
+  whose JVM takes a while to start);
 - :func:`per_fault`: for each fault, the micro-batches in flight during it, the tasks that
   failed in its window (executor lost, exception) or died with a killed driver, and the time
   from its end until every query committed a batch planned after it (for a split or a merge:
@@ -72,12 +73,14 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class DriverRun:
-    """One driver process: when it started and ended, and how (killed, failed, stopped)."""
+    """One driver process: when it started and ended, and how (killed, failed, stopped);
+    ``ready`` is when its queries were started (its JVM up, the checkpoints read)."""
 
     pid: int
     started: float
     ended: float | None
     how: str
+    ready: float | None = None
 
 
 @dataclass
@@ -174,12 +177,14 @@ def _overlap(start: float, end: float, windows: Iterable[tuple[float, float]]) -
 
 
 def downtime(drivers: Sequence[DriverRun], until: float) -> list[tuple[float, float]]:
-    """The intervals with no driver alive: from each driver's end to the next one's start."""
+    """The intervals with no driver running the queries: from each driver's end until the
+    next one's queries were started (its process start, if that is not known)."""
     gaps = []
     ordered = sorted(drivers, key=lambda d: d.started)
     for previous, following in itertools.pairwise(ordered):
-        if previous.ended is not None and following.started > previous.ended:
-            gaps.append((previous.ended, following.started))
+        back = following.ready if following.ready is not None else following.started
+        if previous.ended is not None and back > previous.ended:
+            gaps.append((previous.ended, back))
     last = ordered[-1] if ordered else None
     if last is not None and last.ended is not None and last.ended < until:
         gaps.append((last.ended, until))
@@ -188,7 +193,7 @@ def downtime(drivers: Sequence[DriverRun], until: float) -> list[tuple[float, fl
 
 def batch_seconds(batch: Batch, gaps: Sequence[tuple[float, float]], until: float) -> float:
     """How long a batch ran (to its commit, or ``until`` if never committed), minus the time
-    no driver was alive."""
+    no driver ran the queries."""
     end = batch.committed if batch.committed is not None else until
     return max(0.0, end - batch.started - _overlap(batch.started, end, gaps))
 

@@ -44,6 +44,11 @@ def main() -> None:
         "spark.app.name": "shardflow-chaos-spark",
         "spark.eventLog.enabled": "true",
         "spark.eventLog.dir": events_log.as_uri(),
+        # One plain file per driver, written in small pieces: a driver killed with -9 leaves
+        # a readable log that lacks at most its last few kilobytes.
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+        "spark.eventLog.buffer.kb": "4k",
         # An executor lost is not the task's fault; a brownout may fail a task's attempts
         # while it lasts: Spark's default of 4 attempts is what is under test, kept as is.
         "spark.task.maxFailures": "4",

@@ -54,7 +54,9 @@ def read_tasks(event_logs: Path, drivers: list[check.DriverRun]) -> list[check.T
         started_at = 0.0
         starts: dict[tuple[int, int], float] = {}
         ends: dict[tuple[int, int], tuple[float, str]] = {}
-        text = path.read_text(errors="replace")
+        # A folder (Spark's rolling "eventlog_v2_*" layout) holds its parts as events_N_*.
+        parts = sorted(path.glob("events_*"), key=_part) if path.is_dir() else [path]
+        text = "".join(p.read_text(errors="replace") for p in parts if p.suffix != ".zstd")
         for line in text.split("\n")[:-1]:  # a torn last line of a killed driver: dropped
             try:
                 event = json.loads(line)
@@ -86,6 +88,11 @@ def read_tasks(event_logs: Path, drivers: list[check.DriverRun]) -> list[check.T
         driver = runs[index] if index < len(runs) else -1
         out += [check.Task(driver, t.started, t.finished, t.reason) for t in tasks]
     return out
+
+
+def _part(path: Path) -> int:
+    number = path.name.split("_")[1]
+    return int(number) if number.isdigit() else 0
 
 
 def in_flight(work: Path, queries: tuple[str, ...]) -> bool:

@@ -105,9 +105,12 @@ def test_a_batch_never_committed_is_stuck_once_the_bound_passed() -> None:
 
 
 def test_time_without_a_driver_does_not_count_against_a_batch() -> None:
-    # The batch planned at 40 s is committed by the next driver at 130 s; no driver ran from
-    # 45 s to 100 s, so it ran 35 s of driver time.
-    drivers = [cc.DriverRun(1, 0.0, 45.0, "killed"), cc.DriverRun(2, 100.0, 140.0, "stopped")]
+    # The batch planned at 40 s is committed by the next driver at 130 s; that driver started
+    # at once, its queries at 100 s: none ran from 45 s to 100 s, so the batch ran 35 s.
+    drivers = [
+        cc.DriverRun(1, 0.0, 45.0, "killed", ready=1.0),
+        cc.DriverRun(2, 45.1, 140.0, "stopped", ready=100.0),
+    ]
     faults = [cc.Fault("driver_kill", 45.0, 45.0, "1")]
     batches = [*steady(), batch("events", 99, 40.0, 130.0)]
     report = run(batches=batches, drivers=drivers, faults=faults, until=140.0)
