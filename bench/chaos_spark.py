@@ -645,6 +645,11 @@ class Soak:
         )
         if self.actions_failed:
             report.failures.append(f"{len(self.actions_failed)} faults could not be injected")
+        if self.driver_failures:
+            # A brownout or a lost executor must delay batches, not fail the query.
+            report.failures.append(
+                f"the driver exited on its own {len(self.driver_failures)} times"
+            )
         if drained_after is None:
             report.failures.append(f"not drained within {self.args.drain:g} s")
         if self.producer.error is not None:

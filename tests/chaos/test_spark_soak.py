@@ -62,6 +62,9 @@ def test_two_minutes_of_spark_faults_write_every_event_once_and_every_alert(
     assert set(result["faults"]) == FAULT_CLASSES, output
     assert result["actions_failed"] == [], output
     assert report["events_acked"] > 1000, output
+    # No query failed: a brownout or a lost executor delays batches (the driver is restarted
+    # only when the soak kills it).
+    assert result["driver_failures"] == [], output
     # Every proxy fault failed requests; every kill caught a micro-batch in flight.
     assert report["silent_faults"] == [], output
     assert report["uninterrupting"] == [], output
