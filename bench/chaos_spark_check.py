@@ -241,7 +241,12 @@ def per_fault(
 ) -> list[FaultOutcome]:
     queries = sorted({b.query for b in batches})
     outcomes = []
+    starts = sorted(f.start for f in faults)
     for fault in faults:
+        # A task failure counts for the fault until ``slack`` after its end or until the next
+        # fault starts, whichever is first: never for two faults.
+        later = [s for s in starts if s > fault.start]
+        window_end = min([fault.end + slack, *later[:1]])
         in_flight = sum(
             1
             for b in batches
@@ -252,7 +257,7 @@ def per_fault(
             for t in tasks
             if t.reason not in (None, "Success")
             and t.finished is not None
-            and fault.start <= t.finished <= fault.end + slack
+            and fault.start <= t.finished <= window_end
         )
         lost = 0
         if fault.kind == "driver_kill":

@@ -168,3 +168,18 @@ def test_failed_tasks_and_tasks_lost_with_a_killed_driver_are_counted() -> None:
     executor, driver = report.per_fault
     assert (executor.tasks_failed, executor.tasks_lost_with_driver) == (1, 0)
     assert driver.tasks_lost_with_driver == 1
+
+
+def test_a_task_failure_counts_for_one_fault_only() -> None:
+    # A brownout from 20 to 30 s, a kill at 40 s: the failure at 45 s is the kill's.
+    faults = [
+        cc.Fault("kinesis_brownout", 20.0, 30.0, injected=5),
+        cc.Fault("executor_kill", 40.0, 40.0, "99"),
+    ]
+    tasks = [
+        cc.Task(0, 25.0, 29.0, "ExceptionFailure"),
+        cc.Task(0, 39.0, 45.0, "ExecutorLostFailure"),
+    ]
+    batches = [*steady(), batch("events", 98, 39.0, 47.0)]
+    brownout, kill = run(faults=faults, tasks=tasks, batches=batches).per_fault
+    assert (brownout.tasks_failed, kill.tasks_failed) == (1, 1)
