@@ -645,6 +645,11 @@ class Soak:
         )
         if self.actions_failed:
             report.failures.append(f"{len(self.actions_failed)} faults could not be injected")
+        for query in self.QUERIES:
+            ids = sorted(b.batch_id for b in batches if b.query == query)
+            if ids != list(range(len(ids))):
+                # A checkpoint that lost batch files would hide what the faults hit.
+                report.failures.append(f"{query}: micro-batches missing from the checkpoint")
         if self.driver_failures:
             # A brownout or a lost executor must delay batches, not fail the query.
             report.failures.append(

@@ -49,6 +49,9 @@ def main() -> None:
         "spark.eventLog.compress": "false",
         "spark.eventLog.rolling.enabled": "false",
         "spark.eventLog.buffer.kb": "4k",
+        # Every micro-batch's offsets and commits files stay (Spark deletes all but the last
+        # 100 by default): the soak reads when each batch was planned and committed from them.
+        "spark.sql.streaming.minBatchesToRetain": "100000",
         # An executor lost is not the task's fault; a brownout may fail a task's attempts
         # while it lasts: Spark's default of 4 attempts is what is under test, kept as is.
         "spark.task.maxFailures": "4",
