@@ -205,6 +205,26 @@ def headline(results: Path = RESULTS) -> str:
             "chaos",
         ),
     ]
+    # bench/chaos_spark.py (chaos_spark.json), if made: the Spark pipeline under faults.
+    spark_chaos_path = results / "chaos_spark.json"
+    if spark_chaos_path.exists():
+        sc = json.loads(spark_chaos_path.read_text())
+        r = sc["report"]
+        recoveries = [p["recovery"] for p in r["per_fault"] if p["recovery"] is not None]
+        rows.append(
+            (
+                f"Spark pipeline under faults on a standalone cluster, {sc['duration'] / 60:.0f} "
+                "min (executor and driver kill -9, Kinesis and S3 brownouts, split, merge): "
+                "events lost / twice in the file sink, alerts missing, micro-batches past "
+                f"{r['batch_bound']:g} s",
+                f"{r['lost']} / {r['duplicated']} of {r['events_acked']:,} events, "
+                f"{r['alerts_missing']} of {r['alerts_expected']:,} alerts "
+                f"({r['alert_duplicates']} extra copies, "
+                f"{r['alert_duplicates_by_cause'].get('unexplained', 0)} unexplained), "
+                f"{len(r['stuck'])}; slowest recovery {max(recoveries, default=0):.0f} s",
+                "chaos_spark",
+            )
+        )
     lines = ["| what | result | printed by |", "|---|---|---|"]
     lines += [f"| {what} | {value} | `bench/{bench}.py` |" for what, value, bench in rows]
     return "\n".join(lines)

@@ -1,5 +1,7 @@
-"""What the S3 and DynamoDB batch-end stores share: an open client of this thread's loop, and
-AWS errors turned into :class:`SourceMetadataError` that say where and what to do."""
+"""What the S3 and DynamoDB batch-end stores share: an open client of this thread's loop, calls
+retried while the service answers errors that pass (500s, 503 SlowDown, throttling, dropped
+connections), and AWS errors turned into :class:`SourceMetadataError` that say where and what
+to do."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from typing import Any, ClassVar, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from shardflow.aws.classify import classify
 from shardflow.aws.clients import Service
+from shardflow.backoff import Backoff
 from shardflow.errors import SourceMetadataError
 from shardflow.spark.source.metadata_store import BatchEndStore
 from shardflow.spark.source.runtime import runner
@@ -20,6 +24,10 @@ T = TypeVar("T")
 # Reads of batch ends in flight at once (the driver reads every shard's end after a batch;
 # a task those of its shards).
 _READS_AT_ONCE = 32
+# The stores' clients leave retrying to shardflow (sdk_max_attempts=1), so the store does it:
+# S3 and DynamoDB answer 500s and throttle now and then, and a failed read or write here fails
+# the task or, on the driver, the whole query. Pauses of up to 2 s, about 10-15 s in all.
+_STORE_BACKOFF = Backoff(base=0.1, cap=2.0, max_attempts=10)
 
 
 def error_code(error: ClientError) -> str:
@@ -36,7 +44,7 @@ class AwsBatchEnds(BatchEndStore):
         """Run ``work(client)`` on this thread's loop, errors turned into SourceMetadataError."""
         client = runner().client(self.service, self.location.aws)
         try:
-            return runner().run(work(client))
+            return runner().run(self._retried(what, work, client))
         except ClientError as error:
             code = error_code(error)
             hint = self.hints.get(code)
@@ -45,6 +53,22 @@ class AwsBatchEnds(BatchEndStore):
             ) from error
         except BotoCoreError as error:
             raise SourceMetadataError(f"{what} {self.where}: {error}") from error
+
+    async def _retried(self, what: str, work: Callable[[Any], Awaitable[T]], client: Any) -> T:
+        """``work(client)``, again after an AWS error that passes (classified retryable), with
+        jittered backoff; other errors, and the last one, are raised as they are. Every unit of
+        work is safe to repeat: reads, deletes, and conditional puts whose loser reads the
+        winner's end (a put that was written but answered 500 finds its own end)."""
+        attempt = 0
+        while True:
+            try:
+                return await work(client)
+            except (ClientError, BotoCoreError) as exc:
+                attempt += 1
+                error = classify(exc, operation=what)
+                if not error.retryable or not _STORE_BACKOFF.allows(attempt):
+                    raise
+                await asyncio.sleep(_STORE_BACKOFF.delay(attempt - 1))
 
     def _read_many(self, batch: int, shard_ids: Sequence[str]) -> dict[str, str | None]:
         async def all_of(client: Any) -> dict[str, str | None]:

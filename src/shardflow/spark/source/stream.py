@@ -5,6 +5,13 @@ Per micro-batch Spark calls :meth:`latestOffset` (what the next batch reads), th
 positions come from the ends the previous batch recorded in the metadata store; a shard
 joins once its parents are fully read (resharding keeps per-key order); shards are probed
 so that no batch is planned when nothing is new.
+
+Kinesis, S3 and DynamoDB have bad minutes. Every call is retried for a few seconds; when
+planning a batch still fails with an error that passes (500s, throttling, a dropped
+connection), the trigger plans no batch and the next trigger tries again, for up to
+``_PLANNING_PATIENCE_S`` of failing in a row: an outage delays batches instead of failing the
+query on the driver (where Spark retries nothing), while a lasting one still fails it. Under
+Trigger.AvailableNow no batch planned means "done", so there the error fails the query.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+from botocore.exceptions import BotoCoreError, ClientError
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -24,8 +32,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from shardflow.aws.classify import classify
 from shardflow.aws.kinesis import list_shards
-from shardflow.errors import MetadataOutOfStepError
+from shardflow.errors import AwsError, MetadataOutOfStepError, SourceMetadataError
 from shardflow.fetch.registration import register_consumer
 from shardflow.shards import ShardInfo
 from shardflow.spark.source.admission import shard_budgets
@@ -46,10 +55,23 @@ log = logging.getLogger("shardflow.spark.source")
 
 # Batch ends kept behind the last committed batch (only the latest one or two are ever needed).
 _KEPT_BATCHES = 10
+# How long planning may keep failing with errors that pass before the query fails.
+_PLANNING_PATIENCE_S = 300.0
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def passes(error: BaseException) -> bool:
+    """Whether ``error`` is one a later try may not meet: a retryable AWS error, or the
+    metadata store's error about one."""
+    if isinstance(error, AwsError):
+        return error.retryable
+    cause = error.__cause__
+    if isinstance(error, SourceMetadataError) and isinstance(cause, ClientError | BotoCoreError):
+        return classify(cause, operation="").retryable
+    return False
 
 
 class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -67,6 +89,8 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._store_prepared = False
         # The ends read for the last planned batch: (run, batch) -> shard -> end.
         self._ends_seen: tuple[tuple[str, int], dict[str, ShardBatchEnd]] | None = None
+        # Since when (monotonic) planning has failed with errors that pass; None: it has not.
+        self._failing_since: float | None = None
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -107,6 +131,35 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         log.info("AvailableNow: reading records that arrived by %d ms", self._cutoff_ms)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        try:
+            latest = self._plan(start, limit)
+        except Exception as error:
+            if self._cutoff_ms is not None or not passes(error):
+                raise
+            return self._plan_nothing(start, error)
+        self._failing_since = None
+        return latest
+
+    def _plan_nothing(self, start: dict[str, Any], error: Exception) -> dict[str, Any]:
+        """No batch this trigger (the next one plans again), or ``error`` once planning has
+        failed for longer than ``_PLANNING_PATIENCE_S``."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        failing = now - self._failing_since
+        if failing >= _PLANNING_PATIENCE_S:
+            raise error
+        log.warning(
+            "planning the next batch of %s failed (%s); no batch this trigger, the next one "
+            "tries again (failing for %.0f s; the query fails after %.0f s)",
+            self._label,
+            error,
+            failing,
+            _PLANNING_PATIENCE_S,
+        )
+        return start
+
+    def _plan(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         previous = SourceOffset.from_dict(start)
         positions, more, lost, ended = self._after(previous)
         listing = self._list(force=ended)
@@ -254,8 +307,15 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def commit(self, end: dict[str, Any]) -> None:
         offset = SourceOffset.from_dict(end)
-        if offset.batch > _KEPT_BATCHES:
+        if offset.batch <= _KEPT_BATCHES:
+            return
+        try:
             self._store(offset.run).forget_before(offset.batch - _KEPT_BATCHES)
+        except SourceMetadataError as error:
+            # Housekeeping: the next commit forgets everything older too.
+            if not passes(error):
+                raise
+            log.warning("old batch ends of %s stay until the next commit: %s", self._label, error)
 
     def stop(self) -> None:
         """Nothing to release: clients belong to the thread's runner (Spark may not call this)."""

@@ -1,0 +1,93 @@
+"""The source's driver side and its batch-end stores through a fault proxy in front of moto:
+a Kinesis, S3 or DynamoDB brownout delays batches, it does not fail the query.
+
+Found by ``bench/chaos_spark.py``: with the stores' SDK retries off (shardflow retries itself)
+one S3 500 failed a task or, on the driver, the query; and planning a batch on the driver,
+where Spark retries nothing, failed the query after a few seconds of Kinesis 500s.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from shardflow.aws.settings import AwsSettings
+from shardflow.errors import AwsError
+from shardflow.spark.source.metadata import ShardBatchEnd
+from shardflow.spark.source.metadata_location import parse_location
+from shardflow.spark.source.offsets import SourceOffset
+from shardflow.spark.source.options import parse_options
+from shardflow.spark.source.stores import open_store
+from shardflow.spark.source.stream import ShardflowStreamReader
+from shardflow.testing.faults import INTERNAL_FAILURE, THROTTLED, ErrorResponse, FaultProxy
+from support.boto import boto_client, make_stream, put_records
+
+pytestmark = pytest.mark.timeout(120)
+SHARD = "shardId-000000000000"
+
+
+@pytest.mark.parametrize("kind", ["s3", "dynamodb"])
+def test_the_batch_end_store_retries_500s_and_throttling(moto_url: str, kind: str) -> None:
+    name = f"sf-meta-{uuid.uuid4().hex[:12]}"
+    if kind == "s3":
+        boto_client("s3", moto_url).create_bucket(Bucket=name)
+    with FaultProxy(moto_url, seed=3) as proxy:
+        aws = AwsSettings(region="us-east-1", endpoint_url=proxy.url)
+        where = f"s3://{name}/q" if kind == "s3" else f"dynamodb://{name}"
+        store = open_store(parse_location(where, aws), uuid.uuid4().hex)
+        store.prepare()
+        service = None if kind == "s3" else "DynamoDB"  # S3 requests name no X-Amz-Target
+        # Every call below meets errors first: the writes, then the read.
+        proxy.add(ErrorResponse("InternalError", status=500), service=service, times=3)
+        proxy.add(ErrorResponse("SlowDown", status=503), service=service, times=2)
+        end = ShardBatchEnd(end="AFTER:42", rows=3, stopped="tip")
+        assert store.record_first(0, SHARD, end) == end
+        assert store.require(0, SHARD) == end
+        proxy.wait_idle()
+        assert len(proxy.injections) == 5
+
+
+def reader(proxy_url: str, stream: str, meta: Path) -> ShardflowStreamReader:
+    options = {
+        "streamName": stream,
+        "endpointUrl": proxy_url,
+        "region": "us-east-1",
+        "metadataPath": str(meta),
+    }
+    return ShardflowStreamReader(parse_options(options, streaming=True))
+
+
+def test_a_kinesis_brownout_while_planning_plans_no_batch_and_the_next_trigger_does(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    kinesis = make_stream(moto_url, stream_name, 1)
+    with FaultProxy(moto_url, seed=5) as proxy:
+        source = reader(proxy.url, stream_name, tmp_path / "meta")
+        start = source.initialOffset()
+        put_records(kinesis, stream_name, [("k", b"one"), ("k", b"two")])
+        # Longer than the calls' own retries: every Kinesis call fails while it lasts.
+        rule = proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500))
+        limit = source.getDefaultReadLimit()
+        assert source.latestOffset(start, limit) == start  # no batch this trigger
+        assert proxy.injected_count(rule) >= 6
+        proxy.remove(rule)
+        planned = SourceOffset.from_dict(source.latestOffset(start, limit))
+    assert planned.batch == 0
+    assert SHARD in planned.read
+
+
+def test_under_available_now_a_brownout_while_planning_fails_the_query(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    # AvailableNow ends when no batch is planned: riding the outage out would end it early.
+    kinesis = make_stream(moto_url, stream_name, 1)
+    with FaultProxy(moto_url, seed=5) as proxy:
+        source = reader(proxy.url, stream_name, tmp_path / "meta")
+        start = source.initialOffset()
+        put_records(kinesis, stream_name, [("k", b"one")])
+        source.prepareForTriggerAvailableNow()
+        proxy.add(ErrorResponse(THROTTLED))
+        with pytest.raises(AwsError):
+            source.latestOffset(start, source.getDefaultReadLimit())
