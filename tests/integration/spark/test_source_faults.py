@@ -8,6 +8,7 @@ where Spark retries nothing, failed the query after a few seconds of Kinesis 500
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
@@ -91,3 +92,28 @@ def test_under_available_now_a_brownout_while_planning_fails_the_query(
         proxy.add(ErrorResponse(THROTTLED))
         with pytest.raises(AwsError):
             source.latestOffset(start, source.getDefaultReadLimit())
+
+
+def test_a_restarted_driver_lists_the_shards_of_its_planned_batch_through_a_brownout(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    # A driver started again replays its last planned batch: partitions() with no listing
+    # held. It cannot plan no batch instead, and Spark retries nothing on the driver: a 20 s
+    # Kinesis brownout failed the query here (bench/chaos_spark.py).
+    kinesis = make_stream(moto_url, stream_name, 1)
+    with FaultProxy(moto_url, seed=7) as proxy:
+        first = reader(proxy.url, stream_name, tmp_path / "meta")
+        start = first.initialOffset()
+        put_records(kinesis, stream_name, [("k", b"one")])
+        end = first.latestOffset(start, first.getDefaultReadLimit())
+        again = reader(proxy.url, stream_name, tmp_path / "meta")  # no listing held
+        # More failures than the listing's own retries allow, then the service answers.
+        rule = proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500), operation="ListShards")
+        timer = threading.Timer(4.0, proxy.remove, args=(rule,))
+        timer.start()
+        try:
+            partitions = again.partitions(start, end)
+        finally:
+            timer.cancel()
+        assert proxy.injected_count(rule) >= 6
+    assert [plan.shard_id for p in partitions for plan in p.plans] == [SHARD]

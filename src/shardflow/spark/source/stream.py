@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -36,7 +36,7 @@ from shardflow.aws.classify import classify
 from shardflow.aws.kinesis import list_shards
 from shardflow.errors import AwsError, MetadataOutOfStepError, SourceMetadataError
 from shardflow.fetch.registration import register_consumer
-from shardflow.shards import ShardInfo
+from shardflow.shards import HashKeyRange, ShardInfo
 from shardflow.spark.source.admission import shard_budgets
 from shardflow.spark.source.execute import read_partition
 from shardflow.spark.source.lineage import parents_of, readable_shards
@@ -57,6 +57,9 @@ log = logging.getLogger("shardflow.spark.source")
 _KEPT_BATCHES = 10
 # How long planning may keep failing with errors that pass before the query fails.
 _PLANNING_PATIENCE_S = 300.0
+# Pauses between listings of the shards for a batch already planned (see _ranges_of).
+_LIST_PAUSE_S = 0.5
+_LIST_PAUSE_MAX_S = 10.0
 
 
 def now_ms() -> int:
@@ -272,10 +275,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         assert metadata is not None
         slot = BatchSlot(metadata, offset.run, offset.batch)
         consumer_arn = self._efo_consumer_arn()
-        # A shard's hash-key range never changes: the listing of any moment has it.
-        ranges = {shard.shard_id: shard.hash_range for shard in self._list(force=False)}
-        if not ranges.keys() >= offset.read.keys():
-            ranges = {shard.shard_id: shard.hash_range for shard in self._list(force=True)}
+        ranges = self._ranges_of(offset.read.keys())
         aws = self.options.connection.aws_settings()
         plans = [
             ShardReadPlan(
@@ -344,6 +344,36 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._listing = runner().run(list_shards(self._kinesis(), self.options.stream))
             self._listed_at = time.monotonic()
         return self._listing
+
+    def _ranges_of(self, shard_ids: Iterable[str]) -> Mapping[str, HashKeyRange | None]:
+        """The hash-key ranges of a planned batch's shards. A shard's range never changes, so
+        the listing held serves when it names them all; else (a driver started again replays
+        its last batch before it plans one) the shards are listed, and through errors that
+        pass for up to ``_PLANNING_PATIENCE_S``: the batch is planned already, this call
+        cannot plan none instead, and Spark retries nothing here (a 20 s Kinesis brownout
+        failed the query, found by ``bench/chaos_spark.py``)."""
+        wanted = set(shard_ids)
+        if self._listing is not None:
+            held = {shard.shard_id: shard.hash_range for shard in self._listing}
+            if held.keys() >= wanted:
+                return held
+        deadline = time.monotonic() + _PLANNING_PATIENCE_S
+        pause = _LIST_PAUSE_S
+        while True:
+            try:
+                listing = self._list(force=True)
+                return {shard.shard_id: shard.hash_range for shard in listing}
+            except Exception as error:
+                if not passes(error) or time.monotonic() + pause > deadline:
+                    raise
+                log.warning(
+                    "listing the shards of %s for a planned batch failed (%s); again in %.1f s",
+                    self._label,
+                    error,
+                    pause,
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, _LIST_PAUSE_MAX_S)
 
     def _iterators(self) -> ProbeIterators:
         # Made on first use on the driver: the reader Spark pickles for executors has none.
