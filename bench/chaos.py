@@ -707,14 +707,15 @@ class Soak:
         }
 
 
-def source_commit() -> str:
-    """The commit of the code this run measured ("+" if the work tree had changes)."""
+def source_commit(paths: tuple[str, ...] = ("src", "bench")) -> str:
+    """The commit of the code this run measured ("+" if the work tree had changes under
+    ``paths``)."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, cwd=HERE, check=True
         ).stdout.decode()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src", "bench"],
+            ["git", "status", "--porcelain", "--", *paths],
             capture_output=True,
             cwd=HERE.parent,
             check=True,

@@ -700,20 +700,10 @@ class Soak:
 
 
 def source_commit() -> str:
-    """The commit of the code this run measured ("+" if the work tree had changes)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, cwd=HERE, check=True
-        ).stdout.decode()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src", "bench", "examples"],
-            capture_output=True,
-            cwd=ROOT,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.strip() + ("+" if dirty.strip() else "")
+    """The commit of the code this run measured ("+" if src, bench or the demo had changes)."""
+    from chaos import source_commit as commit  # bench/ is this script's first import path
+
+    return commit(("src", "bench", "examples"))
 
 
 # --- tables -----------------------------------------------------------------------------------

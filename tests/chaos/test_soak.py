@@ -8,14 +8,11 @@ The script stops itself (bounded schedule and drain) and signals only the PIDs i
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from support.soak import run_soak
 
 # Every fault class of the short schedule runs; none is left out.
 FAULT_CLASSES = {
@@ -33,31 +30,11 @@ FAULT_CLASSES = {
 @pytest.mark.slow
 @pytest.mark.timeout(780)
 def test_two_minutes_of_faults_lose_nothing_and_never_run_a_shard_twice(tmp_path: Path) -> None:
-    results = tmp_path / "chaos.json"
-    log = tmp_path / "chaos.out"
-    command = [
-        sys.executable,
-        str(BENCH / "chaos.py"),
-        "--short",
-        "--modes",
-        "noguard",
-        "--drain",
-        "120",
-        "--results",
-        str(results),
-        "--keep",
-        str(tmp_path / "run"),
-    ]
-    with log.open("wb") as out, subprocess.Popen(command, stdout=out, stderr=out) as soak:
-        try:
-            soak.wait(660)  # about 3 minutes; the bound is for a machine in trouble
-        except subprocess.TimeoutExpired:
-            soak.terminate()  # the script unwinds and stops every process it started
-            soak.wait(60)
-            pytest.fail(f"the soak did not end within 11 minutes: {log.read_text()[-3000:]}")
-    output = log.read_text()[-3000:]
-    assert results.exists(), output
-    result = json.loads(results.read_text())["modes"]["noguard"]
+    # about 3 minutes; the bound is for a machine in trouble
+    result, output = run_soak(
+        "chaos.py", ["--short", "--modes", "noguard", "--drain", "120"], tmp_path, bound_s=660
+    )
+    result = result["modes"]["noguard"]
     report = result["report"]
     assert set(result["faults"]) == FAULT_CLASSES, output
     assert result["actions_failed"] == [], output

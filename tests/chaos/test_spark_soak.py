@@ -10,14 +10,11 @@ can fail, is tested in ``tests/unit/bench/test_chaos_spark_check.py``.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from support.soak import run_soak
 
 # Every fault class of the short schedule runs; none is left out.
 FAULT_CLASSES = {
@@ -37,27 +34,8 @@ FAULT_CLASSES = {
 def test_two_minutes_of_spark_faults_write_every_event_once_and_every_alert(
     tmp_path: Path,
 ) -> None:
-    results = tmp_path / "chaos_spark.json"
-    log = tmp_path / "chaos_spark.out"
-    command = [
-        sys.executable,
-        str(BENCH / "chaos_spark.py"),
-        "--short",
-        "--results",
-        str(results),
-        "--keep",
-        str(tmp_path / "run"),
-    ]
-    with log.open("wb") as out, subprocess.Popen(command, stdout=out, stderr=out) as soak:
-        try:
-            soak.wait(780)  # about 5 minutes; the bound is for a machine in trouble
-        except subprocess.TimeoutExpired:
-            soak.terminate()  # the script unwinds and stops every process it started
-            soak.wait(60)
-            pytest.fail(f"the soak did not end within 13 minutes: {log.read_text()[-3000:]}")
-    output = log.read_text()[-3000:]
-    assert results.exists(), output
-    result = json.loads(results.read_text())
+    # about 5 minutes; the bound is for a machine in trouble
+    result, output = run_soak("chaos_spark.py", ["--short"], tmp_path, bound_s=780)
     report = result["report"]
     assert set(result["faults"]) == FAULT_CLASSES, output
     assert result["actions_failed"] == [], output
