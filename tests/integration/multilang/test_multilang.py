@@ -320,6 +320,9 @@ def test_at_a_shards_end_a_v2_processor_is_shut_down_with_terminate_and_checkpoi
             worker="w1",
             shardSyncIntervalMillis="1000",
             parentShardPollIntervalMillis="500",
+            # Keep the finished lease: by default it is deleted as soon as the children hold
+            # theirs, which can be before this test reads the parent's SHARD_END.
+            cleanupLeasesUponShardCompletion="false",
         ),
     )
     run.start()
