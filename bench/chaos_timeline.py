@@ -16,6 +16,7 @@ Used by ``chaos_check.check``; each function reads the parsed logs (``Call``, ``
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -169,39 +170,49 @@ def _quiet_after(fault: Fault, faults: Sequence[Fault]) -> float:
 def progress(
     acked: Sequence[Acked], calls: Sequence[Call], faults: Sequence[Fault]
 ) -> list[Progress]:
-    """For each fault, per shard with work after it, the wait until the shard's next call.
+    """For each fault, per shard with work after it, the wait until the shard moved again.
 
     A shard has work from ``w``: the reference time if a record acknowledged earlier was not
-    yet handled then, else the acknowledgement of its next record. Its delay is from ``w`` to
-    the first handler call on it that starts at or after ``w`` (any record, any outcome).
+    yet handled then, else the acknowledgement of its next record. It moved again at the
+    first handler call on it that starts at or after ``w`` (any record, any outcome), or, if
+    earlier, at the end of a call already running at the reference that finished one of the
+    waiting records. A shard whose last records were in flight across the reference (a merge
+    parent that then closed, say) has no later call and still progressed, unless records
+    the running calls did not finish wait too.
     """
-    first_ok: dict[tuple[str, str], float] = {}
+    first_ok: dict[tuple[str, str], tuple[float, float]] = {}  # record -> (end, its start)
     starts: dict[str, list[float]] = defaultdict(list)
     for c in calls:
         starts[c.shard].append(c.start)
         if c.outcome == "ok" and c.end is not None:
             ident = (c.key, c.seq)
-            first_ok[ident] = min(first_ok.get(ident, c.end), c.end)
+            if ident not in first_ok or c.end < first_ok[ident][0]:
+                first_ok[ident] = (c.end, c.start)
     for times in starts.values():
         times.sort()
-    acks: dict[str, list[tuple[float, float]]] = defaultdict(list)  # shard -> (acked, handled)
+    never = (float("inf"), float("inf"))
+    # shard -> (acknowledged, handled, start of the call that handled it)
+    acks: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for a in acked:
-        acks[a.shard].append((a.at, first_ok.get((a.key, str(a.seq)), float("inf"))))
-    import bisect
-
+        done, began = first_ok.get((a.key, str(a.seq)), never)
+        acks[a.shard].append((a.at, done, began))
     out = []
     for f in faults:
         ref = _quiet_after(f, faults)
         result = Progress(f.kind, f.target, ref)
         for shard, records in acks.items():
-            waiting = [at for at, done in records if done > ref]
+            waiting = [(at, done, began) for at, done, began in records if done > ref]
             if not waiting:
                 continue
-            w = max(ref, min(waiting))
+            w = max(ref, min(at for at, _, _ in waiting))
+            in_flight = [done for _, done, began in waiting if began < ref]
             times = starts.get(shard, [])
             i = bisect.bisect_left(times, w)
             if i < len(times):
-                result.delays[shard] = times[i] - w
+                result.delays[shard] = min([times[i], *in_flight]) - w
+            elif in_flight and len(in_flight) == len(waiting):
+                # Every waiting record was finished by a call running across the reference.
+                result.delays[shard] = min(in_flight) - w
             else:
                 result.stalled.append(shard)
         result.stalled.sort()

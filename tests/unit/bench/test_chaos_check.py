@@ -331,3 +331,25 @@ def test_logs_with_pids_proxy_counts_and_lease_details_are_read_back(tmp_path: P
     produced.write_text("W\tk\t0\t1.0\nW\tk\t1\t1.0\nA\tk\t0\ts\t1\t0\t2.0\nF\tk\t1\tX\t3.0\n")
     sent = cc.read_sent(produced)
     assert (len(sent.sent), len(sent.acked), len(sent.failed)) == (2, 1, 1)
+
+
+def test_a_shard_whose_last_records_were_in_flight_across_the_fault_progressed() -> None:
+    # A merge parent: its last record's call began 2 ms before the merge and ended after it;
+    # the shard then closed, so no call starts after the fault, and it is not stalled.
+    acks = [acked("k", 0), cc.Acked("k", 1, SHARD, "1001", 0, 9.0)]
+    calls = [call("w1", "k", 0, 1.0), call("w1", "k", 1, 9.998, end=10.05)]
+    faults = [cc.Fault("merge", "", 10.0, 10.0)]
+    report = cc.check(acks, [], 0, calls, Counter(), faults, failover=6.0)
+    assert report.stalled == []
+    [progress] = report.progress
+    assert progress["max"] == pytest.approx(0.05)
+
+
+def test_a_call_in_flight_across_the_fault_does_not_excuse_records_left_waiting() -> None:
+    # The in-flight call finished k:1, but k:2 waits and no call ever starts again: stalled.
+    acks = [acked("k", 0), cc.Acked("k", 1, SHARD, "1001", 0, 9.0)]
+    acks.append(cc.Acked("k", 2, SHARD, "1002", 0, 9.5))
+    calls = [call("w1", "k", 0, 1.0), call("w1", "k", 1, 9.998, end=10.05)]
+    faults = [cc.Fault("merge", "", 10.0, 10.0)]
+    report = cc.check(acks, [], 0, calls, Counter(), faults, failover=6.0)
+    assert report.stalled == [f"merge@10.0:{SHARD}"]
