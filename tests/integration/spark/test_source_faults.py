@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,21 +64,40 @@ def reader(proxy_url: str, stream: str, meta: Path) -> ShardflowStreamReader:
     return ShardflowStreamReader(parse_options(options, streaming=True))
 
 
+@dataclass
+class Planning:
+    """A one-shard stream behind a fault proxy, a source reading it, its initial offset taken
+    before ``records`` were put."""
+
+    proxy: FaultProxy
+    source: ShardflowStreamReader
+    start: dict[str, Any]
+
+
+@contextmanager
+def planning(
+    moto_url: str, stream: str, meta: Path, *, seed: int, records: list[tuple[str, bytes]]
+) -> Iterator[Planning]:
+    kinesis = make_stream(moto_url, stream, 1)
+    with FaultProxy(moto_url, seed=seed) as proxy:
+        source = reader(proxy.url, stream, meta)
+        start = source.initialOffset()
+        put_records(kinesis, stream, records)
+        yield Planning(proxy, source, start)
+
+
 def test_a_kinesis_brownout_while_planning_plans_no_batch_and_the_next_trigger_does(
     moto_url: str, stream_name: str, tmp_path: Path
 ) -> None:
-    kinesis = make_stream(moto_url, stream_name, 1)
-    with FaultProxy(moto_url, seed=5) as proxy:
-        source = reader(proxy.url, stream_name, tmp_path / "meta")
-        start = source.initialOffset()
-        put_records(kinesis, stream_name, [("k", b"one"), ("k", b"two")])
+    records = [("k", b"one"), ("k", b"two")]
+    with planning(moto_url, stream_name, tmp_path / "meta", seed=5, records=records) as p:
         # Longer than the calls' own retries: every Kinesis call fails while it lasts.
-        rule = proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500))
-        limit = source.getDefaultReadLimit()
-        assert source.latestOffset(start, limit) == start  # no batch this trigger
-        assert proxy.injected_count(rule) >= 6
-        proxy.remove(rule)
-        planned = SourceOffset.from_dict(source.latestOffset(start, limit))
+        rule = p.proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500))
+        limit = p.source.getDefaultReadLimit()
+        assert p.source.latestOffset(p.start, limit) == p.start  # no batch this trigger
+        assert p.proxy.injected_count(rule) >= 6
+        p.proxy.remove(rule)
+        planned = SourceOffset.from_dict(p.source.latestOffset(p.start, limit))
     assert planned.batch == 0
     assert SHARD in planned.read
 
@@ -83,15 +106,12 @@ def test_under_available_now_a_brownout_while_planning_fails_the_query(
     moto_url: str, stream_name: str, tmp_path: Path
 ) -> None:
     # AvailableNow ends when no batch is planned: riding the outage out would end it early.
-    kinesis = make_stream(moto_url, stream_name, 1)
-    with FaultProxy(moto_url, seed=5) as proxy:
-        source = reader(proxy.url, stream_name, tmp_path / "meta")
-        start = source.initialOffset()
-        put_records(kinesis, stream_name, [("k", b"one")])
-        source.prepareForTriggerAvailableNow()
-        proxy.add(ErrorResponse(THROTTLED))
+    records = [("k", b"one")]
+    with planning(moto_url, stream_name, tmp_path / "meta", seed=5, records=records) as p:
+        p.source.prepareForTriggerAvailableNow()
+        p.proxy.add(ErrorResponse(THROTTLED))
         with pytest.raises(AwsError):
-            source.latestOffset(start, source.getDefaultReadLimit())
+            p.source.latestOffset(p.start, p.source.getDefaultReadLimit())
 
 
 def test_a_restarted_driver_lists_the_shards_of_its_planned_batch_through_a_brownout(
@@ -100,20 +120,17 @@ def test_a_restarted_driver_lists_the_shards_of_its_planned_batch_through_a_brow
     # A driver started again replays its last planned batch: partitions() with no listing
     # held. It cannot plan no batch instead, and Spark retries nothing on the driver: a 20 s
     # Kinesis brownout failed the query here (bench/chaos_spark.py).
-    kinesis = make_stream(moto_url, stream_name, 1)
-    with FaultProxy(moto_url, seed=7) as proxy:
-        first = reader(proxy.url, stream_name, tmp_path / "meta")
-        start = first.initialOffset()
-        put_records(kinesis, stream_name, [("k", b"one")])
-        end = first.latestOffset(start, first.getDefaultReadLimit())
-        again = reader(proxy.url, stream_name, tmp_path / "meta")  # no listing held
+    meta = tmp_path / "meta"
+    with planning(moto_url, stream_name, meta, seed=7, records=[("k", b"one")]) as p:
+        end = p.source.latestOffset(p.start, p.source.getDefaultReadLimit())
+        again = reader(p.proxy.url, stream_name, meta)  # no listing held
         # More failures than the listing's own retries allow, then the service answers.
-        rule = proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500), operation="ListShards")
-        timer = threading.Timer(4.0, proxy.remove, args=(rule,))
+        rule = p.proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500), operation="ListShards")
+        timer = threading.Timer(4.0, p.proxy.remove, args=(rule,))
         timer.start()
         try:
-            partitions = again.partitions(start, end)
+            partitions = again.partitions(p.start, end)
         finally:
             timer.cancel()
-        assert proxy.injected_count(rule) >= 6
-    assert [plan.shard_id for p in partitions for plan in p.plans] == [SHARD]
+        assert p.proxy.injected_count(rule) >= 6
+    assert [plan.shard_id for part in partitions for plan in part.plans] == [SHARD]

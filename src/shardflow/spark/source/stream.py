@@ -34,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 
 from shardflow.aws.classify import classify
 from shardflow.aws.kinesis import list_shards
+from shardflow.backoff import Backoff
 from shardflow.errors import AwsError, MetadataOutOfStepError, SourceMetadataError
 from shardflow.fetch.registration import register_consumer
 from shardflow.shards import HashKeyRange, ShardInfo
@@ -57,9 +58,9 @@ log = logging.getLogger("shardflow.spark.source")
 _KEPT_BATCHES = 10
 # How long planning may keep failing with errors that pass before the query fails.
 _PLANNING_PATIENCE_S = 300.0
-# Pauses between listings of the shards for a batch already planned (see _ranges_of).
-_LIST_PAUSE_S = 0.5
-_LIST_PAUSE_MAX_S = 10.0
+# Pauses between listings of the shards for a batch already planned (see _ranges_of): the
+# deadline bounds the tries, and half-jitter keeps drivers of many queries out of step.
+_LIST_BACKOFF = Backoff(base=0.5, cap=10.0, max_attempts=None, jitter="half")
 
 
 def now_ms() -> int:
@@ -358,12 +359,13 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if held.keys() >= wanted:
                 return held
         deadline = time.monotonic() + _PLANNING_PATIENCE_S
-        pause = _LIST_PAUSE_S
+        attempt = 0
         while True:
             try:
                 listing = self._list(force=True)
                 return {shard.shard_id: shard.hash_range for shard in listing}
             except Exception as error:
+                pause = _LIST_BACKOFF.delay(attempt)
                 if not passes(error) or time.monotonic() + pause > deadline:
                     raise
                 log.warning(
@@ -373,7 +375,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     pause,
                 )
             time.sleep(pause)
-            pause = min(pause * 2, _LIST_PAUSE_MAX_S)
+            attempt += 1
 
     def _iterators(self) -> ProbeIterators:
         # Made on first use on the driver: the reader Spark pickles for executors has none.
