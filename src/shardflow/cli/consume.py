@@ -224,6 +224,15 @@ def consume(
             help="On stop, seconds a running handler may take before it is abandoned.",
         ),
     ] = 30.0,
+    start_timeout: Annotated[
+        float,
+        typer.Option(
+            "--start-timeout",
+            min=0.1,
+            help="Seconds the start-up calls (stream and lease-table checks) may keep failing "
+            "with errors that pass (throttling, 5xx) before the command gives up.",
+        ),
+    ] = 300.0,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -306,6 +315,7 @@ def consume(
             prefetch_records=prefetch_records,
             on_error="stop-shard" if on_error is OnError.STOP_SHARD else "stop-consumer",
             drain_timeout=drain_timeout,
+            start_timeout=start_timeout,
             dispatch=dispatch,
         )
     except ValueError as exc:

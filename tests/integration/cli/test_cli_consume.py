@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from shardflow.cli import app
+from shardflow.testing.faults import INTERNAL_FAILURE, ErrorResponse, FaultProxy
 from support.accounts import ROLE_ARN, other_account_stream
 from support.boto import lease_items, make_stream, put_records
 from support.streams import last_per_shard
@@ -309,6 +310,33 @@ def test_a_record_the_deserializer_rejects_goes_to_the_dead_letters_and_the_shar
     assert letter["error"]["type"] == "DeserializationError"
     (item,) = lease_items(moto_url, app_name).values()
     assert item["checkpoint"]["S"].isdigit()
+
+
+def test_start_timeout_bounds_how_long_a_start_through_a_brownout_is_tried(
+    moto_url: str, stream_name: str, tmp_path: Path
+) -> None:
+    # A Kinesis brownout at start-up is waited out for --start-timeout, then the command
+    # exits with one line that names the setting, not a traceback (default 300 s).
+    (tmp_path / "handler.py").write_text(HANDLER)
+    make_stream(moto_url, stream_name, 1)
+    with FaultProxy(moto_url, seed=11) as proxy:
+        rule = proxy.add(
+            ErrorResponse(INTERNAL_FAILURE, status=500), operation="DescribeStreamSummary"
+        )
+        started = time.monotonic()
+        args = ("--start-timeout", "2")
+        with worker(tmp_path, "w1", proxy.url, stream_name, f"app-{stream_name}", *args) as (
+            process,
+            _,
+        ):
+            code = process.wait(30)
+        took = time.monotonic() - started
+        assert proxy.injected_count(rule) >= 2
+    log = (tmp_path / "w1.log").read_text()
+    assert code == 1, log[-3000:]
+    assert "start_timeout=2s" in log, log[-3000:]
+    assert "Traceback" not in log
+    assert 2.0 <= took < 25.0
 
 
 def test_dispatch_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
