@@ -449,7 +449,11 @@ class LeaseMoves:
                 self._store.table_name,
             )
         self.pickup_source = "poll"
-        return PollingChanges(self._store, interval=interval, clock=self._clock)
+        # In the heartbeat mode the whole table is scanned once a renew interval (and when
+        # its change marker moves); per-lease tables every interval, as before.
+        return PollingChanges(
+            self._store, interval=interval, clock=self._clock, full_every=self._settings.renew_every
+        )
 
     async def picked_up(self, view: LeaseView) -> None:
         """React to lease changes: a complete scan is a take cycle of its own; changes from
