@@ -27,7 +27,12 @@ from typing import Any, Protocol
 from shardflow.aws.backoff import retrying
 from shardflow.backoff import Backoff
 from shardflow.clock import Clock
-from shardflow.errors import AwsError, ExpiredIteratorError, MalformedLeaseError
+from shardflow.errors import (
+    AccessDeniedError,
+    AwsError,
+    ExpiredIteratorError,
+    MalformedLeaseError,
+)
 from shardflow.leases.entities import (
     HEARTBEAT_PREFIX,
     MODE_KEY,
@@ -117,6 +122,7 @@ class PollingChanges:
         self._interval = interval
         self._clock = clock
         self._full_every = full_every
+        self._marks_refused = False
         self.scans = 0
         self.mark_reads = 0
         """Whole-table scans and marker reads so far (for tests and the benches)."""
@@ -133,10 +139,20 @@ class PollingChanges:
                 if (
                     full_every is not None
                     and marking.eligible
+                    and not self._marks_refused
                     and isinstance(store, LeaseStoreBase)
                 ):
                     self.mark_reads += 1
-                    marks = await store.read_marks(marking.heartbeat_keys)
+                    try:
+                        marks = await store.read_marks(marking.heartbeat_keys)
+                    except AccessDeniedError as exc:
+                        # A policy without dynamodb:BatchGetItem: scan every poll, as before.
+                        self._marks_refused = True
+                        log.warning(
+                            "reading the lease table's change marker is not allowed (%s): "
+                            "lease pick-up scans the whole table every poll",
+                            exc,
+                        )
                 due = full_every is None or started - marking.scanned_at >= full_every
                 if marks is not None and not due and marking.still(marks):
                     yield LeaseView(

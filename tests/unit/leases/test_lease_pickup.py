@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 from shardflow.clock import ManualClock
+from shardflow.errors import AccessDeniedError
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
 from shardflow.leases.entities import Heartbeat, heartbeat_item
 from shardflow.leases.model import lease_to_item
@@ -21,7 +22,14 @@ FULL_EVERY = 3.0
 class Poller:
     """One poller of the table ``tables`` holds, with its calls counted by operation."""
 
-    def __init__(self, tables: InMemoryLeaseTables, *, full_every: float | None = FULL_EVERY):
+    def __init__(
+        self,
+        tables: InMemoryLeaseTables,
+        *,
+        full_every: float | None = FULL_EVERY,
+        refused: frozenset[str] = frozenset(),
+    ) -> None:
+        self.refused = refused
         self.clock = ManualClock()
         self.calls: Counter[str] = Counter()
         self.store = InMemoryLeaseStore("app", tables=tables, fault=self._count)
@@ -32,6 +40,8 @@ class Poller:
 
     def _count(self, operation: str) -> None:
         self.calls[operation] += 1
+        if operation in self.refused:
+            raise AccessDeniedError("not allowed", operation=operation, code="AccessDenied")
 
     async def next(self) -> LeaseView:
         """The next view (the first at once, later ones an interval apart)."""
@@ -154,3 +164,11 @@ async def test_without_full_every_every_poll_scans() -> None:
     views = await poller.polls(6)
     assert all(view.complete for view in views)
     assert poller.calls == Counter({"Scan": 6})
+
+
+async def test_a_policy_without_batch_get_falls_back_to_a_scan_every_poll() -> None:
+    tables, _, _ = await heartbeat_table()
+    poller = Poller(tables, refused=frozenset({"BatchGetItem"}))
+    views = await poller.polls(8)
+    assert all(view.complete for view in views)
+    assert poller.calls == Counter({"Scan": 8, "BatchGetItem": 1}), "asked once"
