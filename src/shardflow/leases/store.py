@@ -216,9 +216,15 @@ class LeaseStoreBase(abc.ABC):
             # A hint only: readers still scan the whole table every renew interval.
             log.info("the change marker of %s was not bumped: %s", self._table_name, exc)
 
-    async def _noticed(self, write: writes.LeaseWrite) -> None:
+    def _noticed(self, write: writes.LeaseWrite) -> None:
         if self.marks_changes and writes.noticed_by_peers(write):
-            await self._marker.touch()
+            self._marker.note()
+
+    async def settle_marks(self) -> None:
+        """Wait until the change marker was bumped for every write so far that asked for it
+        (bumps go out in the background: see :mod:`~shardflow.leases.marker`); for a worker
+        that stops, and for tests."""
+        await self._marker.settle()
 
     @property
     def table_name(self) -> str:
@@ -258,7 +264,7 @@ class LeaseStoreBase(abc.ABC):
         found = entities.entity_from_item(item or {})
         if not isinstance(found, Heartbeat):
             raise EntityConditionFailedError(write.operation, write.lease_key, current=item)
-        await self._noticed(write)
+        self._noticed(write)
         return found
 
     async def register_heartbeat(self, worker_id: str, current: Heartbeat | None) -> Heartbeat:
@@ -276,7 +282,7 @@ class LeaseStoreBase(abc.ABC):
     async def delete_heartbeat(self, heartbeat: Heartbeat) -> None:
         write = entities.delete_heartbeat(heartbeat)
         await self.execute_entity(write)
-        await self._noticed(write)
+        self._noticed(write)
 
     async def set_lease_mode(self, mode: LeaseMode) -> None:
         """Store the application's lease mode; every worker follows it (``per-lease`` removes
@@ -291,7 +297,7 @@ class LeaseStoreBase(abc.ABC):
         result = await self.execute(write)
         if result is None:  # only deletes answer None
             raise AssertionError(f"{write.operation} returned no lease")
-        await self._noticed(write)
+        self._noticed(write)
         return result
 
     async def create_if_absent(self, lease: Lease) -> Lease:
@@ -374,7 +380,7 @@ class LeaseStoreBase(abc.ABC):
         """Delete the lease item if it still has the counter and owner of ``lease``."""
         write = writes.delete(lease)
         await self.execute(write)
-        await self._noticed(write)
+        self._noticed(write)
 
     async def handoff(self, lease: Lease, from_owner: str, to_owner: str) -> Lease:
         """Begin a graceful handoff of a lease held by ``from_owner`` to ``to_owner``."""
