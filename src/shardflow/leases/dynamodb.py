@@ -265,6 +265,7 @@ class DynamoDBLeaseStore(LeaseStoreBase):
                 code="StreamViewType",
             )
         enabled = bool(spec.get("StreamEnabled"))
+        self.saw_stream(enabled)
         return TableStatus(
             name=self._table_name,
             created=created,

@@ -337,6 +337,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
         if table is None:
             table = self.tables.tables[self._table_name] = _Table()
         table.stream_view = table.stream_view or stream_view or (created and stream_if_created)
+        self.saw_stream(table.stream_view)
         return TableStatus(
             name=self._table_name,
             created=created,

@@ -450,9 +450,14 @@ class LeaseMoves:
             )
         self.pickup_source = "poll"
         # In the heartbeat mode the whole table is scanned once a renew interval (and when
-        # its change marker moves); per-lease tables every interval, as before.
+        # its change marker moves); per-lease tables every interval, as before. So is a
+        # table with a stream: its writers do not bump the marker (their readers use the
+        # stream).
         return PollingChanges(
-            self._store, interval=interval, clock=self._clock, full_every=self._settings.renew_every
+            self._store,
+            interval=interval,
+            clock=self._clock,
+            full_every=self._settings.renew_every if stream_arn is None else None,
         )
 
     async def picked_up(self, view: LeaseView) -> None:

@@ -192,15 +192,27 @@ class LeaseStoreBase(abc.ABC):
             raise ValueError("the lease table needs a name (the application name)")
         self._table_name = table_name
         self._marker = ChangeMarker(self._note_change)
+        self._heartbeat_table = False
+        self._streamed = False
         self.marks_changes = False
         """Whether this store bumps the table's change marker after the writes peers should
-        notice (:func:`~shardflow.leases.writes.noticed_by_peers`): set while the table's
-        mode, as last read, is ``heartbeat`` (see :meth:`saw_mode`)."""
+        notice (:func:`~shardflow.leases.writes.noticed_by_peers`): while the table's mode,
+        as last read, is ``heartbeat`` and the table has no DynamoDB stream (see
+        :meth:`saw_mode`, :meth:`saw_stream`)."""
 
     def saw_mode(self, mode: LeaseMode | None) -> None:
         """The table's mode as a read showed it (None: no mode item): in the heartbeat mode,
         writes bump the change marker; in a table of leases only they must not create it."""
-        self.marks_changes = mode == "heartbeat"
+        self._heartbeat_table = mode == "heartbeat"
+        self.marks_changes = self._heartbeat_table and not self._streamed
+
+    def saw_stream(self, enabled: bool) -> None:
+        """Whether the table has a DynamoDB stream (:meth:`ensure_table` tells): its readers
+        see every write there, and a worker that polls such a table scans every poll
+        (:meth:`~shardflow.leases.moves.LeaseMoves.changes`), so a bump would be a write for
+        nobody."""
+        self._streamed = enabled
+        self.marks_changes = self._heartbeat_table and not enabled
 
     async def read_marks(self, heartbeat_keys: Sequence[str]) -> TableMarks | None:
         """The mode item and the heartbeat items of ``heartbeat_keys``, read consistently in

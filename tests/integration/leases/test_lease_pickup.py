@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from shardflow.clock import SYSTEM_CLOCK
 from shardflow.leases import Lease
+from shardflow.leases.entities import MODE_KEY
 from shardflow.leases.pickup import LeaseView, PollingChanges, StreamChanges
 from support.lease_backends import DynamoBackend
 
@@ -108,3 +109,17 @@ async def test_polling_a_heartbeat_table_reads_its_marks_and_scans_when_a_lease_
         assert view.complete
         assert view.leases == (released,)
         await views.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_table_with_a_stream_gets_no_bumps(
+    moto_url: str,
+) -> None:
+    async with DynamoBackend(moto_url) as backend:
+        writer = await backend.store()
+        table = await writer.ensure_table(stream_view=True)  # its readers use the stream
+        assert table.stream_arn is not None
+        await writer.set_lease_mode("heartbeat")
+        before = backend.get_raw(MODE_KEY)
+        await writer.take(await writer.create_if_absent(Lease.new("shardId-1")), "a")
+        await writer.settle_marks()
+        assert backend.get_raw(MODE_KEY) == before, "a bump would be a write for nobody"

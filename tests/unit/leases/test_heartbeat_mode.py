@@ -453,3 +453,19 @@ async def test_a_holder_learns_within_a_poll_that_its_lease_was_taken() -> None:
         # waited for the safety-net scan (2.6 s here; up to a renew interval, 3.3 s).
         assert owned.lost.is_set()
         assert w.clock.monotonic() - taken <= 2 * HB.pickup_poll_interval + 0.2
+
+
+async def test_a_worker_polling_a_table_with_a_stream_scans_every_poll() -> None:
+    # Writers of a table with a stream bump no change marker (their readers use the stream),
+    # so a worker that polls it anyway cannot rely on the marker.
+    async with world([shard(i) for i in range(4)]) as w:
+        await w.store().ensure_table(stream_view=True)
+        calls = Calls()
+        a = await w.start("a", settings=HB, store=w.store(fault=calls))
+        await run_for(5.0, w.clock, step=0.5)
+        await _in_heartbeat_mode(w, a)
+        await run_for(HB.renew_every * 2, w.clock, step=0.5)
+        calls.counted.clear()
+        await run_for(30.0, w.clock, step=0.5)
+        assert calls.counted["Scan"] >= 55, calls.counted  # every 0.5 s poll
+        assert calls.counted["BatchGetItem"] == 0, calls.counted
