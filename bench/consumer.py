@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import json
 import os
 import platform
@@ -334,6 +335,18 @@ def scale_child(args: argparse.Namespace) -> None:
 
             kinesis.meta.events.register("before-call", count)
             dynamodb.meta.events.register("before-call", count)
+            # The garbage collector's passes, by generation, with their CPU time.
+            gc_times: dict[int, list[float]] = {}
+            gc_started = {"at": 0.0}
+
+            def on_gc(phase: str, info: dict[str, int]) -> None:
+                if phase == "start":
+                    gc_started["at"] = time.process_time()
+                else:
+                    spent = time.process_time() - gc_started["at"]
+                    gc_times.setdefault(info["generation"], []).append(spent)
+
+            gc.callbacks.append(on_gc)
             store = DynamoDBLeaseStore(dynamodb, args.application)
             if args.scale_lease_mode == "heartbeat":
                 # The application's mode is stored in its table before any worker starts.
@@ -405,9 +418,11 @@ def scale_child(args: argparse.Namespace) -> None:
             quiet_cpu = quiet_window = 0.0
             quiet_windows: list[float] = []
             quiet_calls: dict[str, int] = {}
+            quiet_gc: dict[str, list[float]] = {}
             if ready and args.scale_quiet > 0:
                 await asyncio.sleep(args.scale_max_idle or 0.0)
                 calls.clear()
+                gc_times.clear()
                 quiet0, quiet_at = time.process_time(), time.perf_counter()
                 # The window in parts: a spread (and a median) from one run.
                 part = args.scale_quiet / SCALE_QUIET_PARTS
@@ -420,6 +435,7 @@ def scale_child(args: argparse.Namespace) -> None:
                 quiet_cpu = time.process_time() - quiet0
                 quiet_window = time.perf_counter() - quiet_at
                 quiet_calls = dict(calls)
+                quiet_gc = {str(gen): list(spans) for gen, spans in sorted(gc_times.items())}
             renewed0, cpu0, window0 = probe.renewed, time.process_time(), time.perf_counter()
             observe_until = time.monotonic() + (args.scale_observe if ready else 0)
             flow = asyncio.create_task(
@@ -458,6 +474,7 @@ def scale_child(args: argparse.Namespace) -> None:
                 "quiet_window_seconds": quiet_window,
                 "quiet_window_shares": quiet_windows,
                 "quiet_calls": quiet_calls,
+                "quiet_gc": quiet_gc,
                 "max_idle_time": args.scale_max_idle,
                 "leases_lost": probe.lost,
                 "checkpoints": probe.checkpoints,
@@ -947,6 +964,18 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
                 f"{'met' if quiet_share <= SCALE_CPU_GOAL else 'NOT MET'})" + quiet_parts(m) + " |"
             ]
             if quiet_share is not None
+            else []
+        ),
+        *(
+            [
+                "| garbage collections while no records flowed (CPU) | "
+                + ", ".join(
+                    f"generation {gen}: {len(spans)} ({sum(spans) * 1000:.0f} ms)"
+                    for gen, spans in m["quiet_gc"].items()
+                )
+                + " |"
+            ]
+            if m.get("quiet_gc")
             else []
         ),
         *(
