@@ -418,7 +418,7 @@ def scale_child(args: argparse.Namespace) -> None:
             quiet_cpu = quiet_window = 0.0
             quiet_windows: list[float] = []
             quiet_calls: dict[str, int] = {}
-            quiet_gc: dict[str, list[float]] = {}
+            quiet_gc: dict[str, dict[str, float]] = {}
             if ready and args.scale_quiet > 0:
                 await asyncio.sleep(args.scale_max_idle or 0.0)
                 calls.clear()
@@ -435,7 +435,10 @@ def scale_child(args: argparse.Namespace) -> None:
                 quiet_cpu = time.process_time() - quiet0
                 quiet_window = time.perf_counter() - quiet_at
                 quiet_calls = dict(calls)
-                quiet_gc = {str(gen): list(spans) for gen, spans in sorted(gc_times.items())}
+                quiet_gc = {
+                    str(gen): {"count": len(spans), "cpu_seconds": sum(spans)}
+                    for gen, spans in sorted(gc_times.items())
+                }
             renewed0, cpu0, window0 = probe.renewed, time.process_time(), time.perf_counter()
             observe_until = time.monotonic() + (args.scale_observe if ready else 0)
             flow = asyncio.create_task(
@@ -970,8 +973,8 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
             [
                 "| garbage collections while no records flowed (CPU) | "
                 + ", ".join(
-                    f"generation {gen}: {len(spans)} ({sum(spans) * 1000:.0f} ms)"
-                    for gen, spans in m["quiet_gc"].items()
+                    f"generation {gen}: {passes['count']:,} ({passes['cpu_seconds'] * 1000:.0f} ms)"
+                    for gen, passes in m["quiet_gc"].items()
                 )
                 + " |"
             ]
