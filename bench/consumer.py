@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import gc
 import json
 import os
 import platform
@@ -66,6 +68,7 @@ SCALE_IDLE_TIME = 10.0
 SCALE_MAX_IDLE_TIME = 30.0
 SCALE_LATENESS_GOAL = 0.10  # renewal lateness p99 as a share of failover_time
 SCALE_CPU_GOAL = 0.05  # of one core, while watching
+SCALE_QUIET_PARTS = 3  # the quiet window is measured in this many parts (a spread, a median)
 
 
 def record_id(i: int) -> bytes:
@@ -323,6 +326,27 @@ def scale_child(args: argparse.Namespace) -> None:
             # consumer is built and idle, nothing leased yet. This is the baseline.
             await kinesis.describe_stream_summary(StreamName=args.stream)
             await dynamodb.list_tables()
+            # Every call of the consumer's two clients, by operation (what the quiet window
+            # costs, source by source).
+            calls: collections.Counter[str] = collections.Counter()
+
+            def count(model: Any, **_: Any) -> None:
+                calls[model.name] += 1
+
+            kinesis.meta.events.register("before-call", count)
+            dynamodb.meta.events.register("before-call", count)
+            # The garbage collector's passes, by generation, with their CPU time.
+            gc_times: dict[int, list[float]] = {}
+            gc_started = {"at": 0.0}
+
+            def on_gc(phase: str, info: dict[str, int]) -> None:
+                if phase == "start":
+                    gc_started["at"] = time.process_time()
+                else:
+                    spent = time.process_time() - gc_started["at"]
+                    gc_times.setdefault(info["generation"], []).append(spent)
+
+            gc.callbacks.append(on_gc)
             store = DynamoDBLeaseStore(dynamodb, args.application)
             if args.scale_lease_mode == "heartbeat":
                 # The application's mode is stored in its table before any worker starts.
@@ -392,12 +416,29 @@ def scale_child(args: argparse.Namespace) -> None:
             # First no records at all: the idle cost (after idle shards' polls backed off to
             # max_idle_time), then records flowing.
             quiet_cpu = quiet_window = 0.0
+            quiet_windows: list[float] = []
+            quiet_calls: dict[str, int] = {}
+            quiet_gc: dict[str, dict[str, float]] = {}
             if ready and args.scale_quiet > 0:
                 await asyncio.sleep(args.scale_max_idle or 0.0)
+                calls.clear()
+                gc_times.clear()
                 quiet0, quiet_at = time.process_time(), time.perf_counter()
-                await asyncio.sleep(args.scale_quiet)
+                # The window in parts: a spread (and a median) from one run.
+                part = args.scale_quiet / SCALE_QUIET_PARTS
+                for _ in range(SCALE_QUIET_PARTS):
+                    part_cpu, part_at = time.process_time(), time.perf_counter()
+                    await asyncio.sleep(part)
+                    quiet_windows.append(
+                        (time.process_time() - part_cpu) / (time.perf_counter() - part_at)
+                    )
                 quiet_cpu = time.process_time() - quiet0
                 quiet_window = time.perf_counter() - quiet_at
+                quiet_calls = dict(calls)
+                quiet_gc = {
+                    str(gen): {"count": len(spans), "cpu_seconds": sum(spans)}
+                    for gen, spans in sorted(gc_times.items())
+                }
             renewed0, cpu0, window0 = probe.renewed, time.process_time(), time.perf_counter()
             observe_until = time.monotonic() + (args.scale_observe if ready else 0)
             flow = asyncio.create_task(
@@ -434,6 +475,9 @@ def scale_child(args: argparse.Namespace) -> None:
                 "idle_cpu_seconds": idle_cpu,
                 "quiet_cpu_seconds": quiet_cpu,
                 "quiet_window_seconds": quiet_window,
+                "quiet_window_shares": quiet_windows,
+                "quiet_calls": quiet_calls,
+                "quiet_gc": quiet_gc,
                 "max_idle_time": args.scale_max_idle,
                 "leases_lost": probe.lost,
                 "checkpoints": probe.checkpoints,
@@ -849,6 +893,18 @@ def run_scale(args: argparse.Namespace, kinesis: str, dynamodb: str) -> dict[str
     return m
 
 
+def quiet_parts(m: dict[str, Any]) -> str:
+    """The quiet window's parts, as shares of a core, and their median (newer runs)."""
+    shares = m.get("quiet_window_shares") or []
+    if len(shares) < 2:
+        return ""
+    each = " / ".join(f"{share * 100:.1f}" for share in shares)
+    return (
+        f"; {len(shares)} parts of {m['quiet_window_seconds'] / len(shares):.0f} s: {each}%, "
+        f"median {statistics.median(shares) * 100:.1f}%"
+    )
+
+
 def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
     shards = args.scale_shards
     rss = [r for _, r in m["samples"]] or [m["ready_rss_mib"]]
@@ -908,9 +964,33 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
                 f"| consumer CPU, no records flowing ({m['quiet_window_seconds']:.0f} s, after "
                 f"{m.get('max_idle_time') or 0:.0f} s idle) | {quiet_share * 100:.1f}% of one core "
                 f"(goal {SCALE_CPU_GOAL:.0%}: "
-                f"{'met' if quiet_share <= SCALE_CPU_GOAL else 'NOT MET'}) |"
+                f"{'met' if quiet_share <= SCALE_CPU_GOAL else 'NOT MET'})" + quiet_parts(m) + " |"
             ]
             if quiet_share is not None
+            else []
+        ),
+        *(
+            [
+                "| garbage collections while no records flowed (CPU) | "
+                + ", ".join(
+                    f"generation {gen}: {passes['count']:,} ({passes['cpu_seconds'] * 1000:.0f} ms)"
+                    for gen, passes in m["quiet_gc"].items()
+                )
+                + " |"
+            ]
+            if m.get("quiet_gc")
+            else []
+        ),
+        *(
+            [
+                "| calls while no records flowed, per second | "
+                + ", ".join(
+                    f"{name} {count / m['quiet_window_seconds']:.2f}"
+                    for name, count in sorted(m["quiet_calls"].items(), key=lambda kv: -kv[1])
+                )
+                + " |"
+            ]
+            if m.get("quiet_calls")
             else []
         ),
         "| consumer CPU while watching"

@@ -429,6 +429,10 @@ class LeaseCoordinator:
             # Nothing held depends on the heartbeat any more (a lease left to expire would:
             # its item stays, and peers fence it once it lapsed).
             await keeper.delete()
+        if isinstance(self._store, LeaseStoreBase):
+            # The change marker's last bumps (sent in the background) tell the peers about
+            # the releases at once rather than at their next whole-table scan.
+            await self._store.settle_marks()
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -19,7 +19,7 @@ from shardflow.aws.clients import ClientFactory
 from shardflow.aws.dynamodb_tables import create_table, describe_table, wait_until_active
 from shardflow.backoff import Backoff
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError
-from shardflow.leases.entities import Entity, entity_from_item
+from shardflow.leases.entities import MODE_KEY, Entity, entity_from_item
 from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
 from shardflow.leases.model import (
     LEASE_KEY,
@@ -30,7 +30,7 @@ from shardflow.leases.model import (
     key_of,
     lease_from_item,
 )
-from shardflow.leases.store import LeaseStoreBase, TableScan, TableStatus
+from shardflow.leases.store import LeaseStoreBase, TableMarks, TableScan, TableStatus, marks_of
 from shardflow.leases.writes import (
     Absent,
     Action,
@@ -136,6 +136,8 @@ class _Rejected:
 STREAMS_TAG = "shardflow:streams"
 """Tag of a lease table shardflow created: its application's streams, space-separated."""
 _MAX_TAG_VALUE = 256
+_BATCH_GET_KEYS = 100
+"""Keys one BatchGetItem takes: the mode item and 99 heartbeats (more workers: pick-up scans)."""
 
 
 def _error_code(exc: ClientError) -> str:
@@ -263,6 +265,7 @@ class DynamoDBLeaseStore(LeaseStoreBase):
                 code="StreamViewType",
             )
         enabled = bool(spec.get("StreamEnabled"))
+        self.saw_stream(enabled)
         return TableStatus(
             name=self._table_name,
             created=created,
@@ -312,7 +315,26 @@ class DynamoDBLeaseStore(LeaseStoreBase):
                 break
             params["ExclusiveStartKey"] = last
         self._scanned = scanned
-        return TableScan.of(sorted(leases, key=lambda lease: lease.lease_key), found)
+        scan = TableScan.of(sorted(leases, key=lambda lease: lease.lease_key), found)
+        self.saw_mode(scan.mode)
+        return scan
+
+    async def read_marks(self, heartbeat_keys: Sequence[str]) -> TableMarks | None:
+        """One consistent BatchGetItem of the mode item and the heartbeats (None: more keys
+        than one request takes, or DynamoDB left some unprocessed: the caller scans)."""
+        keys = [MODE_KEY, *heartbeat_keys]
+        if len(keys) > _BATCH_GET_KEYS:
+            return None
+        request = {
+            self._table_name: {"Keys": [key_of(key) for key in keys], "ConsistentRead": True}
+        }
+        answer = await self._call(
+            "BatchGetItem", lambda: self._client.batch_get_item(RequestItems=request)
+        )
+        if answer.get("UnprocessedKeys"):
+            return None
+        items = answer.get("Responses", {}).get(self._table_name, [])
+        return marks_of(items, self)
 
     async def get(self, lease_key: str) -> Lease | None:
         answer = await self._call(

@@ -23,7 +23,15 @@ fencedBy                       S    set (conditionally on the counter seen) by a
 ============================== ==== ==========================================================
 
 Mode item (``leaseKey`` = ``_shardflow#leaseMode``): ``entityType`` ``SHARDFLOW_LEASE_MODE``,
-``leaseMode`` (S) ``per-lease`` or ``heartbeat``. No item: ``per-lease``.
+``leaseMode`` (S) ``per-lease`` or ``heartbeat``, ``changeCounter`` (N). No item: ``per-lease``.
+
+``changeCounter`` is the table's change marker in the heartbeat mode: after a lease write that
+peers should notice soon (a take, release, handoff, request, new lease, finished shard, a
+heartbeat registered, fenced or deleted: everything but renewals, beats and ordinary
+checkpoints) the writer adds 1 to it (:func:`note_change`). Lease pick-up then reads this one
+item and the heartbeats, not the whole table, while the counter stands still (see
+:class:`~shardflow.leases.pickup.PollingChanges`). It is a hint for speed only: ownership is
+decided by the conditional writes, and the whole table is still scanned every renew interval.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Final, Literal
 
 from shardflow.leases.model import ENTITY_TYPE, LEASE_KEY, AttributeValue, Item, n, s
-from shardflow.leases.writes import Absent, Equals, LeaseWrite, Put, Remove
+from shardflow.leases.writes import Absent, Add, Equals, LeaseWrite, Put, Remove
 
 LeaseMode = Literal["per-lease", "heartbeat"]
 """How the workers of an application keep their leases (see the lease guide)."""
@@ -50,6 +58,7 @@ WORKER_ID: Final = "workerId"
 HEARTBEAT_COUNTER: Final = "heartbeatCounter"
 FENCED_BY: Final = "fencedBy"
 MODE: Final = "leaseMode"
+CHANGE_COUNTER: Final = "changeCounter"
 
 
 def heartbeat_key(worker_id: str) -> str:
@@ -75,9 +84,11 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class ModeSetting:
-    """The application's lease mode as stored in its table."""
+    """The application's lease mode as stored in its table, with its change marker
+    (``changes``: 0 while no writer has bumped it)."""
 
     mode: LeaseMode
+    changes: int = 0
 
 
 Entity = Heartbeat | ModeSetting
@@ -101,8 +112,17 @@ def entity_from_item(item: Mapping[str, AttributeValue]) -> Entity | None:
     if kind == MODE_ENTITY:
         mode = item.get(MODE, {}).get("S")
         if mode in LEASE_MODES:
-            return ModeSetting(mode)
+            return ModeSetting(mode, _number(item.get(CHANGE_COUNTER, {}).get("N")))
     return None
+
+
+def _number(raw: str | None) -> int:
+    if raw is None:
+        return 0
+    try:
+        return int(Decimal(raw))
+    except (InvalidOperation, ValueError):
+        return 0
 
 
 def heartbeat_item(heartbeat: Heartbeat) -> Item:
@@ -180,15 +200,30 @@ def delete_heartbeat(heartbeat: Heartbeat) -> LeaseWrite:
 
 
 def set_mode(mode: LeaseMode) -> LeaseWrite:
-    """Store the application's lease mode (every worker follows it)."""
+    """Store the application's lease mode (every worker follows it). An update, not a put:
+    the change marker keeps counting up (a reset could bring it back to a value a reader
+    saw before, and that reader would miss the changes in between)."""
     if mode not in LEASE_MODES:
         raise ValueError(f"lease mode must be one of {LEASE_MODES}, got {mode!r}")
     return LeaseWrite(
         "set_lease_mode",
         MODE_KEY,
-        "put",
+        "update",
         (),
-        item={LEASE_KEY: s(MODE_KEY), ENTITY_TYPE: s(MODE_ENTITY), MODE: s(mode)},
+        (Put(ENTITY_TYPE, s(MODE_ENTITY)), Put(MODE, s(mode)), Add(CHANGE_COUNTER, 1)),
+    )
+
+
+def note_change() -> LeaseWrite:
+    """Bump the table's change marker, only on a table in the heartbeat mode: the condition
+    keeps it from creating a mode item in a table of leases only (KCL 2.x reads every item
+    as a lease), and from counting on a table switched back to ``per-lease``."""
+    return LeaseWrite(
+        "note_change",
+        MODE_KEY,
+        "update",
+        (Equals(ENTITY_TYPE, s(MODE_ENTITY)), Equals(MODE, s("heartbeat"))),
+        (Add(CHANGE_COUNTER, 1),),
     )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
@@ -31,7 +31,7 @@ from typing import Any, Final
 from botocore.exceptions import ClientError
 
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError, ResourceNotFoundError
-from shardflow.leases.entities import Entity, entity_from_item
+from shardflow.leases.entities import MODE_KEY, Entity, entity_from_item
 from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
 from shardflow.leases.model import (
     LEASE_KEY,
@@ -42,7 +42,7 @@ from shardflow.leases.model import (
     is_lease_item,
     lease_from_item,
 )
-from shardflow.leases.store import LeaseStoreBase, TableScan, TableStatus
+from shardflow.leases.store import LeaseStoreBase, TableMarks, TableScan, TableStatus, marks_of
 from shardflow.leases.writes import (
     Absent,
     Action,
@@ -337,6 +337,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
         if table is None:
             table = self.tables.tables[self._table_name] = _Table()
         table.stream_view = table.stream_view or stream_view or (created and stream_if_created)
+        self.saw_stream(table.stream_view)
         return TableStatus(
             name=self._table_name,
             created=created,
@@ -372,7 +373,17 @@ class InMemoryLeaseStore(LeaseStoreBase):
                 entity = entity_from_item(table.items[key])
                 if entity is not None:
                     found.append(entity)
-        return TableScan.of(leases, found)
+        scan = TableScan.of(leases, found)
+        self.saw_mode(scan.mode)
+        return scan
+
+    async def read_marks(self, heartbeat_keys: Sequence[str]) -> TableMarks | None:
+        await asyncio.sleep(0)
+        table = self._table("BatchGetItem")
+        keys = [MODE_KEY, *heartbeat_keys]
+        return marks_of(
+            (copy.deepcopy(table.items[key]) for key in keys if key in table.items), self
+        )
 
     async def execute_entity(self, write: LeaseWrite) -> Item | None:
         await asyncio.sleep(0)

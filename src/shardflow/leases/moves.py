@@ -449,7 +449,16 @@ class LeaseMoves:
                 self._store.table_name,
             )
         self.pickup_source = "poll"
-        return PollingChanges(self._store, interval=interval, clock=self._clock)
+        # In the heartbeat mode the whole table is scanned once a renew interval (and when
+        # its change marker moves); per-lease tables every interval, as before. So is a
+        # table with a stream: its writers do not bump the marker (their readers use the
+        # stream).
+        return PollingChanges(
+            self._store,
+            interval=interval,
+            clock=self._clock,
+            full_every=self._settings.renew_every if stream_arn is None else None,
+        )
 
     async def picked_up(self, view: LeaseView) -> None:
         """React to lease changes: a complete scan is a take cycle of its own; changes from

@@ -11,16 +11,21 @@ never written.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from shardflow.errors import AwsError
 from shardflow.leases import entities, writes
 from shardflow.leases.entities import Entity, Heartbeat, LeaseMode, ModeSetting
 from shardflow.leases.errors import EntityConditionFailedError
+from shardflow.leases.marker import ChangeMarker
 from shardflow.leases.model import Item, Lease
 from shardflow.records import ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange
+
+log = logging.getLogger("shardflow.leases")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +52,44 @@ class TableScan:
     heartbeats: tuple[Heartbeat, ...] = ()
     mode: LeaseMode | None = None
     """The mode item's value; None: no mode item (the ``per-lease`` mode)."""
+    changes: int = 0
+    """The mode item's change marker (see :mod:`~shardflow.leases.entities`)."""
 
     @classmethod
     def of(cls, leases: list[Lease], found: list[Entity]) -> TableScan:
         heartbeats = tuple(entity for entity in found if isinstance(entity, Heartbeat))
-        modes = [entity.mode for entity in found if isinstance(entity, ModeSetting)]
-        return cls(leases, heartbeats, modes[0] if modes else None)
+        modes = [entity for entity in found if isinstance(entity, ModeSetting)]
+        if not modes:
+            return cls(leases, heartbeats)
+        return cls(leases, heartbeats, modes[0].mode, modes[0].changes)
+
+
+@dataclass(frozen=True, slots=True)
+class TableMarks:
+    """What lease pick-up reads between scans of a heartbeat-mode table (see
+    :meth:`LeaseStoreBase.read_marks`): the mode item (``mode`` None: no mode item) with its
+    change marker, and the heartbeat items asked for that exist."""
+
+    mode: LeaseMode | None
+    changes: int
+    heartbeats: tuple[Heartbeat, ...]
+
+
+def marks_of(items: Iterable[Item], store: LeaseStoreBase) -> TableMarks:
+    """The marks in ``items`` (the answer of a store's read of the mode item and heartbeats);
+    tells ``store`` the mode seen."""
+    heartbeats: list[Heartbeat] = []
+    mode: ModeSetting | None = None
+    for item in items:
+        entity = entities.entity_from_item(item)
+        if isinstance(entity, Heartbeat):
+            heartbeats.append(entity)
+        elif isinstance(entity, ModeSetting):
+            mode = entity
+    store.saw_mode(mode.mode if mode is not None else None)
+    if mode is None:
+        return TableMarks(None, 0, tuple(heartbeats))
+    return TableMarks(mode.mode, mode.changes, tuple(heartbeats))
 
 
 @runtime_checkable
@@ -154,6 +191,52 @@ class LeaseStoreBase(abc.ABC):
         if not table_name:
             raise ValueError("the lease table needs a name (the application name)")
         self._table_name = table_name
+        self._marker = ChangeMarker(self._note_change)
+        self._heartbeat_table = False
+        self._streamed = False
+        self.marks_changes = False
+        """Whether this store bumps the table's change marker after the writes peers should
+        notice (:func:`~shardflow.leases.writes.noticed_by_peers`): while the table's mode,
+        as last read, is ``heartbeat`` and the table has no DynamoDB stream (see
+        :meth:`saw_mode`, :meth:`saw_stream`)."""
+
+    def saw_mode(self, mode: LeaseMode | None) -> None:
+        """The table's mode as a read showed it (None: no mode item): in the heartbeat mode,
+        writes bump the change marker; in a table of leases only they must not create it."""
+        self._heartbeat_table = mode == "heartbeat"
+        self.marks_changes = self._heartbeat_table and not self._streamed
+
+    def saw_stream(self, enabled: bool) -> None:
+        """Whether the table has a DynamoDB stream (:meth:`ensure_table` tells): its readers
+        see every write there, and a worker that polls such a table scans every poll
+        (:meth:`~shardflow.leases.moves.LeaseMoves.changes`), so a bump would be a write for
+        nobody."""
+        self._streamed = enabled
+        self.marks_changes = self._heartbeat_table and not enabled
+
+    async def read_marks(self, heartbeat_keys: Sequence[str]) -> TableMarks | None:
+        """The mode item and the heartbeat items of ``heartbeat_keys``, read consistently in
+        one request; None when this store cannot (lease pick-up then scans every time)."""
+        return None
+
+    async def _note_change(self) -> None:
+        try:
+            await self.execute_entity(entities.note_change())
+        except EntityConditionFailedError:
+            self.marks_changes = False  # the table is no longer in the heartbeat mode
+        except AwsError as exc:
+            # A hint only: readers still scan the whole table every renew interval.
+            log.info("the change marker of %s was not bumped: %s", self._table_name, exc)
+
+    def _noticed(self, write: writes.LeaseWrite) -> None:
+        if self.marks_changes and writes.noticed_by_peers(write):
+            self._marker.note()
+
+    async def settle_marks(self) -> None:
+        """Wait until the change marker was bumped for every write so far that asked for it
+        (bumps go out in the background: see :mod:`~shardflow.leases.marker`); for a worker
+        that stops, and for tests."""
+        await self._marker.settle()
 
     @property
     def table_name(self) -> str:
@@ -193,6 +276,7 @@ class LeaseStoreBase(abc.ABC):
         found = entities.entity_from_item(item or {})
         if not isinstance(found, Heartbeat):
             raise EntityConditionFailedError(write.operation, write.lease_key, current=item)
+        self._noticed(write)
         return found
 
     async def register_heartbeat(self, worker_id: str, current: Heartbeat | None) -> Heartbeat:
@@ -208,7 +292,9 @@ class LeaseStoreBase(abc.ABC):
         return await self._heartbeat(entities.fence(heartbeat, by))
 
     async def delete_heartbeat(self, heartbeat: Heartbeat) -> None:
-        await self.execute_entity(entities.delete_heartbeat(heartbeat))
+        write = entities.delete_heartbeat(heartbeat)
+        await self.execute_entity(write)
+        self._noticed(write)
 
     async def set_lease_mode(self, mode: LeaseMode) -> None:
         """Store the application's lease mode; every worker follows it (``per-lease`` removes
@@ -217,11 +303,13 @@ class LeaseStoreBase(abc.ABC):
             await self.execute_entity(entities.clear_mode())
         else:
             await self.execute_entity(entities.set_mode(mode))
+        self.saw_mode(None if mode == "per-lease" else mode)
 
     async def _lease(self, write: writes.LeaseWrite) -> Lease:
         result = await self.execute(write)
         if result is None:  # only deletes answer None
             raise AssertionError(f"{write.operation} returned no lease")
+        self._noticed(write)
         return result
 
     async def create_if_absent(self, lease: Lease) -> Lease:
@@ -302,7 +390,9 @@ class LeaseStoreBase(abc.ABC):
 
     async def delete(self, lease: Lease) -> None:
         """Delete the lease item if it still has the counter and owner of ``lease``."""
-        await self.execute(writes.delete(lease))
+        write = writes.delete(lease)
+        await self.execute(write)
+        self._noticed(write)
 
     async def handoff(self, lease: Lease, from_owner: str, to_owner: str) -> Lease:
         """Begin a graceful handoff of a lease held by ``from_owner`` to ``to_owner``."""

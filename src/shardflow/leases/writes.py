@@ -629,3 +629,30 @@ def request_handoff(lease: Lease, requester: str) -> LeaseWrite:
             current is not None and current.extra.get(HANDOFF_REQUEST) == s(request)
         ),
     )
+
+
+# --- what peers should notice ----------------------------------------------------------------
+
+QUIET_OPERATIONS: Final = frozenset(
+    {"renew", "heartbeat", "prepare_checkpoint", "update_hash_range", "note_change"}
+)
+"""Writes no peer needs to learn of before its next scan: they move no lease between workers
+(a renewal, a beat, a prepared checkpoint, the hash range), and the marker's own bump."""
+
+
+def noticed_by_peers(write: LeaseWrite) -> bool:
+    """Whether peers should learn of ``write`` within a pick-up interval (the heartbeat
+    mode's change marker is bumped after it, see :mod:`~shardflow.leases.marker`): every
+    write that can move a lease, free one, ask for one, add or remove one, or change who
+    keeps a heartbeat. An ordinary checkpoint is quiet (a busy fleet writes many a second);
+    one at SHARD_END is not: the shard's children may start."""
+    if write.operation in QUIET_OPERATIONS:
+        return False
+    if write.operation == "checkpoint":
+        return any(
+            isinstance(action, Put)
+            and action.attribute == CHECKPOINT
+            and action.value.get("S") == SHARD_END
+            for action in write.actions
+        )
+    return True

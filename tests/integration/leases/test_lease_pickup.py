@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from shardflow.clock import SYSTEM_CLOCK
 from shardflow.leases import Lease
+from shardflow.leases.entities import MODE_KEY
 from shardflow.leases.pickup import LeaseView, PollingChanges, StreamChanges
 from support.lease_backends import DynamoBackend
 
@@ -83,3 +84,42 @@ async def test_auto_gives_a_table_it_creates_a_stream_and_leaves_an_existing_one
         again = await (await existing.store()).ensure_table(stream_if_created=True)
         assert not again.created
         assert again.stream_arn is None, "an existing table (a KCL application's) is not changed"
+
+
+async def test_polling_a_heartbeat_table_reads_its_marks_and_scans_when_a_lease_moves(
+    moto_url: str,
+) -> None:
+    async with DynamoBackend(moto_url) as backend:
+        writer, reader = await backend.store(), await backend.store()
+        await writer.ensure_table()
+        await writer.register_heartbeat("a", None)
+        lease = await writer.take(await writer.create_if_absent(Lease.new("shardId-1")), "a")
+        await writer.set_lease_mode("heartbeat")
+        changes = PollingChanges(reader, interval=0.05, clock=SYSTEM_CLOCK, full_every=60.0)
+        views = changes.views()
+        async with asyncio.timeout(WITHIN):
+            # A scan, then a scan after the marks were read once (the marker's base), then
+            # the marks alone while nothing moves.
+            seen = [await anext(views) for _ in range(6)]
+        assert [view.complete for view in seen] == [True, True, False, False, False, False]
+        assert changes.scans == 2
+        assert all(view.heartbeats[0].worker_id == "a" for view in seen[2:])
+        released = await writer.release(lease, "a")  # bumps the marker: the next poll scans
+        view = await next_view(views, "shardId-1")
+        assert view.complete
+        assert view.leases == (released,)
+        await views.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_table_with_a_stream_gets_no_bumps(
+    moto_url: str,
+) -> None:
+    async with DynamoBackend(moto_url) as backend:
+        writer = await backend.store()
+        table = await writer.ensure_table(stream_view=True)  # its readers use the stream
+        assert table.stream_arn is not None
+        await writer.set_lease_mode("heartbeat")
+        before = backend.get_raw(MODE_KEY)
+        await writer.take(await writer.create_if_absent(Lease.new("shardId-1")), "a")
+        await writer.settle_marks()
+        assert backend.get_raw(MODE_KEY) == before, "a bump would be a write for nobody"

@@ -20,7 +20,13 @@ from shardflow.errors import (
     ShardLeaseLostError,
 )
 from shardflow.leases import Lease, LeaseStore, LeaseStoreBase
-from shardflow.leases.entities import Heartbeat, entity_from_item
+from shardflow.leases.entities import (
+    CHANGE_COUNTER,
+    MODE_KEY,
+    Heartbeat,
+    entity_from_item,
+    heartbeat_key,
+)
 from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
 from shardflow.leases.handoff_request import (
     FRESH_RENEWALS,
@@ -28,6 +34,7 @@ from shardflow.leases.handoff_request import (
     HandoffRequest,
     handoff_request_of,
 )
+from shardflow.leases.store import TableMarks
 from shardflow.local import DynaliteServer
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
 from shardflow.shards import HashKeyRange
@@ -604,3 +611,86 @@ async def test_heartbeats_and_the_mode_are_kept_apart_from_leases(workers: Worke
     scan = await b.scan_table()
     assert scan.heartbeats == ()
     assert scan.mode is None
+
+
+# --- the heartbeat mode's change marker ------------------------------------------------------------
+
+
+async def marker(backend: Backend, *writers: LeaseStoreBase) -> int | None:
+    """The table's change marker as stored (None: no mode item), once the bumps the
+    ``writers`` owe (sent in the background) have landed."""
+    for writer in writers:
+        await writer.settle_marks()
+    item = backend.get_raw(MODE_KEY)
+    if item is None:
+        return None
+    return int(item.get(CHANGE_COUNTER, {}).get("N", "0"))
+
+
+async def test_moves_bump_the_change_marker_in_the_heartbeat_mode_only(
+    backend: Backend, workers: Workers
+) -> None:
+    a, b = await workers(), await workers()
+    assert isinstance(a, LeaseStoreBase)
+    assert isinstance(b, LeaseStoreBase)
+    # A table of leases only: no write may create the mode item (KCL 2.x reads every item).
+    lease = await held(a)
+    await a.release(lease, "a")
+    assert await marker(backend, a, b) is None
+    await a.set_lease_mode("heartbeat")
+    start = await marker(backend, a, b)
+    assert start is not None
+    # b learns the mode from a read, as a worker does; from then on its moves bump it.
+    assert (await b.scan_table()).mode == "heartbeat"
+    taken = await b.take(await b.get(KEY) or lease, "b")
+    assert await marker(backend, a, b) == start + 1
+    # Renewals and ordinary checkpoints are quiet: a busy fleet writes many a second.
+    renewed = await b.renew(taken, "b")
+    checkpointed = await b.checkpoint(renewed, "b", SEQ)
+    assert await marker(backend, a, b) == start + 1
+    # A shard's end is not (its children may start), nor is a handoff request.
+    ended = await b.checkpoint(checkpointed, "b", ExtendedSequenceNumber(SHARD_END))
+    assert await marker(backend, a, b) == start + 2
+    await a.request_handoff(ended, "a")
+    assert await marker(backend, a, b) == start + 3
+    beat = await a.register_heartbeat("a", None)
+    assert await marker(backend, a, b) == start + 4
+    await a.beat(beat)  # a beat is read by every poll anyway
+    assert await marker(backend, a, b) == start + 4
+    # Back to per-lease: the mode item goes, and no later write brings it back.
+    await a.set_lease_mode("per-lease")
+    assert (await b.scan_table()).mode is None
+    other = await b.create_if_absent(Lease.new("shardId-000000000001"))
+    await b.take(other, "b")
+    assert await marker(backend, a, b) is None
+
+
+async def test_setting_the_mode_again_keeps_counting(backend: Backend, workers: Workers) -> None:
+    a = await workers()
+    assert isinstance(a, LeaseStoreBase)
+    await a.set_lease_mode("heartbeat")
+    first = await marker(backend, a)
+    await a.set_lease_mode("heartbeat")
+    second = await marker(backend, a)
+    assert first is not None
+    assert second is not None
+    assert second > first, "a reader must see the mode item change"
+
+
+async def test_the_marks_are_the_mode_item_and_the_heartbeats_asked_for(workers: Workers) -> None:
+    a, b = await workers(), await workers()
+    assert isinstance(a, LeaseStoreBase)
+    assert isinstance(b, LeaseStoreBase)
+    assert await b.read_marks([]) == TableMarks(None, 0, ())
+    beat_a = await a.register_heartbeat("a", None)
+    beat_b = await b.register_heartbeat("b", None)
+    await a.set_lease_mode("heartbeat")
+    marks = await b.read_marks([beat_a.key, beat_b.key, heartbeat_key("gone")])
+    assert marks is not None
+    assert marks.mode == "heartbeat"
+    assert sorted(marks.heartbeats, key=lambda hb: hb.worker_id) == [beat_a, beat_b]
+    beaten = await a.beat(beat_a)
+    again = await b.read_marks([beat_a.key])
+    assert again is not None
+    assert again.heartbeats == (beaten,)
+    assert again.changes == marks.changes, "a beat does not move the marker"

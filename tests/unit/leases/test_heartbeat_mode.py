@@ -400,3 +400,72 @@ async def test_a_request_of_a_worker_whose_heartbeat_lapsed_is_not_answered() ->
         await store.request_handoff((await w.leases())[sid(1)], "b")
         await run_for(2.0, w.clock, step=0.1)
         assert (await w.leases())[sid(1)].lease_owner == "b"
+
+
+class Calls:
+    """Counts a store's calls by operation (the in-memory store's ``fault`` hook)."""
+
+    def __init__(self) -> None:
+        self.counted: Counter[str] = Counter()
+
+    def __call__(self, operation: str) -> None:
+        self.counted[operation] += 1
+
+
+async def test_an_idle_heartbeat_fleet_scans_once_a_renew_interval_not_every_poll() -> None:
+    async with world([shard(i) for i in range(8)]) as w:
+        calls = {name: Calls() for name in ("a", "b")}
+        a = await w.start("a", settings=HB, store=w.store(fault=calls["a"]))
+        b = await w.start("b", settings=HB, store=w.store(fault=calls["b"]))
+        await run_for(25.0, w.clock, step=0.5)
+        await _in_heartbeat_mode(w, a, b)
+        await run_for(HB.renew_every * 2, w.clock, step=0.5)  # the marker's base is read
+        for counted in calls.values():
+            counted.counted.clear()
+        await run_for(60.0, w.clock, step=0.5)
+        for name, counted in calls.items():
+            # Polls every 0.5 s: 120 a minute. Scans: pick-up's safety net every renew
+            # interval (~18) and the take cycle every 20 s (3); before the change marker,
+            # all 120 polls scanned.
+            assert counted.counted["Scan"] <= 25, (name, counted.counted)
+            assert counted.counted["BatchGetItem"] >= 100, (name, counted.counted)
+        assert len(a.owned()) + len(b.owned()) == 8
+
+
+async def test_a_holder_learns_within_a_poll_that_its_lease_was_taken() -> None:
+    async with world([shard(i) for i in range(8)]) as w:
+        a = await w.start("a", settings=HB)
+        store_b = w.store()
+        b = await w.start("b", settings=HB, store=store_b)
+        await run_for(25.0, w.clock, step=0.5)
+        await _in_heartbeat_mode(w, a, b)
+        await run_for(HB.renew_every * 2, w.clock, step=0.5)
+        owned = next(iter(a.owned().values()))
+        # Taken from under a (a steal): a renews nothing in this mode, so only pick-up tells
+        # it, and until it knows it keeps handling the shard (records handled twice).
+        await store_b.take((await w.leases())[owned.lease_key], "b")
+        taken = w.clock.monotonic()
+        for _ in range(40):
+            if owned.lost.is_set():
+                break
+            await run_for(0.1, w.clock, step=0.1)
+        # The take bumped the marker: a's next poll (0.5 s) scanned. Without the bump it
+        # waited for the safety-net scan (2.6 s here; up to a renew interval, 3.3 s).
+        assert owned.lost.is_set()
+        assert w.clock.monotonic() - taken <= 2 * HB.pickup_poll_interval + 0.2
+
+
+async def test_a_worker_polling_a_table_with_a_stream_scans_every_poll() -> None:
+    # Writers of a table with a stream bump no change marker (their readers use the stream),
+    # so a worker that polls it anyway cannot rely on the marker.
+    async with world([shard(i) for i in range(4)]) as w:
+        await w.store().ensure_table(stream_view=True)
+        calls = Calls()
+        a = await w.start("a", settings=HB, store=w.store(fault=calls))
+        await run_for(5.0, w.clock, step=0.5)
+        await _in_heartbeat_mode(w, a)
+        await run_for(HB.renew_every * 2, w.clock, step=0.5)
+        calls.counted.clear()
+        await run_for(30.0, w.clock, step=0.5)
+        assert calls.counted["Scan"] >= 55, calls.counted  # every 0.5 s poll
+        assert calls.counted["BatchGetItem"] == 0, calls.counted

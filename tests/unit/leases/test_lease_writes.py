@@ -233,3 +233,46 @@ def test_conditions_alone_render_without_update() -> None:
         "ConditionExpression": "attribute_not_exists(#a0)",
         "ExpressionAttributeNames": {"#a0": "leaseKey"},
     }
+
+
+def test_peers_notice_every_write_that_moves_a_lease_and_no_renewal() -> None:
+    from shardflow.leases import entities as e
+
+    noticed = [
+        w.create(Lease.new("shardId-1")),
+        w.take(HELD, "b"),
+        w.release(HELD, "a"),
+        w.checkpoint(HELD, "a", ExtendedSequenceNumber(SHARD_END)),
+        w.update_children(HELD, ["shardId-2"]),
+        w.delete(HELD),
+        w.handoff(HELD, "a", "b"),
+        w.complete_handoff(HANDING_OFF, "a"),
+        w.request_handoff(HELD, "b"),
+        e.register_heartbeat("a", None),
+        e.fence(e.Heartbeat("a", 3), "b"),
+        e.delete_heartbeat(e.Heartbeat("a", 3)),
+    ]
+    quiet = [
+        w.renew(HELD, "a"),
+        w.checkpoint(HELD, "a", POSITION),
+        w.prepare_checkpoint(HELD, "a", POSITION),
+        w.update_hash_range(HELD, HashKeyRange(0, 9)),
+        e.beat(e.Heartbeat("a", 3)),
+        e.note_change(),
+    ]
+    assert [x.operation for x in noticed if not w.noticed_by_peers(x)] == []
+    assert [x.operation for x in quiet if w.noticed_by_peers(x)] == []
+
+
+def test_the_change_marker_is_only_bumped_on_a_heartbeat_mode_item() -> None:
+    from shardflow.leases import entities as e
+
+    write = e.note_change()
+    assert write.lease_key == e.MODE_KEY
+    # Never creates the mode item: a table of leases only stays one (KCL 2.x).
+    assert Equals("entityType", {"S": e.MODE_ENTITY}) in write.conditions
+    assert Equals("leaseMode", {"S": "heartbeat"}) in write.conditions
+    assert write.actions == (Add("changeCounter", 1),)
+    setting = e.set_mode("heartbeat")
+    assert setting.kind == "update"
+    assert Add("changeCounter", 1) in setting.actions

@@ -1,0 +1,174 @@
+"""Lease pick-up by polling, on the in-memory table: on a heartbeat-mode table it reads the
+change marker and the heartbeats between scans, and scans whenever either says the table may
+have changed, or ``full_every`` passed; any other table it scans every interval."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+
+from shardflow.clock import ManualClock
+from shardflow.errors import AccessDeniedError
+from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
+from shardflow.leases.entities import Heartbeat, heartbeat_item
+from shardflow.leases.model import lease_to_item
+from shardflow.leases.pickup import LeaseView, PollingChanges
+
+INTERVAL = 0.25
+FULL_EVERY = 3.0
+
+
+class Poller:
+    """One poller of the table ``tables`` holds, with its calls counted by operation."""
+
+    def __init__(
+        self,
+        tables: InMemoryLeaseTables,
+        *,
+        full_every: float | None = FULL_EVERY,
+        refused: frozenset[str] = frozenset(),
+    ) -> None:
+        self.refused = refused
+        self.clock = ManualClock()
+        self.calls: Counter[str] = Counter()
+        self.store = InMemoryLeaseStore("app", tables=tables, fault=self._count)
+        self.changes = PollingChanges(
+            self.store, interval=INTERVAL, clock=self.clock, full_every=full_every
+        )
+        self._views: AsyncIterator[LeaseView] = self.changes.views()
+
+    def _count(self, operation: str) -> None:
+        self.calls[operation] += 1
+        if operation in self.refused:
+            raise AccessDeniedError("not allowed", operation=operation, code="AccessDenied")
+
+    async def next(self) -> LeaseView:
+        """The next view (the first at once, later ones an interval apart)."""
+        task = asyncio.ensure_future(anext(self._views))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        if not task.done():
+            await self.clock.advance(INTERVAL)
+        return await task
+
+    async def polls(self, n: int) -> list[LeaseView]:
+        return [await self.next() for _ in range(n)]
+
+
+async def heartbeat_table(
+    workers: int = 2, leases: int = 10
+) -> tuple[InMemoryLeaseTables, InMemoryLeaseStore, list[Heartbeat]]:
+    """A heartbeat-mode table whose leases all belong to workers that keep heartbeats."""
+    tables = InMemoryLeaseTables()
+    writer = InMemoryLeaseStore("app", tables=tables, create_table=True)
+    beats = [await writer.register_heartbeat(f"w{i}", None) for i in range(workers)]
+    for i in range(leases):
+        lease = await writer.create_if_absent(Lease.new(f"shardId-{i:03d}"))
+        await writer.take(lease, f"w{i % workers}")
+    await writer.set_lease_mode("heartbeat")
+    return tables, writer, beats
+
+
+async def test_an_unchanged_heartbeat_table_is_scanned_once_per_full_interval() -> None:
+    tables, _, _ = await heartbeat_table()
+    poller = Poller(tables)
+    views = await poller.polls(2)  # a first scan, then one after a marker read (its base)
+    assert all(view.complete for view in views)
+    poller.calls.clear()
+    views = await poller.polls(round(2 * FULL_EVERY / INTERVAL))
+    # Two safety-net scans in 6 s; every other poll read only the marks.
+    assert poller.calls["Scan"] == 2, poller.calls
+    assert poller.calls["BatchGetItem"] == len(views), poller.calls
+    partial = [view for view in views if not view.complete]
+    assert len(partial) == len(views) - 2
+    # Each partial view shows every heartbeat: peers judge expiry by them.
+    assert all(len(view.heartbeats) == 2 for view in partial)
+    assert all(view.mode == "heartbeat" and view.mode_seen for view in partial)
+
+
+async def test_a_noticed_write_is_seen_by_the_next_poll() -> None:
+    tables, writer, _ = await heartbeat_table()
+    poller = Poller(tables)
+    await poller.polls(3)
+    lease = next(lease for lease in await writer.list_leases() if lease.lease_owner == "w0")
+    released = await writer.release(lease, "w0")
+    view = await poller.next()
+    assert view.complete, "the marker moved: the next poll scans"
+    assert released in view.leases
+    assert not (await poller.next()).complete, "and then reads only the marks again"
+
+
+async def test_a_write_that_bumped_nothing_is_seen_at_the_next_full_scan() -> None:
+    tables, writer, _ = await heartbeat_table()
+    poller = Poller(tables)
+    await poller.polls(3)
+    # A writer that does not bump the marker (a crash between its write and the bump).
+    lease = next(iter(await writer.list_leases()))
+    tables.put_raw("app", lease_to_item(Lease(lease.lease_key, lease_counter=99)))
+    seen_after = None
+    for n in range(1, round(FULL_EVERY / INTERVAL) + 2):
+        view = await poller.next()
+        if view.complete and any(lease.lease_counter == 99 for lease in view.leases):
+            seen_after = n * INTERVAL
+            break
+    assert seen_after is not None
+    assert seen_after <= FULL_EVERY + INTERVAL
+
+
+async def test_a_heartbeat_that_came_went_or_was_fenced_makes_the_poll_scan() -> None:
+    tables, _, beats = await heartbeat_table()
+    poller = Poller(tables)
+    await poller.polls(3)
+    # Written raw, without a bump: the heartbeats read with the marker show it anyway.
+    tables.put_raw("app", heartbeat_item(Heartbeat("w0", beats[0].counter, fenced_by="w1")))
+    assert (await poller.next()).complete
+    assert not (await poller.next()).complete
+    tables.tables["app"].remove(beats[1].key)
+    assert (await poller.next()).complete
+
+
+async def test_a_beat_is_shown_without_a_scan() -> None:
+    tables, writer, beats = await heartbeat_table()
+    poller = Poller(tables)
+    await poller.polls(3)
+    beaten = await writer.beat(beats[0])
+    view = await poller.next()
+    assert not view.complete
+    assert beaten in view.heartbeats
+
+
+async def test_a_lease_kept_without_a_heartbeat_makes_every_poll_scan() -> None:
+    tables, writer, _ = await heartbeat_table()
+    lease = await writer.create_if_absent(Lease.new("shardId-999"))
+    await writer.take(lease, "older-version")  # renews lease by lease: scans must see it
+    poller = Poller(tables)
+    views = await poller.polls(8)
+    assert all(view.complete for view in views)
+    assert poller.calls["BatchGetItem"] == 0
+
+
+async def test_a_per_lease_table_is_scanned_every_poll_and_its_marks_never_read() -> None:
+    tables = InMemoryLeaseTables()
+    writer = InMemoryLeaseStore("app", tables=tables, create_table=True)
+    await writer.take(await writer.create_if_absent(Lease.new("shardId-1")), "a")
+    poller = Poller(tables)
+    views = await poller.polls(8)
+    assert all(view.complete for view in views)
+    assert poller.calls == Counter({"Scan": 8})
+
+
+async def test_without_full_every_every_poll_scans() -> None:
+    tables, _, _ = await heartbeat_table()
+    poller = Poller(tables, full_every=None)
+    views = await poller.polls(6)
+    assert all(view.complete for view in views)
+    assert poller.calls == Counter({"Scan": 6})
+
+
+async def test_a_policy_without_batch_get_falls_back_to_a_scan_every_poll() -> None:
+    tables, _, _ = await heartbeat_table()
+    poller = Poller(tables, refused=frozenset({"BatchGetItem"}))
+    views = await poller.polls(8)
+    assert all(view.complete for view in views)
+    assert poller.calls == Counter({"Scan": 8, "BatchGetItem": 1}), "asked once"
