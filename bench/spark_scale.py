@@ -5,7 +5,8 @@ Per variant (plain records, KPL-aggregated), one stream of ``--records`` records
 per shard) and by ``readStream`` + Trigger.AvailableNow at each ``shardsPerTask`` of
 ``--shards-per-task`` (``auto``: the source's default), every id checked; the median of
 ``--repeat`` rounds, order rotated. Per run it keeps, from the query's progress, the time to
-plan the data batch (its trigger less the tasks' run, ``addBatch``) and ``latestOffset``.
+plan the data batch (its trigger less the tasks' run, ``addBatch``), ``latestOffset``, the tasks'
+run (``addBatch``) and the time after the data batches (the last trigger, which ends the query).
 
 Then: the cost of an idle trigger on the drained stream (the default ``shardsPerTask``); the
 driver's probe sweep alone, outside Spark (each shard probed with a new iterator, as before,
@@ -115,6 +116,7 @@ def stream_run(
     )
     with_rows = [p for p in progress if p["numInputRows"]]
     durations = [p["durationMs"] for p in with_rows]
+    triggers_ms = float(sum(d.get("triggerExecution", 0) for d in durations))
     more = {
         "query_start_seconds": first - called,
         "batches": float(len(with_rows)),
@@ -122,6 +124,10 @@ def stream_run(
             sum(d.get("triggerExecution", 0) - d.get("addBatch", 0) for d in durations)
         ),
         "latest_offset_ms": float(sum(d.get("latestOffset", 0) for d in durations)),
+        # The tasks' run with the foreachBatch function (Spark's addBatch).
+        "add_batch_ms": float(sum(d.get("addBatch", 0) for d in durations)),
+        # After the data batches: the trigger that finds nothing more and ends the query.
+        "after_batches_ms": max(0.0, (ended - first) * 1000 - triggers_ms),
     }
     import pyarrow as pa
 
@@ -404,8 +410,8 @@ def render_scale(result: dict[str, Any]) -> str:
             f"**{run['where']}**",
             "",
             "| variant | contender | rows/s | vs boto3 loop | seconds | plan the data batch, ms "
-            "| of which latestOffset, ms | record ids |",
-            "|---|---|---:|---:|---:|---:|---:|---|",
+            "| of which latestOffset, ms | tasks (addBatch), ms | last trigger, ms | record ids |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in run["results"]:
             rate = "failed" if r["rows_per_second"] is None else f"{r['rows_per_second']:,}"
@@ -417,9 +423,11 @@ def render_scale(result: dict[str, Any]) -> str:
             )
             plan = "" if r.get("plan_ms") is None else f"{r['plan_ms']:,.0f}"
             latest = "" if r.get("latest_offset_ms") is None else f"{r['latest_offset_ms']:,.0f}"
+            tasks = "" if r.get("add_batch_ms") is None else f"{r['add_batch_ms']:,.0f}"
+            after = "" if r.get("after_batches_ms") is None else f"{r['after_batches_ms']:,.0f}"
             lines.append(
                 f"| {r['variant']} | {r['contender']} | {rate} | {ratio} | {r['seconds']:.2f} "
-                f"| {plan} | {latest} | {ids} |"
+                f"| {plan} | {latest} | {tasks} | {after} | {ids} |"
             )
         idle, memory = run["idle_trigger"], run["memory"]
         loop_cpu = [

@@ -26,15 +26,16 @@ def test_tasks_are_the_fewest_and_even(count: int, per_task: int, sizes: list[in
     assert [item for task in tasks for item in task] == list(range(count))  # order kept
 
 
-def test_auto_shards_per_task_keeps_small_streams_one_shard_a_task() -> None:
-    assert [shards_per_task_for(n, None) for n in (1, 4, 16, 17, 64, 256, 1000)] == [
-        1,
+def test_auto_shards_per_task_makes_about_four_tasks_of_at_most_64_shards() -> None:
+    assert [shards_per_task_for(n, None) for n in (1, 4, 5, 16, 17, 64, 256, 1000)] == [
         1,
         1,
         2,
         4,
+        5,
         16,
-        16,
+        64,
+        64,
     ]
     assert shards_per_task_for(256, 3) == 3
 

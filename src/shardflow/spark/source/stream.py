@@ -6,6 +6,12 @@ positions come from the ends the previous batch recorded in the metadata store; 
 joins once its parents are fully read (resharding keeps per-key order); shards are probed
 so that no batch is planned when nothing is new.
 
+Under Trigger.AvailableNow a shard is probed at most once per run: the records that count
+arrived by the run's cutoff, so a shard the last batch read to its tip or to the cutoff (in
+this run), or a probe found caught up, holds none still to read, and the trigger that ends the
+run asks Kinesis nothing. The first plan of a busy stream probes a sample of its shards and
+reads them all (:func:`~shardflow.spark.source.probe.probe_or_sample`).
+
 Kinesis, S3 and DynamoDB have bad minutes. Every call is retried for a few seconds; when
 planning a batch still fails with an error that passes (500s, throttling, a dropped
 connection), the trigger plans no batch and the next trigger tries again, for up to
@@ -47,7 +53,7 @@ from shardflow.spark.source.offsets import UNLIMITED, SourceOffset
 from shardflow.spark.source.options import ConsumerType, SourceOptions, shards_per_task_for
 from shardflow.spark.source.partition import BatchSlot, ShardPartition, tasks_of
 from shardflow.spark.source.positions import LATEST, Kind, ShardPosition
-from shardflow.spark.source.probe import ProbeIterators, shards_with_records
+from shardflow.spark.source.probe import ProbeIterators, probe_or_sample
 from shardflow.spark.source.runtime import runner
 from shardflow.spark.source.shard_read import ShardReadPlan
 from shardflow.spark.source.stores import open_store
@@ -90,6 +96,8 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._listed_at = 0.0
         self._consumer_arn: str | None = None
         self._probe_iterators: ProbeIterators | None = None
+        # Under AvailableNow: the shards a probe of this run found caught up, at that position.
+        self._caught_up: dict[str, ShardPosition] = {}
         self._store_prepared = False
         # The ends read for the last planned batch: (run, batch) -> shard -> end.
         self._ends_seen: tuple[tuple[str, int], dict[str, ShardBatchEnd]] | None = None
@@ -132,6 +140,7 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def prepareForTriggerAvailableNow(self) -> None:
         # Records that arrive after this moment belong to the next run.
         self._cutoff_ms = now_ms()
+        self._caught_up = {}
         log.info("AvailableNow: reading records that arrived by %d ms", self._cutoff_ms)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -178,20 +187,26 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             del positions[shard_id]
         readable = readable_shards(positions, parents_of(listing))
         cutoff = self._cutoff_ms
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         known = [s for s in readable if s in more]
+        done = self._read_out(previous, positions)
         probed = runner().run(
-            shards_with_records(
+            probe_or_sample(
                 self._kinesis(),
                 self.options.stream,
-                {s: positions[s] for s in readable if s not in more},
+                {s: positions[s] for s in readable if s not in more and s not in done},
                 cutoff,
                 self._iterators(),
+                # A row limit shares its rows among the shards read: sampling would spread
+                # them over shards that may hold nothing.
+                sample=cutoff is not None and max_rows is None,
             )
         )
-        to_read = sorted({*known, *probed})
+        if cutoff is not None:
+            self._caught_up.update((s, positions[s]) for s in probed.caught_up)
+        to_read = sorted({*known, *probed.to_read})
         if not to_read and not lost:
             return start
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         budgets = shard_budgets(
             to_read,
             max_rows,
@@ -240,6 +255,23 @@ class ShardflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     end.lost.resumed_at or "the oldest record",
                 )
         return positions, more, lost, ended
+
+    def _read_out(self, previous: SourceOffset, positions: Mapping[str, ShardPosition]) -> set[str]:
+        """Under AvailableNow, the shards with nothing left that arrived by the cutoff: those
+        the previous batch of this run read to the tip or to the cutoff (it ran after the
+        cutoff was fixed), and those a probe of this run found caught up where they stand.
+        A new run (a restarted query) has a new cutoff and probes them again."""
+        cutoff = self._cutoff_ms
+        if cutoff is None:
+            return set()
+        done = {s for s, at in self._caught_up.items() if positions.get(s) == at}
+        if previous.batch >= 0 and previous.until_ms == cutoff:
+            done.update(
+                shard_id
+                for shard_id, end in self._ends_of(previous).items()
+                if end.stopped in ("tip", "cutoff")
+            )
+        return done
 
     def _ends_of(self, offset: SourceOffset) -> dict[str, ShardBatchEnd]:
         """The recorded ends of ``offset``'s batch for every shard it read (cached per batch)."""
