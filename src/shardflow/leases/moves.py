@@ -25,7 +25,7 @@ from shardflow.leases.handoff_request import (
     handoff_request_of,
     leaving_word_age,
 )
-from shardflow.leases.handoffs import successors
+from shardflow.leases.handoffs import said_leaving, successors
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.pickup import LeaseChanges, LeaseView, PollingChanges, StreamChanges
@@ -88,7 +88,9 @@ class LeaseMoves:
         for choosing who gets a lease passed on."""
         self._passing: set[str] = set()
         self._word_on: str | None = None
-        """The lease carrying this worker's word that it leaves."""
+        """The lease carrying this worker's word that it leaves (handed over last)."""
+        self._leavers: set[str] = set()
+        """While leaving: the peers seen saying that they leave (never successors)."""
         self._handed_to: dict[str, tuple[str, OwnedLease, float]] = {}
         """While leaving: each lease this worker began to hand over -> (successor, the lease
         as held here, when it began), for pacing the handoffs (:data:`HANDOFFS_IN_FLIGHT`)."""
@@ -203,7 +205,10 @@ class LeaseMoves:
         ``leases`` shows them); how many handoffs began. ``paced``: no successor gets more
         than :data:`HANDOFFS_IN_FLIGHT` unclaimed at once; the others stay held (and handled
         here) for a later round."""
-        held = self._still_held()
+        # The lease with this worker's word goes last: handed over with the others, it would
+        # leave the word nowhere until said again on another (a peer's scan in between took
+        # this worker for a staying one with few leases, the best successor).
+        held = sorted(self._still_held(), key=lambda owned: owned.lease_key == self._word_on)
         self._held_back = False
         if not held:
             return 0
@@ -345,6 +350,8 @@ class LeaseMoves:
         """:func:`successors` as this worker sees the fleet at ``now``: expiry and proof of
         life from its tracker, live KCL 3.x workers (but ``exclude``) as candidates too."""
         tracker = self._taker.tracker
+        leases = list(leases)
+        self._leavers |= said_leaving(leases)
         return successors(
             leases,
             count,
@@ -355,6 +362,7 @@ class LeaseMoves:
                 worker, now, self._settings.failover_time * 0.75
             ),
             tie_break=self._tie_break,
+            leaving_too=self._leavers,
         )
 
     def _tie_break(self, worker: str) -> int:

@@ -18,7 +18,7 @@ from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoff_request import HandoffRequest, handoff_request_of
 from shardflow.leases.handoffs import HandoffBook, asked_by_another, successors
-from shardflow.leases.memory import InMemoryLeaseStore
+from shardflow.leases.memory import InMemoryLeaseStore, LeaseWriteSeen
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber
@@ -299,6 +299,69 @@ async def test_workers_leaving_at_once_say_so_and_choose_neither_each_other(
         await a.stop()
         await b.stop()
         assert len(c.owned()) == 96
+
+
+def drain_after(coordinator: LeaseCoordinator, clock: Any, seconds: float) -> asyncio.Task[None]:
+    """As :func:`complete_handoffs`, each lease ``seconds`` after it was given up (its
+    handler calls finishing, the final checkpoint)."""
+    given_up: dict[str, float] = {}
+
+    async def loop() -> None:
+        while True:
+            for owned in list(coordinator.owned().values()):
+                if owned.giving_up.is_set() and not owned.ended:
+                    since = given_up.setdefault(owned.lease_key, clock.monotonic())
+                    if clock.monotonic() - since >= seconds:
+                        await owned.writer.write(ExtendedSequenceNumber("7"))
+                        await owned.release("handoff")
+            await asyncio.sleep(0)
+
+    return asyncio.create_task(loop())
+
+
+async def test_two_leavers_replaced_at_once_never_hand_to_each_other_at_64_shards() -> None:
+    """bench/handoff.py (d) at 64 shards on moto (e4c46e6): both old workers stopped as two
+    new ones started; w2's handoffs drained first, and w1 then handed 9 leases to w2, which
+    could only release them (3.8 s pauses until a take cycle found them). w2 had said that it
+    leaves on its lowest lease, and handed that lease over in its first round: until it said
+    so again on another lease, a scan showed it with few leases and no word, the least loaded
+    worker in sight. The word now stays on the lease handed over last, and a leaver remembers
+    every peer it saw leaving."""
+    settings = replace(HANDOFF, pickup_poll_interval=0.2, handoff_timeout=30.0, successor_wait=10.0)
+    async with world([shard(i) for i in range(64)]) as w:
+        capped = replace(settings, max_leases_per_worker=32)
+        a = await w.start("a", settings=capped)
+        b = await w.start("b", settings=capped)
+        await run_for(HANDOFF.renew_every + 1.0, w.clock, step=0.25)  # both seen renewing
+        drain_after(a, w.clock, 0.4)  # a's shards take longer to drain than b's
+        drain_after(b, w.clock, 0.05)
+        to_leavers: list[tuple[str | None, str | None, str]] = []
+
+        def watch(seen: LeaseWriteSeen) -> None:
+            before, after = seen.before, seen.after
+            if seen.refused or before is None or after is None:
+                return
+            if after.lease_owner in ("a", "b") and after.lease_owner != before.lease_owner:
+                to_leavers.append((before.lease_owner, after.lease_owner, after.lease_key))
+
+        stop_watching = w.tables.watch(watch)
+        leaving = asyncio.gather(a.leave(), b.leave())
+        await run_for(1.0, w.clock, step=0.05)  # the new workers' processes start meanwhile
+        await w.start("c", settings=settings)
+        await w.start("d", settings=settings)
+        for _ in range(200):
+            if leaving.done():
+                break
+            await run_for(0.05, w.clock, step=0.05)
+        stop_watching()
+        assert leaving.done()
+        assert leaving.result() == [32, 32]
+        assert not to_leavers, f"handed to a leaver: {to_leavers}"
+        await run_for(1.0, w.clock, step=0.25)
+        assert Counter({"c": 32, "d": 32}) == await w.owners()
+        assert {e.how for name in "cd" for e in w.recorders[name].of(LeaseAcquired)} == {"handoff"}
+        await a.stop()
+        await b.stop()
 
 
 async def test_leavers_with_nobody_to_hand_to_keep_their_shards_until_a_worker_shows() -> None:
