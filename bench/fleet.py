@@ -116,6 +116,7 @@ PHASES = ("startup", "rolling", "scale", "idle", "kill")
 TAKEOVER_SLACK = 2.0  # kill -9 goal: failover_time + this
 PLANNED_GAP = 1.0  # planned moves: worst gap goal
 PLANNED_DELAY_P99 = 0.5  # planned moves: record delay p99 goal
+STAY_PAUSE = 0.75  # a pause of a shard that stayed with its worker worth explaining (s)
 SUSTAINED_DELAY_P99 = 1.0  # the load check: record delay p99 in the steady window at most this
 LEASE_SERVICES = ("dynamodb", "dynamodb-streams")  # botocore service ids, as the hooks see them
 READER_STARTED = re.compile(
@@ -938,6 +939,9 @@ class Fleet:
         )
         assert self.producer is not None
         sent_at = {rid: sent for rid, (_, sent) in self.producer.written.items()}
+        late = fleet_timeline.read_loop_late(
+            {name: self.dir / f"{name}.log" for name in self.workers}
+        )
         for phase in self.phases:
             if not phase.judged:
                 continue
@@ -957,12 +961,27 @@ class Fleet:
                     self.log.rows, events, phase.started, phase.ended, sent_at
                 )
                 f["handoffs"] = fleet_timeline.stage_summary(found)
+                # Pauses of shards that did not move: the producer's, a late worker's, or ours.
+                f["stays"] = fleet_timeline.stay_summary(
+                    fleet_timeline.stays(
+                        self.log.rows,
+                        phase.started,
+                        phase.ended,
+                        STAY_PAUSE,
+                        sent_at,
+                        late,
+                        self.producer.put_log,
+                    )
+                )
             self.say(f"{phase.name}: {summary_line(asdict(phase))}")
             for key in ("gap_max", "delay_max", "twice", "takeover"):
                 self.say(f"  worst shards by {key}: {worst_shards(asdict(phase), key)}")
             if "handoffs" in f:
                 for line in fleet_timeline.describe(f["handoffs"]):
                     self.say(f"  handoffs: {line}")
+            if "stays" in f:
+                for line in fleet_timeline.describe_stays(f["stays"], STAY_PAUSE):
+                    self.say(f"  stayed: {line}")
 
     def window_into(self, phase: Phase) -> None:
         got = self.window(phase.started, phase.ended)
@@ -1413,6 +1432,11 @@ def render(result: dict[str, Any]) -> str:
                 notes.append(
                     f"{mode}: where the rolling restart's pauses went (workers' logs): "
                     + handoff_line(rolling["figures"]["handoffs"])
+                )
+            if rolling["figures"].get("stays"):
+                notes.append(
+                    f"{mode}: pauses of shards that did not move in the rolling restart: "
+                    + fleet_timeline.describe_stays(rolling["figures"]["stays"], STAY_PAUSE)[0]
                 )
         v = run["verified"]
         notes.append(

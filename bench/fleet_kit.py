@@ -15,6 +15,7 @@ is on ``sys.path`` and ``import fleet_kit`` finds this file.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import json
 import os
@@ -166,7 +167,16 @@ def run_worker(
     )
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
+    probe = LoopProbe()
+
     def handle(record: ConsumedRecord[bytes]) -> None:
+        if probe.loop is None:
+            try:
+                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:  # a sync handler run in a thread: the consumer's loop
+                loop = getattr(consumer, "_loop", None)
+            if loop is not None:
+                probe.watch(loop)
         record_id = record.data.split(b"|", 1)[0].decode()
         os.write(fd, f"{worker_id}\t{record.shard_id}\t{record_id}\t{time.time():.6f}\n".encode())
 
@@ -182,9 +192,55 @@ def run_worker(
     try:
         consumer.run(handle)  # SIGTERM: graceful stop (handoff or release), then return
     finally:
+        probe.stop()
         if writer is not None:
             writer.stop()
     os.close(fd)
+
+
+LOOP_LATE = 0.25
+"""Seconds a worker's event loop may be late for a callback before the probe logs it."""
+
+
+class LoopProbe(threading.Thread):
+    """How late the worker's event loop runs a callback scheduled from another thread, every
+    0.1 s; a lateness over :data:`LOOP_LATE` is logged (``loop late by X s``) with the time
+    the callback was scheduled, so that a pause of shards that did not move can be told apart
+    from a stalled worker (its own loop busy, or the process starved of CPU) and from the
+    producer. One callback in flight at a time: a loop blocked for 2 s logs one line."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._halt = threading.Event()
+        self._answered = threading.Event()
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.start()
+
+    def run(self) -> None:
+        import logging
+
+        log = logging.getLogger("bench.loop")
+        loop = self.loop
+        assert loop is not None
+        while not self._halt.wait(0.1):
+            self._answered.clear()
+            asked_wall, asked = time.time(), time.monotonic()
+            try:
+                loop.call_soon_threadsafe(self._answered.set)
+            except RuntimeError:  # the loop closed: the worker is ending
+                return
+            while not self._answered.wait(1.0):
+                if self._halt.is_set() or loop.is_closed():
+                    return
+            late = time.monotonic() - asked
+            if late > LOOP_LATE:
+                log.warning("loop late by %.3f s (asked at %.3f)", late, asked_wall)
+
+    def stop(self) -> None:
+        self._halt.set()
 
 
 class CountsWriter(threading.Thread):
@@ -237,6 +293,7 @@ class Producer(threading.Thread):
         self.written: dict[str, tuple[str, float]] = {}  # id -> (shard, send time)
         self.failures = 0
         self.put_seconds: list[float] = []  # how long each PutRecords call took
+        self.put_log: list[tuple[float, float]] = []  # (wall time sent, seconds) per call
         self._halt = threading.Event()
         self._running = threading.Event()
         self._running.set()
@@ -267,7 +324,7 @@ class Producer(threading.Thread):
     def _put(self, entries: list[tuple[str, str, str]], sent: float) -> None:
         pending = entries
         for _ in range(10):
-            began = time.monotonic()
+            began, began_wall = time.monotonic(), time.time()
             answer = self.kinesis.put_records(
                 StreamName=self.stream,
                 Records=[
@@ -280,6 +337,7 @@ class Producer(threading.Thread):
                 ],
             )
             self.put_seconds.append(time.monotonic() - began)
+            self.put_log.append((began_wall, self.put_seconds[-1]))
             retry = []
             for entry, result in zip(pending, answer["Records"], strict=True):
                 if "SequenceNumber" in result:

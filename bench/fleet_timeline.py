@@ -232,3 +232,134 @@ def fmt(value: float | None) -> str:
 
 def as_dicts(found: list[Move]) -> list[dict[str, Any]]:
     return [asdict(move) | {"gap": round(move.gap, 3)} for move in found]
+
+
+# --- pauses of shards that did not move ---------------------------------------------------------
+
+_LATE = re.compile(r"^(\d+\.\d+) bench\.loop loop late by (\d+\.\d+) s \(asked at (\d+\.\d+)\)$")
+
+
+@dataclass(frozen=True)
+class Stay:
+    """A pause of a shard between two records handled by the same worker: what the producer
+    left between them, and how late that worker's event loop ran meanwhile."""
+
+    shard: str
+    worker: str
+    last: float
+    first: float
+    writer_gap: float | None
+    """Seconds between the two records' send times (None: not known)."""
+    loop_late: float
+    """The longest lateness of the worker's loop logged within the pause (0: none over the
+    probe's threshold)."""
+    slow_put: float
+    """The longest PutRecords call of the producer that overlapped the pause."""
+
+    @property
+    def gap(self) -> float:
+        return self.first - self.last
+
+    @property
+    def beyond_writer(self) -> float | None:
+        """How much longer the pause was than the producer's own gap between the records."""
+        return None if self.writer_gap is None else round(self.gap - self.writer_gap, 3)
+
+
+def read_loop_late(logs: Mapping[str, Path]) -> dict[str, list[tuple[float, float]]]:
+    """Per worker, ``(asked at, seconds late)`` of every lateness its loop probe logged."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for worker, path in logs.items():
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            continue
+        found[worker] = [
+            (float(m.group(3)), float(m.group(2)))
+            for m in map(_LATE.match, text.splitlines())
+            if m is not None
+        ]
+    return found
+
+
+def stays(
+    rows: Iterable[Handled],
+    start: float,
+    end: float,
+    longer_than: float,
+    written: Mapping[str, float],
+    late: Mapping[str, list[tuple[float, float]]],
+    puts: Iterable[tuple[float, float]] = (),
+) -> list[Stay]:
+    """Every pause over ``longer_than`` seconds of a shard that stayed with its worker, ending
+    in ``[start, end]`` (``written``: record id -> send time; ``late``: per worker, the loop
+    probe's ``(asked at, seconds)``; ``puts``: the producer's ``(sent at, seconds)`` calls)."""
+    by_shard: dict[str, list[tuple[float, str, str]]] = defaultdict(list)
+    for worker, shard, record_id, at in rows:
+        by_shard[shard].append((at, worker, record_id))
+    calls = list(puts)
+    found: list[Stay] = []
+    for shard, handled in by_shard.items():
+        handled.sort()
+        for (last, old, rid_a), (first, new, rid_b) in itertools.pairwise(handled):
+            if old != new or first - last <= longer_than or not start <= first <= end:
+                continue
+            a, b = written.get(rid_a), written.get(rid_b)
+            worst_late = max(
+                (s for at, s in late.get(old, []) if at < first and at + s > last), default=0.0
+            )
+            worst_put = max((s for at, s in calls if at < first and at + s > last), default=0.0)
+            found.append(
+                Stay(
+                    shard,
+                    old,
+                    last,
+                    first,
+                    None if a is None or b is None else round(b - a, 3),
+                    round(worst_late, 3),
+                    round(worst_put, 3),
+                )
+            )
+    return found
+
+
+def stay_summary(found: list[Stay], worst: int = 5) -> dict[str, Any]:
+    """How many such pauses, how many the producer's own gap explains (beyond it by 0.25 s at
+    most), how many fell while the worker's loop was late; the worst by their excess over
+    the producer's gap."""
+    excess = [s.beyond_writer for s in found if s.beyond_writer is not None]
+    ranked = sorted(
+        found,
+        key=lambda s: s.beyond_writer if s.beyond_writer is not None else s.gap,
+        reverse=True,
+    )
+    return {
+        "pauses": len(found),
+        "gap_max": round(max((s.gap for s in found), default=0.0), 3),
+        "writer_explains": sum(1 for e in excess if e <= 0.25),
+        "loop_late": sum(1 for s in found if s.loop_late > 0),
+        "beyond_writer_max": round(max(excess), 3) if excess else None,
+        "worst": [
+            asdict(s) | {"gap": round(s.gap, 3), "beyond_writer": s.beyond_writer}
+            for s in ranked[:worst]
+        ],
+    }
+
+
+def describe_stays(summary: dict[str, Any], longer_than: float) -> list[str]:
+    """Lines for the bench's output (see :func:`stay_summary`)."""
+    if not summary["pauses"]:
+        return [f"no shard that stayed paused over {longer_than:g} s"]
+    lines = [
+        f"{summary['pauses']} pauses over {longer_than:g} s of shards that stayed (longest "
+        f"{fmt(summary['gap_max'])}): the producer's own gap within 0.25 s in "
+        f"{summary['writer_explains']}, the worker's loop late in {summary['loop_late']}; "
+        f"longest beyond the producer's gap {fmt(summary['beyond_writer_max'])}"
+    ]
+    for s in summary["worst"]:
+        lines.append(
+            f"  {s['shard'][-4:]} on {s['worker']}: gap {fmt(s['gap'])}, producer's gap "
+            f"{fmt(s['writer_gap'])}, loop late {fmt(s['loop_late'])}, slowest PutRecords "
+            f"{fmt(s['slow_put'])}"
+        )
+    return lines

@@ -126,13 +126,15 @@ def successors(
     also: Iterable[str] = (),
     seen_alive: Callable[[str], bool] | None = None,
     tie_break: Callable[[str], int] | None = None,
+    leaving_too: Iterable[str] = (),
 ) -> list[str]:
     """Who should get ``count`` leases of leaving worker ``worker_id``: least loaded first.
 
     Candidates are the owners of live (unexpired) leases, the workers that asked for a
     lease (a joining worker holds nothing yet) and ``also`` (live KCL 3.x workers, which may
     hold nothing yet either), except this worker and workers that are leaving too (handing
-    leases away, or having said so on a lease: ``shardflowLeaving``). When ``seen_alive`` confirms some candidates (they were seen
+    leases away, or having said so on a lease: ``shardflowLeaving``; ``leaving_too``: seen
+    saying so earlier, see :func:`said_leaving`). When ``seen_alive`` confirms some candidates (they were seen
     renewing lately), only those are picked: a KCL worker that stopped keeps its metrics item
     and looks live for a while. Each pick counts towards the picked worker's load. Empty when
     there is nobody to hand to (the leases are then released). Ties go by ``tie_break`` (then
@@ -142,7 +144,7 @@ def successors(
     """
     leases = list(leases)
     loads: Counter[str] = Counter()
-    leaving: set[str] = {worker_id}
+    leaving: set[str] = {worker_id, *leaving_too}
     for lease in leases:
         if lease.checkpoint_owner is not None and lease.checkpoint_owner != lease.lease_owner:
             leaving.add(lease.checkpoint_owner)
@@ -172,3 +174,15 @@ def successors(
         loads[chosen] += 1
         picks.append(chosen)
     return picks
+
+
+def said_leaving(leases: Iterable[Lease]) -> set[str]:
+    """Workers that said on one of ``leases`` that they leave (a fresh ``shardflowLeaving``).
+
+    A leaver remembers them for the rest of its own leave: the word lives on a lease its
+    writer still holds, and a scan taken while that lease moves on (or before the word is
+    said again elsewhere) no longer shows it. Two workers leaving at 64 shards: the one whose
+    handoffs drained first showed no sign of leaving for a moment, was the least loaded
+    worker in sight, and got 9 of the other's leases, which it could only release (a 3-4 s
+    pause each until a take cycle found them)."""
+    return {leaver for lease in leases if (leaver := leaving_owner_of(lease)) is not None}

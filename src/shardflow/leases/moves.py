@@ -25,7 +25,7 @@ from shardflow.leases.handoff_request import (
     handoff_request_of,
     leaving_word_age,
 )
-from shardflow.leases.handoffs import successors
+from shardflow.leases.handoffs import said_leaving, successors
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.pickup import LeaseChanges, LeaseView, PollingChanges, StreamChanges
@@ -47,6 +47,14 @@ replacement that had just started: it claimed them together and started 13 shard
 event loop, each reader 0.03-0.18 s late and its first records 0.1-0.3 s after that, and all
 eight pauses over 1 s were among them (shards a worker claimed 3 at most at a time paused
 0.83 s at most). Meanwhile the leaver keeps handling the shards it still holds."""
+
+
+LEAVE_RESCAN = 1.0
+"""Seconds between full scans of the lease table while leaving, when the table's stream
+keeps this worker's view of it (pick-up ``stream``); every pick-up interval otherwise. Two
+workers leaving 64 shards on moto scanned it ten times a second between them, each scan of
+64 items ~20 ms of a server that answers one request at a time (a conditional write: ~3 ms),
+just when their handovers and the successors' claims queue there."""
 
 
 class LeaseMoves:
@@ -88,7 +96,9 @@ class LeaseMoves:
         for choosing who gets a lease passed on."""
         self._passing: set[str] = set()
         self._word_on: str | None = None
-        """The lease carrying this worker's word that it leaves."""
+        """The lease carrying this worker's word that it leaves (handed over last)."""
+        self._leavers: set[str] = set()
+        """While leaving: the peers seen saying that they leave (never successors)."""
         self._handed_to: dict[str, tuple[str, OwnedLease, float]] = {}
         """While leaving: each lease this worker began to hand over -> (successor, the lease
         as held here, when it began), for pacing the handoffs (:data:`HANDOFFS_IN_FLIGHT`)."""
@@ -142,18 +152,24 @@ class LeaseMoves:
         def waiting_until() -> float:
             return max(wait_until, pace_until) if self._held_back else wait_until
 
+        scanned = now
         while self._still_held() and self._clock.monotonic() < waiting_until():
             # Leases kept back for a successor busy claiming the ones under way; or every peer
             # known is leaving too: keep the shards going until a worker shows.
             await self._clock.sleep(self._settings.pickup_poll_interval)
-            try:
-                leases = await self._store.list_leases()
-            except ShardflowError as exc:
-                log.info("looking for a worker to hand leases to failed: %s", exc)
-                continue
             now = self._clock.monotonic()
-            tracker.observe(leases, now)
-            self._see(leases)
+            if self.pickup_source == "stream" and now - scanned < LEAVE_RESCAN:
+                # The stream keeps the view whole while leaving (see picked_up).
+                leases = list(self._view.values())
+            else:
+                try:
+                    leases = await self._store.list_leases()
+                except ShardflowError as exc:
+                    log.info("looking for a worker to hand leases to failed: %s", exc)
+                    continue
+                now = scanned = self._clock.monotonic()
+                tracker.observe(leases, now)
+                self._see(leases)
             await self._still_say_leaving()
             # The last round before the pace ends hands whatever is left at once.
             paced = now + self._settings.pickup_poll_interval < pace_until
@@ -203,7 +219,10 @@ class LeaseMoves:
         ``leases`` shows them); how many handoffs began. ``paced``: no successor gets more
         than :data:`HANDOFFS_IN_FLIGHT` unclaimed at once; the others stay held (and handled
         here) for a later round."""
-        held = self._still_held()
+        # The lease with this worker's word goes last: handed over with the others, it would
+        # leave the word nowhere until said again on another (a peer's scan in between took
+        # this worker for a staying one with few leases, the best successor).
+        held = sorted(self._still_held(), key=lambda owned: owned.lease_key == self._word_on)
         self._held_back = False
         if not held:
             return 0
@@ -345,6 +364,8 @@ class LeaseMoves:
         """:func:`successors` as this worker sees the fleet at ``now``: expiry and proof of
         life from its tracker, live KCL 3.x workers (but ``exclude``) as candidates too."""
         tracker = self._taker.tracker
+        leases = list(leases)
+        self._leavers |= said_leaving(leases)
         return successors(
             leases,
             count,
@@ -355,6 +376,7 @@ class LeaseMoves:
                 worker, now, self._settings.failover_time * 0.75
             ),
             tie_break=self._tie_break,
+            leaving_too=self._leavers,
         )
 
     def _tie_break(self, worker: str) -> int:

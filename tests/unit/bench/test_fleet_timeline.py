@@ -68,3 +68,40 @@ def test_moves_outside_the_window_and_points_of_other_workers_are_left_out(
     assert (move.claimed, move.reader) == (None, None)
     assert move.begun == 100.1
     assert timeline.moves(rows, events, 101.0, 102.0) == []
+
+
+def test_a_pause_of_a_shard_that_stayed_is_set_against_the_producer_and_the_loop(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "w01.log"
+    log.write_text(
+        "101.900 bench.loop loop late by 0.400 s (asked at 101.500)\n"
+        "105.000 bench.loop loop late by 0.900 s (asked at 104.000)\n"  # after the pauses
+    )
+    late = timeline.read_loop_late({"w01": log, "w09": tmp_path / "gone.log"})
+    assert late == {"w01": [(101.5, 0.4), (104.0, 0.9)]}
+    rows = [
+        ("w01", SHARD, "a", 100.0),
+        ("w01", SHARD, "b", 101.2),  # the producer wrote b 1.1 s after a: its own gap
+        ("w01", SHARD, "c", 102.4),  # written 0.5 s after b: a pause of the worker's
+        ("w01", SHARD, "d", 102.9),
+        ("w02", "shardId-000000000008", "e", 100.0),
+        ("w03", "shardId-000000000008", "f", 101.5),  # moved: not a stay
+    ]
+    written = {"a": 99.9, "b": 101.0, "c": 101.5, "d": 102.0, "e": 99.9, "f": 100.4}
+    found = timeline.stays(rows, 100.5, 103.0, 0.75, written, late, [(100.5, 0.6)])
+    assert [(round(s.gap, 3), s.writer_gap, s.loop_late, s.slow_put) for s in found] == [
+        (1.2, 1.1, 0.0, 0.6),
+        (1.2, 0.5, 0.4, 0.0),
+    ]
+    summary = timeline.stay_summary(found)
+    assert summary["pauses"] == 2
+    assert summary["writer_explains"] == 1
+    assert summary["loop_late"] == 1
+    assert summary["beyond_writer_max"] == 0.7
+    assert summary["worst"][0]["beyond_writer"] == 0.7
+    lines = timeline.describe_stays(summary, 0.75)
+    assert "the producer's own gap within 0.25 s in 1, the worker's loop late in 1" in lines[0]
+    assert timeline.describe_stays(timeline.stay_summary([]), 0.75) == [
+        "no shard that stayed paused over 0.75 s"
+    ]

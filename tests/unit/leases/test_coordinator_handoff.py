@@ -18,7 +18,8 @@ from shardflow.leases.coordinator import LeaseCoordinator
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoff_request import HandoffRequest, handoff_request_of
 from shardflow.leases.handoffs import HandoffBook, asked_by_another, successors
-from shardflow.leases.memory import InMemoryLeaseStore
+from shardflow.leases.memory import InMemoryLeaseStore, InMemoryLeaseStreams, LeaseWriteSeen
+from shardflow.leases.moves import LEAVE_RESCAN
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber
@@ -299,6 +300,124 @@ async def test_workers_leaving_at_once_say_so_and_choose_neither_each_other(
         await a.stop()
         await b.stop()
         assert len(c.owned()) == 96
+
+
+def drain_after(coordinator: LeaseCoordinator, clock: Any, seconds: float) -> asyncio.Task[None]:
+    """As :func:`complete_handoffs`, each lease ``seconds`` after it was given up (its
+    handler calls finishing, the final checkpoint)."""
+    given_up: dict[str, float] = {}
+
+    async def loop() -> None:
+        while True:
+            for owned in list(coordinator.owned().values()):
+                if owned.giving_up.is_set() and not owned.ended:
+                    since = given_up.setdefault(owned.lease_key, clock.monotonic())
+                    if clock.monotonic() - since >= seconds:
+                        await owned.writer.write(ExtendedSequenceNumber("7"))
+                        await owned.release("handoff")
+            await asyncio.sleep(0)
+
+    return asyncio.create_task(loop())
+
+
+async def replace_both_at_once(
+    w: Any, settings: LeaseSettings, *, stream: bool
+) -> tuple[list[tuple[str | None, str | None, str]], dict[str, int], float]:
+    """bench/handoff.py's (d) at 64 shards: a and b (32 leases each, a's shards slower to
+    drain) leave at the moment two new workers c and d start. Returns every write that made
+    a or b the owner of a lease another worker had, the scans a and b sent while leaving,
+    and how long their leave took; asserts that c and d end with 32 leases each, all by handoff."""
+    scans = {"a": 0, "b": 0}
+    leaving_now = False
+
+    def counter(name: str) -> Any:
+        def count(operation: str) -> None:
+            if operation == "Scan" and leaving_now:
+                scans[name] += 1
+
+        return count
+
+    def options(name: str) -> dict[str, Any]:
+        got: dict[str, Any] = {"settings": settings}
+        if name in scans:
+            got["settings"] = replace(settings, max_leases_per_worker=32)
+            got["store"] = w.store(fault=counter(name))
+        if stream:
+            got["lease_streams"] = InMemoryLeaseStreams(w.tables)
+        return got
+
+    a = await w.start("a", **options("a"))
+    b = await w.start("b", **options("b"))
+    await run_for(HANDOFF.renew_every + 1.0, w.clock, step=0.25)  # both seen renewing
+    assert a.pickup_source == b.pickup_source == ("stream" if stream else "poll")
+    drain_after(a, w.clock, 0.4)  # a's shards take longer to drain than b's
+    drain_after(b, w.clock, 0.05)
+    to_leavers: list[tuple[str | None, str | None, str]] = []
+
+    def watch(seen: LeaseWriteSeen) -> None:
+        before, after = seen.before, seen.after
+        if seen.refused or before is None or after is None:
+            return
+        if after.lease_owner in ("a", "b") and after.lease_owner != before.lease_owner:
+            to_leavers.append((before.lease_owner, after.lease_owner, after.lease_key))
+
+    stop_watching = w.tables.watch(watch)
+    leaving_now = True
+    leaving = asyncio.gather(a.leave(), b.leave())
+    began = w.clock.monotonic()
+    await run_for(1.0, w.clock, step=0.05)  # the new workers' processes start meanwhile
+    await w.start("c", **options("c"))
+    await w.start("d", **options("d"))
+    for _ in range(200):
+        if leaving.done():
+            break
+        await run_for(0.05, w.clock, step=0.05)
+    leaving_now = False
+    took = w.clock.monotonic() - began
+    stop_watching()
+    assert leaving.done()
+    assert leaving.result() == [32, 32]
+    await run_for(1.0, w.clock, step=0.25)
+    assert Counter({"c": 32, "d": 32}) == await w.owners()
+    assert {e.how for name in "cd" for e in w.recorders[name].of(LeaseAcquired)} == {"handoff"}
+    await a.stop()
+    await b.stop()
+    return to_leavers, scans, took
+
+
+async def test_two_leavers_replaced_at_once_never_hand_to_each_other_at_64_shards() -> None:
+    """bench/handoff.py (d) at 64 shards on moto (e4c46e6): both old workers stopped as two
+    new ones started; w2's handoffs drained first, and w1 then handed 9 leases to w2, which
+    could only release them (3.8 s pauses until a take cycle found them). w2 had said that it
+    leaves on its lowest lease, and handed that lease over in its first round: until it said
+    so again on another lease, a scan showed it with few leases and no word, the least loaded
+    worker in sight. The word now stays on the lease handed over last, and a leaver remembers
+    every peer it saw leaving."""
+    settings = replace(HANDOFF, pickup_poll_interval=0.2, handoff_timeout=30.0, successor_wait=10.0)
+    async with world([shard(i) for i in range(64)]) as w:
+        to_leavers, _, _ = await replace_both_at_once(w, settings, stream=False)
+        assert not to_leavers, f"handed to a leaver: {to_leavers}"
+
+
+async def test_leavers_reading_the_tables_stream_scan_it_once_a_second_at_64_shards() -> None:
+    """The same replacement with pick-up from the lease table's stream: the leavers scanned
+    the table every pick-up interval (10 scans/s between two of them, on a lease table that
+    answers one request at a time in the bench); the stream keeps their view whole, so they
+    scan once per LEAVE_RESCAN, and still hand nothing to each other."""
+    settings = replace(
+        HANDOFF,
+        pickup="stream",
+        pickup_poll_interval=0.2,
+        handoff_timeout=30.0,
+        successor_wait=10.0,
+    )
+    async with world([shard(i) for i in range(64)]) as w:
+        to_leavers, scans, took = await replace_both_at_once(w, settings, stream=True)
+        assert not to_leavers, f"handed to a leaver: {to_leavers}"
+        # Each leaver: its first scan and one a second (LEAVE_RESCAN), not one per 0.2 s.
+        assert LEAVE_RESCAN == 1.0
+        most = 1 + took / 1.0
+        assert max(scans.values()) <= most, f"scans while leaving: {scans} in {took:.1f} s"
 
 
 async def test_leavers_with_nobody_to_hand_to_keep_their_shards_until_a_worker_shows() -> None:
