@@ -11,6 +11,8 @@ or 5 s) started by the same Python. Per round and daemon, with a fresh applicati
 - CPU-seconds per 100k records over that window, the whole process tree (daemon + processors);
 - RSS of the tree at the end of the drain;
 - every record id checked (missing, duplicates);
+- what the daemon's RSS is made of (bench/multilang_memory.py, in a process of its own:
+  imports, clients, records a shard may hold), in the output and the JSON;
 - first record of a brand-new application, from the daemon's spawn (``--first``; the KCL's is
   a minute or two: 2.x waits for a shard sync, 3.x for a leader).
 
@@ -250,6 +252,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "multilang",
         "args": vars(args),
+        "daemon_breakdown": daemon_breakdown(),
         "medians": {name: median(runs, args.records) for name, runs in rounds.items()},
         "rounds": rounds,
         "first_record": first,
@@ -258,6 +261,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
     }
+
+
+def daemon_breakdown() -> list[str]:
+    """What the daemon's RSS is made of (imports, clients, records held per shard): the lines
+    of bench/multilang_memory.py, run in a process of its own after the drains."""
+    answer = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("multilang_memory.py"))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if answer.returncode:
+        return [f"bench/multilang_memory.py failed: {answer.stderr.strip()[-300:]}"]
+    return answer.stdout.strip().splitlines()
 
 
 def line(m: dict[str, Any], records: int) -> str:
@@ -393,6 +411,9 @@ def main() -> None:
         args.records, args.repeat, args.first = min(args.records, 20_000), 1, False
     result = run(args)
     print("\n" + render(result))
+    print("\nWhere the daemon's memory goes (bench/multilang_memory.py):")
+    for text in result["daemon_breakdown"]:
+        print(f"  {text}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "multilang.json").write_text(json.dumps(result, indent=2) + "\n")
     if any(m["error"] for m in result["medians"].values() if m):

@@ -8,7 +8,8 @@ depend on a drain's timing, each measured rather than guessed.
 - clients: live Python memory (tracemalloc) and RSS after opening the Kinesis, DynamoDB and
   DynamoDB Streams clients the daemon opens (botocore's service models and endpoint data);
 - records: live bytes per delivered record (100 B of data, as bench/multilang.py writes them),
-  times the records one shard may hold (``prefetch_records`` plus one fetched batch);
+  times the records one shard may hold (``prefetch_records``: the next GetRecords waits for
+  room);
 - one ``processRecords`` batch of ``maxRecords`` records: the peak while it is encoded whole
   (one line) and in the pieces the daemon writes.
 
@@ -41,10 +42,11 @@ def imports() -> list[tuple[str, float]]:
         ("asyncio (with ssl)", ["asyncio", "ssl"]),
         ("aiohttp", ["aiohttp"]),
         ("botocore + aiobotocore", ["botocore.session", "aiobotocore.session"]),
-        ("orjson, typer, rich", ["orjson", "typer", "rich.console"]),
+        ("orjson", ["orjson"]),
         ("prometheus_client, hdrh", ["prometheus_client", "hdrh.histogram"]),
         ("shardflow.consumer (and below)", ["shardflow.consumer"]),
-        ("shardflow.multilang + cli", ["shardflow.multilang.daemon", "shardflow.cli"]),
+        # What `shardflow multilang -p FILE` imports: its start without typer, not shardflow.cli.
+        ("shardflow.multilang + its start", ["shardflow.cli.multilang_run"]),
     ]
     for name, modules in groups:
         for module in modules:
@@ -122,11 +124,11 @@ def main() -> None:
     batch = records()
     gc.collect()
     per_record = (tracemalloc.get_traced_memory()[0] - before) / RECORDS
-    prefetch = max(2 * config.KCL_MAX_RECORDS, 1_000)  # MultiLangConfig.consumer_settings
-    held = prefetch + config.KCL_MAX_RECORDS
+    held = max(2 * config.KCL_MAX_RECORDS, 1_000)  # MultiLangConfig.consumer_settings
     print(
         f"records {per_record:.0f} B live per record; a shard holds up to {held:,} "
-        f"(prefetch {prefetch:,} + one fetched batch): {held * per_record / MIB:.1f} MiB"
+        f"(the batch with its processor and the next; the one after is asked for only once "
+        f"the first is released): {held * per_record / MIB:.1f} MiB"
     )
     whole = peak_of(lambda: messages.process_records(batch, 0))
 
@@ -138,6 +140,11 @@ def main() -> None:
         f"batch   processRecords of {RECORDS:,}: {whole:.1f} MiB peak as one line, "
         f"{peak_of(pieces):.1f} MiB in pieces of {messages.RECORDS_PER_PIECE}"
     )
+    left_out = [name for name in ("typer", "click", "rich", "pydantic", "google.protobuf")]
+    loaded = [name for name in left_out if name in sys.modules]
+    print(f"not imported on the daemon's path: {', '.join(n for n in left_out if n not in loaded)}")
+    if loaded:
+        print(f"imported although the daemon does not need them: {', '.join(loaded)}")
     print(f"python  {sys.version.split()[0]}")
 
 

@@ -22,19 +22,15 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from typing import Final, Literal, NamedTuple
-
-from google.protobuf.message import DecodeError
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from shardflow.aggregation._format import DIGEST_SIZE, FRAMING_BYTES, MAGIC
-from shardflow.aggregation._messages import (
-    AggregatedRecordMessage,
-    RecordList,
-    new_aggregated_record,
-)
 from shardflow.errors import AggregationError
 from shardflow.records import Record, RecordBuilder, build_record
 from shardflow.shards import MAX_HASH_KEY
+
+if TYPE_CHECKING:
+    from shardflow.aggregation._messages import AggregatedRecordMessage, RecordList
 
 MalformedPolicy = Literal["plain", "raise"]
 
@@ -231,6 +227,12 @@ class Unpacking:
         body = data[len(MAGIC) : len(data) - DIGEST_SIZE]
         if hashlib.md5(body, usedforsecurity=False).digest() != data[len(data) - DIGEST_SIZE :]:
             raise self._error("md5", "the MD5 digest does not match the protobuf bytes")
+        # protobuf is imported at the first aggregate, not with the package: a stream of plain
+        # records (and the multilang daemon) never loads it (3.4 MiB of RSS per process).
+        from google.protobuf.message import DecodeError
+
+        from shardflow.aggregation._messages import new_aggregated_record
+
         message = new_aggregated_record()
         try:
             message.ParseFromString(body)

@@ -7,20 +7,14 @@ from collections.abc import Coroutine
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-from botocore.exceptions import BotoCoreError, NoRegionError
+from botocore.exceptions import BotoCoreError
 from rich.console import Console
 from rich.markup import escape
 
-from shardflow.aws.classify import classify
-from shardflow.aws.clients import NO_REGION
 from shardflow.aws.redaction import redact
 from shardflow.aws.settings import AssumeRole, AwsSettings
-from shardflow.errors import (
-    AccessDeniedError,
-    MissingCredentialsError,
-    ResourceNotFoundError,
-    ShardflowError,
-)
+from shardflow.cli.failures import one_line
+from shardflow.errors import ShardflowError
 
 T = TypeVar("T")
 
@@ -118,15 +112,6 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def failure_message(exc: ShardflowError) -> str:
-    """The one-line report of a failed command, with a hint for the usual causes."""
-    if isinstance(exc, ResourceNotFoundError):
-        return f"{exc} - check the name, the region and the endpoint"
-    if isinstance(exc, AccessDeniedError) and not isinstance(exc, MissingCredentialsError):
-        return f"{exc} - check the credentials and their permissions"
-    return str(exc)
-
-
 def run(work: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; failures become one line on stderr and a non-zero exit
     (with ``shardflow --debug``: the traceback)."""
@@ -137,14 +122,4 @@ def run(work: Coroutine[Any, Any, T]) -> T:
     except (ShardflowError, BotoCoreError, TimeoutError) as exc:
         if DEBUG:
             raise
-        fail(_one_line(exc))
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, NoRegionError):
-        return NO_REGION
-    if isinstance(exc, ShardflowError):
-        return failure_message(exc)
-    if isinstance(exc, BotoCoreError):
-        return str(classify(exc, operation=""))
-    return str(exc) or "timed out"
+        fail(one_line(exc))

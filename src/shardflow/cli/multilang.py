@@ -1,29 +1,24 @@
 """``shardflow multilang --properties-file app.properties``: the KCL's MultiLangDaemon, replaced.
 
 Takes the MultiLangDaemon's own arguments (the properties file as ``--properties-file``, ``-p``
-or a lone argument) and runs its record processors on shardflow's consumer. Every key the file
+or a lone argument) and runs its record processors on shardflow's consumer (a plain run starts
+without typer: :mod:`shardflow.cli.multilang_run`). Every key the file
 sets that is not honoured as the KCL honours it is reported by name on stderr at start
 (``--strict``: and the command refuses to run); ``--check`` only reports what the file means.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import signal
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from shardflow.cli.aws_options import fail, run, stderr
+from shardflow.cli import aws_options
+from shardflow.cli.aws_options import fail, stderr
+from shardflow.cli.multilang_run import serve
 from shardflow.multilang.config import MultiLangConfig, load_config
-from shardflow.multilang.daemon import MultiLangDaemon
 from shardflow.multilang.errors import PropertiesError
-from shardflow.multilang.memory import release_large_buffers
-
-log = logging.getLogger("shardflow.cli")
 
 
 def multilang(
@@ -86,48 +81,9 @@ def multilang(
         return
     if strict and config.notes:
         fail(f"{len(config.notes)} key(s) not honoured as the KCL does (--strict)", code=2)
-    level = getattr(logging, log_level.upper(), logging.INFO)
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for sdk in ("botocore", "aiobotocore"):
-        logging.getLogger(sdk).setLevel(max(level, logging.WARNING))
-    release_large_buffers()  # megabyte GetRecords answers: freed to the system, not the heap
-    try:
-        run(_serve(MultiLangDaemon(config)))
-    except asyncio.CancelledError:
-        raise typer.Exit(130) from None
-
-
-async def _serve(daemon: MultiLangDaemon) -> None:
-    """The daemon until a signal: the first stops it gracefully, the second at once."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    signals = 0
-
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            log.info("stopping: processors checkpoint, leases are handed over")
-            daemon.request_stop()
-        elif task is not None:
-            task.cancel()
-
-    installed = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(signum, on_signal)
-            installed.append(signum)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
-    try:
-        await daemon.run()
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
+    code = serve(config, log_level, debug=aws_options.DEBUG)
+    if code:
+        raise typer.Exit(code)
 
 
 def _describe(config: MultiLangConfig) -> None:

@@ -28,10 +28,10 @@ from shardflow.cli.aws_options import (
     RoleSessionName,
     aws_settings,
     fail,
-    failure_message,
     stderr,
     stream_role,
 )
+from shardflow.cli.failures import failure_message
 from shardflow.errors import (
     InvalidPartitionKeyError,
     ShardflowError,

@@ -67,9 +67,10 @@ class ConsumerSettings:
     deserializer: Deserializer[Any] = as_bytes
     """Turns each record into the value handlers get (default: the bytes)."""
     prefetch_records: int = GET_RECORDS_LIMIT
-    """Per shard, the most records fetched and not yet handled (plus the one fetched batch
-    waiting for room: GetRecords asks for at most this many). A slow handler holds the fetcher
-    back at this bound, and handler batches hold at most half of it."""
+    """Per shard, the most records fetched and not yet handled (plus the rest of one fetched
+    batch waiting for room: GetRecords asks for at most this many, and only once half of this
+    is free). A slow handler holds the fetcher back at this bound, and handler batches hold at
+    most half of it."""
     prefetch_bytes: int = 16 * MIB
     """Per shard, the most bytes fetched and not yet handled (plus the one batch waiting for
     room; a GetRecords call returns at most 10 MiB)."""

@@ -47,3 +47,5 @@ def test_the_short_bench_drains_under_both_daemons_and_prints_the_ratios(tmp_pat
     assert kcl["duplicates"] == 0
     assert ours["cpu_per_100k"] < kcl["cpu_per_100k"], done.stdout
     assert "| vs KCL 2.5.8 MultiLangDaemon |" in done.stdout
+    # Where the daemon's memory goes, beside the ratios (bench/multilang_memory.py's lines).
+    assert any(line.startswith("records ") for line in result["daemon_breakdown"]), result

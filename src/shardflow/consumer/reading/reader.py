@@ -106,12 +106,24 @@ class ShardReader:
         try:
             async for batch in fetcher:
                 self.millis_behind_latest = batch.millis_behind_latest
-                if not await self._put(batch.records):
+                records, caught_up = batch.records, batch.caught_up
+                children = batch.child_shards if batch.shard_ended else None
+                # The batch's records belong to the buffer's chunks from here: without this,
+                # ``batch`` kept them all alive until the next GetRecords answered, long
+                # after their chunks were handled and released.
+                del batch
+                if not await self._put(records):
                     return
-                self.caught_up = batch.caught_up
-                if batch.shard_ended:
-                    self.children = batch.child_shards
+                del records
+                self.caught_up = caught_up
+                if children is not None:
+                    self.children = children
                     break
+                # The next batch is asked for only once a chunk of it fits: fetched earlier,
+                # it would only wait in memory (a whole GetRecords answer per shard) for the
+                # handler, which is the slower side whenever the buffer is full.
+                if not await buffer.wait_for_room():
+                    return
             await buffer.finish()
         except Exception as exc:
             await buffer.fail(exc)
