@@ -231,6 +231,8 @@ class ExpiryTracker:
         seen = self._seen
         kept = self._kept
         renewed = self._renewed
+        moved_on = self._schedule.moved_on
+        moment = now + self._failover
         odd: list[Lease] = []
         for lease in leases:
             previous = seen.get(lease.lease_key)
@@ -246,10 +248,11 @@ class ExpiryTracker:
                 odd.append(lease)
                 continue
             if previous.counter != lease.lease_counter:
-                self._sight(
-                    lease.lease_key,
-                    _Sighting(lease.lease_counter, owner, lease.checkpoint_owner, now, request),
+                key = lease.lease_key
+                seen[key] = _Sighting(
+                    lease.lease_counter, owner, lease.checkpoint_owner, now, request
                 )
+                moved_on(key, moment)  # the same holder: only its moment moves
                 kept[owner] = now
                 renewed[owner] = now
         if odd:

@@ -49,6 +49,19 @@ class ExpirySchedule:
             return  # its entry comes up first and is pushed again then
         self._enqueue(key, holder, moment)
 
+    def moved_on(self, key: str, moment: float) -> None:
+        """:meth:`set` for a sighting whose holder is unchanged and whose moment moved
+        later (a renewal): its entry, if queued, comes up first and is pushed again then."""
+        current = self._current.get(key)
+        if current is None:
+            return
+        holder = current[0]
+        self._current[key] = (holder, moment)
+        if key in self._queued:
+            return
+        self._undue(key)
+        self._enqueue(key, holder, moment)
+
     def forget(self, key: str) -> None:
         self._undue(key)
         self._current.pop(key, None)

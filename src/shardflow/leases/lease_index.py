@@ -244,6 +244,8 @@ def shape_from_index(
                 requesters.add(request.requester)
 
     def alive_of(owner: str) -> list[Lease]:
+        if owner == worker_id:
+            return []  # counted as this worker's own (see shape_of)
         keys = index.by_owner.get(owner, _NONE)
         return sorted(
             (active[key] for key in keys if key not in held and key not in gone), key=_by_key
