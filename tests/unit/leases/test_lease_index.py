@@ -154,7 +154,7 @@ def test_the_incremental_view_equals_a_full_recomputation(
             tracker.answered(now)
         else:  # a complete scan: the index starts again from it
             tracker.observe(list(table.values()), now)
-            index.reset(table.values())
+            index.refresh(table.values())
         check(tracker, index, table, held, now, seed)
 
 
