@@ -58,6 +58,8 @@ class LeaseIndex:
         self.free: dict[str, None] = {}
         self.by_owner: dict[str, dict[str, None]] = {}
         self.requested: dict[str, None] = {}
+        self.handing: dict[str, dict[str, None]] = {}
+        """Checkpoint owner -> active leases it is handing over (a handoff under way)."""
         self.finished: dict[str, None] = {}
         self.children: dict[str, Counter[str]] = {}
         """Parent key -> child keys (counted per lease that names the link)."""
@@ -82,6 +84,7 @@ class LeaseIndex:
         self.free = {}
         self.by_owner = {}
         self.requested = {}
+        self.handing = {}
         self.finished = {}
         self.children = {}
         self.touched = {}
@@ -130,6 +133,11 @@ class LeaseIndex:
         active = self.active
         return [active[key] for key in self.by_owner.get(owner, _NONE)]
 
+    def handed_by(self, worker: str) -> list[Lease]:
+        """Active leases ``worker`` is handing over (their checkpoint owner)."""
+        active = self.active
+        return [active[key] for key in self.handing.get(worker, _NONE)]
+
     def take_touched(self) -> list[str]:
         """Finished leases touched since the last call (and forgets them)."""
         touched = [key for key in self.touched if key in self.finished]
@@ -167,6 +175,8 @@ class LeaseIndex:
             self.by_owner.setdefault(owner, {})[key] = None
         if lease.extra and HANDOFF_REQUEST in lease.extra:
             self.requested[key] = None
+        if lease.checkpoint_owner is not None:
+            self.handing.setdefault(lease.checkpoint_owner, {})[key] = None
 
     def _drop(self, lease: Lease) -> None:
         key = lease.lease_key
@@ -201,6 +211,12 @@ class LeaseIndex:
             if not keys:
                 del self.by_owner[owner]
         self.requested.pop(key, None)
+        handed_by = lease.checkpoint_owner
+        if handed_by is not None:
+            keys = self.handing[handed_by]
+            del keys[key]
+            if not keys:
+                del self.handing[handed_by]
 
     def _links_of(self, lease: Lease) -> list[tuple[str, str]]:
         """(parent key, child key) pairs ``lease`` names: its children and its parents."""

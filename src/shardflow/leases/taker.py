@@ -288,6 +288,7 @@ class LeaseTaker:
         if resumed or self._settings.handoff:
             self._resume_own = False
             taken += await self._resume(view, how="resumed" if resumed else "handoff")
+        await self._complete_stranded(view)
         handoff = self._settings.handoff
         max_steal = self._settings.max_leases_to_steal_at_once
         if handoff:
@@ -600,6 +601,38 @@ class LeaseTaker:
 
         await run_bounded(mine, resume, concurrency=self._settings.renew_concurrency)
         return resumed
+
+    async def _complete_stranded(self, view: LeaseIndex) -> None:
+        """Complete the handoffs this worker began on leases it no longer holds (and runs no
+        handler of): its hold lapsed meanwhile (a lease-table outage). Nobody else completes
+        them: the successor waits for the lease to expire, and in the heartbeat mode a lease
+        whose checkpoint owner beats never does, so the shard stayed without a worker for good
+        (bench/simulate.py --short, heartbeat mode: 6 shards unowned from the brownout on).
+        Conditional on the handoff as seen; the successor then claims the lease."""
+        stranded = [
+            lease
+            for lease in view.handed_by(self._worker_id)
+            if lease.lease_key not in self._owned
+            and lease.lease_key not in self.expiring  # a handler of its shard may still run
+            and lease.lease_key not in self._claiming
+            and lease.lease_owner not in (None, self._worker_id)
+        ]
+        if not stranded or not self.enabled:
+            return
+
+        async def complete(lease: Lease) -> None:
+            try:
+                await self._store.complete_handoff(lease, self._worker_id)
+            except ShardflowError as exc:
+                log.info("completing the handoff of lease %s failed: %s", lease.lease_key, exc)
+                return
+            log.info(
+                "completed the handoff of lease %s to %s (no longer held here)",
+                lease.lease_key,
+                lease.lease_owner,
+            )
+
+        await run_bounded(stranded, complete, concurrency=self._settings.renew_concurrency)
 
     async def claim(self, lease: Lease, how: AcquiredHow) -> OwnedLease | None:
         """Hold ``lease``, which names this worker as its owner with no handoff pending (as

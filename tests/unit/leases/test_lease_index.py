@@ -200,6 +200,11 @@ def check(
         for parent in lease.parent_shard_ids:
             children.setdefault(parent, set()).add(lease.lease_key)
     assert {parent: set(kids) for parent, kids in index.children.items()} == children
+    handing: dict[str, set[str]] = {}
+    for lease in active:
+        if lease.checkpoint_owner is not None:
+            handing.setdefault(lease.checkpoint_owner, set()).add(lease.lease_key)
+    assert {worker: set(keys) for worker, keys in index.handing.items()} == handing
     assert set(index.requested) == {
         lease.lease_key for lease in active if HANDOFF_REQUEST in lease.extra
     }
