@@ -108,7 +108,7 @@ class ExpiryTracker:
         }
         # Every moment moved on: the schedule is built again (once per blind stretch).
         self._schedule.clear()
-        for key, sighting in self._seen.items():
+        for key, sighting in sorted(self._seen.items(), key=lambda item: item[1].since):
             self._schedule.set(key, _holder(sighting), sighting.since + self._failover)
         self._renewed = {worker: at + shift for worker, at in self._renewed.items()}
         self._beats = {
