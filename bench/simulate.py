@@ -530,6 +530,8 @@ class Simulation:
         self._idle_since: dict[str, float] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.phases: list[dict[str, Any]] = []
+        self.on_phase: Callable[[list[dict[str, Any]]], None] = lambda phases: None
+        """Called with the phases so far after each one (a long run keeps what it did)."""
         self.own_list_calls = 0
 
     # --- hooks from the workers and the ledger ---------------------------------------------------
@@ -732,6 +734,7 @@ class Simulation:
         figures["wall_seconds"] = round(time.perf_counter() - started_wall, 1)
         self.phases.append(figures)
         self.say(describe(figures))
+        self.on_phase(self.phases)
         return figures
 
     def _figures(
@@ -1102,7 +1105,7 @@ def run(
     counter = _Warnings()
     logger.addHandler(counter)
     logger.propagate = False
-    runs = []
+    runs: list[dict[str, Any]] = []
     try:
         for name in config.modes:
             mode = LEASE_MODES[name]
@@ -1111,6 +1114,26 @@ def run(
             started = time.perf_counter()
             cpu = time.process_time()
             simulation = Simulation(config, mode, say)
+            if each is not None:
+
+                def partial(
+                    phases: list[dict[str, Any]],
+                    name: str = name,
+                    started: float = started,
+                    simulation: Simulation = simulation,
+                ) -> None:
+                    assert each is not None
+                    now = {
+                        "mode": name,
+                        "description": LEASE_MODES[name].description,
+                        "phases": list(phases),
+                        "simulated_seconds": round(simulation.clock.monotonic(), 1),
+                        "wall_seconds": round(time.perf_counter() - started, 1),
+                        "unfinished": True,
+                    }
+                    each(_result(config, code, [*runs, now]))
+
+                simulation.on_phase = partial
             phases = asyncio.run(simulation.run())
             runs.append(
                 {
