@@ -530,6 +530,8 @@ class Simulation:
         self._idle_since: dict[str, float] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.phases: list[dict[str, Any]] = []
+        self.on_phase: Callable[[list[dict[str, Any]]], None] = lambda phases: None
+        """Called with the phases so far after each one (a long run keeps what it did)."""
         self.own_list_calls = 0
 
     # --- hooks from the workers and the ledger ---------------------------------------------------
@@ -732,6 +734,7 @@ class Simulation:
         figures["wall_seconds"] = round(time.perf_counter() - started_wall, 1)
         self.phases.append(figures)
         self.say(describe(figures))
+        self.on_phase(self.phases)
         return figures
 
     def _figures(
@@ -1090,14 +1093,19 @@ class _Warnings(logging.Handler):
         self.counts[f"{record.levelname} {record.msg}"] += 1
 
 
-def run(config: Config, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every lease mode of ``config`` through its phases; the result (JSON-ready)."""
+def run(
+    config: Config,
+    say: Callable[[str], None] = print,
+    each: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Every lease mode of ``config`` through its phases; the result (JSON-ready). ``each``
+    is given the result so far after every mode (a long run keeps what it finished)."""
     code = commit()
     logger = logging.getLogger("shardflow")
     counter = _Warnings()
     logger.addHandler(counter)
     logger.propagate = False
-    runs = []
+    runs: list[dict[str, Any]] = []
     try:
         for name in config.modes:
             mode = LEASE_MODES[name]
@@ -1106,6 +1114,26 @@ def run(config: Config, say: Callable[[str], None] = print) -> dict[str, Any]:
             started = time.perf_counter()
             cpu = time.process_time()
             simulation = Simulation(config, mode, say)
+            if each is not None:
+
+                def partial(
+                    phases: list[dict[str, Any]],
+                    name: str = name,
+                    started: float = started,
+                    simulation: Simulation = simulation,
+                ) -> None:
+                    assert each is not None
+                    now = {
+                        "mode": name,
+                        "description": LEASE_MODES[name].description,
+                        "phases": list(phases),
+                        "simulated_seconds": round(simulation.clock.monotonic(), 1),
+                        "wall_seconds": round(time.perf_counter() - started, 1),
+                        "unfinished": True,
+                    }
+                    each(_result(config, code, [*runs, now]))
+
+                simulation.on_phase = partial
             phases = asyncio.run(simulation.run())
             runs.append(
                 {
@@ -1118,9 +1146,15 @@ def run(config: Config, say: Callable[[str], None] = print) -> dict[str, Any]:
                     "log_messages": dict(counter.counts.most_common(12)),
                 }
             )
+            if each is not None:
+                each(_result(config, code, runs))
     finally:
         logger.removeHandler(counter)
         logger.propagate = True
+    return _result(config, code, runs)
+
+
+def _result(config: Config, code: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     settings = LEASE_MODES[config.modes[0]].settings(config)
     return {
         "bench": "simulate",
@@ -1183,19 +1217,25 @@ def main() -> None:
         config = replace(config, phases=tuple(args.phases.split(",")))
     if args.modes:
         config = replace(config, modes=tuple(args.modes.split(",")))
-    result = run(config, say=lambda line: print(line, flush=True))
+    path: Path | None = None
+    if args.save:
+        path = RESULTS / f"simulate-{args.save}.json"
+    elif os.environ.get("SHARDFLOW_BENCH_RESULTS") or config == DEFAULT:
+        path = RESULTS / "simulate.json"
+
+    def write(result: dict[str, Any]) -> None:
+        if path is not None:
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result, indent=2) + "\n")
+
+    # Written after each lease mode too: the full run takes a while.
+    result = run(config, say=lambda line: print(line, flush=True), each=write)
     print("\n" + render(result))
     if len(result["runs"]) > 1:
         print("\n" + render_costs(result))
-    if args.save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        path = RESULTS / f"simulate-{args.save}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
+    if path is not None:
+        write(result)
         print(f"written to {path}")
-    elif os.environ.get("SHARDFLOW_BENCH_RESULTS") or config == DEFAULT:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "simulate.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(f"written to {RESULTS / 'simulate.json'}")
     else:
         print(
             "(not written: only the full default run writes bench/results/simulate.json; set "

@@ -89,6 +89,80 @@ def target_for(lease_count: int, worker_count: int, max_per_worker: int | None =
     return target
 
 
+@dataclass(frozen=True, slots=True)
+class TableShape:
+    """The leases to balance, sorted into what :func:`decide` needs: built by a pass over
+    every lease (:func:`shape_of`) or from the taker's incrementally kept index
+    (:mod:`~shardflow.leases.lease_index`); both give the same shape for the same table."""
+
+    total: int
+    """Leases to balance (the target's numerator)."""
+    mine: int
+    """Held here, or naming this worker as owner without being expired."""
+    free: list[Lease]
+    """Free leases not held here, in lease-key order."""
+    expired: list[Lease]
+    """Expired leases not held here (not free), in lease-key order."""
+    alive_counts: dict[str, int]
+    """Other workers -> their live leases (only workers with at least one)."""
+    alive_of: Callable[[str], list[Lease]]
+    """A worker's live leases in lease-key order (asked for a few workers only)."""
+    requesters: frozenset[str] = frozenset()
+    """Workers that asked for a lease (a fresh handoff request), when evening out."""
+
+
+def shape_of(
+    leases: Sequence[Lease],
+    *,
+    worker_id: str,
+    held: Collection[str],
+    is_expired: Callable[[Lease], bool],
+    even_out: bool = False,
+) -> TableShape:
+    """The shape of ``leases`` by one pass over them (see :func:`plan_takes`)."""
+    held_keys = set(held)
+    requesters: set[str] = set()
+    free: list[Lease] = []
+    expired: list[Lease] = []
+    alive_by_owner: dict[str, list[Lease]] = {}
+    mine = 0
+    for lease in leases:
+        if even_out and lease.extra:
+            request = handoff_request_of(lease)
+            if request is not None and request.fresh_for(lease):
+                requesters.add(request.requester)
+        if lease.lease_key in held_keys:
+            mine += 1
+        elif lease.is_free:
+            free.append(lease)
+        elif is_expired(lease):
+            expired.append(lease)
+        else:
+            owner = lease.lease_owner
+            assert owner is not None  # not free
+            if owner == worker_id:
+                mine += 1  # ours by name but not held here: never a candidate, counted as ours
+            else:
+                alive_by_owner.setdefault(owner, []).append(lease)
+    for owned in alive_by_owner.values():
+        owned.sort(key=_by_key)
+    free.sort(key=_by_key)
+    expired.sort(key=_by_key)
+    return TableShape(
+        total=len(leases),
+        mine=mine,
+        free=free,
+        expired=expired,
+        alive_counts={owner: len(owned) for owner, owned in alive_by_owner.items()},
+        alive_of=lambda owner: alive_by_owner.get(owner, []),
+        requesters=frozenset(requesters),
+    )
+
+
+def _by_key(lease: Lease) -> str:
+    return lease.lease_key
+
+
 def plan_takes(
     leases: Sequence[Lease],
     *,
@@ -115,42 +189,51 @@ def plan_takes(
     ``max_takes``: see the module doc; ``asked``: handoff requests of this worker still open
     (with ``even_out``, fewer new ones are made).
     """
-    chooser = rng or random.Random()
-    held_keys = set(held)
-    requesters: set[str] = set()
-    free: list[Lease] = []
-    expired: list[Lease] = []
-    alive_by_owner: dict[str, list[Lease]] = {}
-    mine = 0
-    for lease in leases:
-        if even_out and lease.extra:
-            request = handoff_request_of(lease)
-            if request is not None and request.fresh_for(lease):
-                requesters.add(request.requester)
-        if lease.lease_key in held_keys:
-            mine += 1
-        elif lease.is_free:
-            free.append(lease)
-        elif is_expired(lease):
-            expired.append(lease)
-        else:
-            owner = lease.lease_owner
-            assert owner is not None  # not free
-            if owner == worker_id:
-                mine += 1  # ours by name but not held here: never a candidate, counted as ours
-            else:
-                alive_by_owner.setdefault(owner, []).append(lease)
+    shape = shape_of(
+        leases, worker_id=worker_id, held=held, is_expired=is_expired, even_out=even_out
+    )
+    return decide(
+        shape,
+        worker_id=worker_id,
+        max_leases_per_worker=max_leases_per_worker,
+        max_steal=max_steal,
+        rng=rng,
+        orphans_beyond_target=orphans_beyond_target,
+        even_out=even_out,
+        max_takes=max_takes,
+        asked=asked,
+    )
 
-    loads = Counter({owner: len(owned) for owner, owned in alive_by_owner.items()})
+
+def decide(
+    shape: TableShape,
+    *,
+    worker_id: str,
+    max_leases_per_worker: int | None = None,
+    max_steal: int = 1,
+    rng: random.Random | None = None,
+    orphans_beyond_target: bool = False,
+    even_out: bool = False,
+    max_takes: int | None = None,
+    asked: int = 0,
+) -> TakePlan:
+    """The balance rules (the module doc) applied to ``shape``; arguments as
+    :func:`plan_takes`. Candidates are shuffled from lease-key order, so the same shape and
+    the same ``rng`` state give the same plan however the shape was built."""
+    chooser = rng or random.Random()
+    mine = shape.mine
+    free = list(shape.free)
+    expired = list(shape.expired)
+    loads = Counter(shape.alive_counts)
     loads[worker_id] = mine
     holders = frozenset(loads)
-    live = holders | requesters
-    target = target_for(len(leases), len(live), max_leases_per_worker)
+    live = holders | shape.requesters
+    target = target_for(shape.total, len(live), max_leases_per_worker)
     need = target - mine
     wanted = need
     orphans = 0
     if orphans_beyond_target:
-        cap = max_leases_per_worker if max_leases_per_worker is not None else len(leases)
+        cap = max_leases_per_worker if max_leases_per_worker is not None else shape.total
         need = wanted = cap - mine
     elif even_out and expired:
         # Beyond the target: this worker's part of the shards whose owner stopped (see the
@@ -184,8 +267,8 @@ def plan_takes(
         return plan([])
     if even_out:
         wanted = need - asked
-        return plan(_requests(alive_by_owner, target, mine, wanted, max_steal, chooser))
-    return plan(_steals(alive_by_owner, target, need, max_steal, chooser))
+        return plan(_requests(shape, target, mine, wanted, max_steal, chooser))
+    return plan(_steals(shape, target, need, max_steal, chooser))
 
 
 def orphan_part(orphans: int, holders: int) -> int:
@@ -213,7 +296,7 @@ def may_give(mine: int, requester_holds: int, leases: int, workers: int) -> bool
 
 
 def _requests(
-    alive_by_owner: dict[str, list[Lease]],
+    shape: TableShape,
     target: int,
     mine: int,
     need: int,
@@ -224,25 +307,26 @@ def _requests(
     surplus, up to ``budget`` in all, the workers with a surplus in random order (workers
     that plan at the same moment spread over them rather than all asking the busiest); else
     the evening-out request."""
-    if not alive_by_owner or budget <= 0 or need <= 0:
+    counts = shape.alive_counts
+    if not counts or budget <= 0 or need <= 0:
         return []
-    above = [owner for owner, owned in alive_by_owner.items() if len(owned) > target]
+    above = sorted(owner for owner, count in counts.items() if count > target)
     chooser.shuffle(above)
     wanted = min(need, budget)
     takes: list[PlannedTake] = []
     for owner in above:
         if len(takes) >= wanted:
             break
-        movable = [lease for lease in alive_by_owner[owner] if not lease.handoff_pending]
-        count = min(len(alive_by_owner[owner]) - target, wanted - len(takes), len(movable))
+        movable = [lease for lease in shape.alive_of(owner) if not lease.handoff_pending]
+        count = min(counts[owner] - target, wanted - len(takes), len(movable))
         takes += [PlannedTake(lease, "stolen") for lease in chooser.sample(movable, count)]
     if takes:
         return takes
-    return _steals(alive_by_owner, min(target, mine + 1), need, 1, chooser)
+    return _steals(shape, min(target, mine + 1), need, 1, chooser)
 
 
 def _steals(
-    alive_by_owner: dict[str, list[Lease]],
+    shape: TableShape,
     floor: int,
     need: int,
     max_steal: int,
@@ -250,14 +334,15 @@ def _steals(
 ) -> list[PlannedTake]:
     """At most ``max_steal`` of the most loaded worker's leases, never leaving it below
     ``floor`` (the target; with ``even_out``, one more than the thief holds)."""
-    if not alive_by_owner or max_steal <= 0:
+    counts = shape.alive_counts
+    if not counts or max_steal <= 0:
         return []
     # The most loaded worker; ties go to the smallest id so that every thief picks the same one.
-    victim = min(alive_by_owner, key=lambda owner: (-len(alive_by_owner[owner]), owner))
-    surplus = len(alive_by_owner[victim]) - floor
+    victim = min(counts, key=lambda owner: (-counts[owner], owner))
+    surplus = counts[victim] - floor
     if surplus <= 0:
         return []
     # A lease already being handed over is moving anyway: leave it alone.
-    stealable = [lease for lease in alive_by_owner[victim] if not lease.handoff_pending]
+    stealable = [lease for lease in shape.alive_of(victim) if not lease.handoff_pending]
     count = min(need, surplus, max_steal, len(stealable))
     return [PlannedTake(lease, "stolen") for lease in chooser.sample(stealable, count)]

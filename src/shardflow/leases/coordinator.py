@@ -47,9 +47,12 @@ Behaviour
   queued; a fixed pool of ``renew_concurrency`` tasks renews them, so a slow lease delays only
   itself. A lease that could not be renewed is marked lost at its deadline.
 - Take cycle (:mod:`~shardflow.leases.taker`): at start and every ``take_interval``: scan the
-  table, update the expiry tracker (observer's own clock), plan with
-  :func:`~shardflow.leases.balance.plan_takes` (free, then expired, then at most
-  ``max_leases_to_steal_at_once`` from a worker above target), take. Finished shards
+  table, update the expiry tracker (observer's own clock), plan with the balance rules of
+  :mod:`~shardflow.leases.balance` (free, then expired, then at most
+  ``max_leases_to_steal_at_once`` from a worker above target), take. The plan comes from an
+  index of the table kept as scans and the table's stream show changes
+  (:mod:`~shardflow.leases.lease_index`) and a schedule of expiry per holder
+  (:mod:`~shardflow.leases.expiry_schedule`): a cycle costs what changed, not the table. Finished shards
   (checkpoint SHARD_END) are never taken; once all their children started their leases are
   deleted (``cleanup_finished_leases``), as KCL does.
 - Planned handoff (``LeaseSettings.handoff``, :mod:`~shardflow.leases.handoffs`): a held lease

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from shardflow.leases.entities import Heartbeat
+from shardflow.leases.expiry_schedule import ExpirySchedule
 from shardflow.leases.handoff_request import HANDOFF_REQUEST, handoff_request_of
 from shardflow.leases.model import Lease
 
@@ -52,11 +53,17 @@ class _Beat:
 class ExpiryTracker:
     """Remembers, per lease key, since when the lease has looked the same to this observer."""
 
-    def __init__(self, failover_time: float) -> None:
+    def __init__(self, failover_time: float, *, worker_id: str | None = None) -> None:
+        """``worker_id``: the observer's own id, when it asks :meth:`next_expiry` for the
+        leases of the others (answered from the schedule, not a pass over every lease)."""
         if not failover_time > 0:
             raise ValueError(f"failover_time must be positive, got {failover_time}")
         self._failover = failover_time
+        self._me = worker_id
         self._seen: dict[str, _Sighting] = {}
+        self._schedule = ExpirySchedule()
+        """Every sighting with a holder, by holder and failover moment (see
+        :mod:`~shardflow.leases.expiry_schedule`)."""
         self._renewed: dict[str, float] = {}
         self._blind_since: float | None = None
         self._failed_at: float | None = None
@@ -99,6 +106,10 @@ class ExpiryTracker:
             key: replace(sighting, since=sighting.since + shift)
             for key, sighting in self._seen.items()
         }
+        # Every moment moved on: the schedule is built again (once per blind stretch).
+        self._schedule.clear()
+        for key, sighting in sorted(self._seen.items(), key=lambda item: item[1].since):
+            self._schedule.set(key, _holder(sighting), sighting.since + self._failover)
         self._renewed = {worker: at + shift for worker, at in self._renewed.items()}
         self._beats = {
             worker: replace(beat, since=beat.since + shift) for worker, beat in self._beats.items()
@@ -186,8 +197,8 @@ class ExpiryTracker:
             request = lease.extra.get(HANDOFF_REQUEST) if lease.extra else None
             counter = lease.lease_counter
             if previous is None:
-                seen[key] = _Sighting(
-                    counter, lease.lease_owner, lease.checkpoint_owner, now, request
+                self._sight(
+                    key, _Sighting(counter, lease.lease_owner, lease.checkpoint_owner, now, request)
                 )
                 continue
             if previous.counter != counter or request is not None:
@@ -197,14 +208,19 @@ class ExpiryTracker:
                 or previous.owner != lease.lease_owner
                 or previous.checkpoint_owner != lease.checkpoint_owner
             ):
-                seen[key] = _Sighting(
-                    counter, lease.lease_owner, lease.checkpoint_owner, now, request
+                self._sight(
+                    key, _Sighting(counter, lease.lease_owner, lease.checkpoint_owner, now, request)
                 )
             elif request != previous.request:
                 seen[key] = replace(previous, request=request)
         if complete:
             for key in seen.keys() - present:
                 del seen[key]
+                self._schedule.forget(key)
+
+    def _sight(self, key: str, sighting: _Sighting) -> None:
+        self._seen[key] = sighting
+        self._schedule.set(key, _holder(sighting), sighting.since + self._failover)
 
     def renewed(self, leases: Iterable[Lease], now: float) -> None:
         """Record renewals read from the table's stream at ``now``: changes that moved only a
@@ -215,6 +231,8 @@ class ExpiryTracker:
         seen = self._seen
         kept = self._kept
         renewed = self._renewed
+        moved_on = self._schedule.moved_on
+        moment = now + self._failover
         odd: list[Lease] = []
         for lease in leases:
             previous = seen.get(lease.lease_key)
@@ -230,9 +248,11 @@ class ExpiryTracker:
                 odd.append(lease)
                 continue
             if previous.counter != lease.lease_counter:
-                seen[lease.lease_key] = _Sighting(
+                key = lease.lease_key
+                seen[key] = _Sighting(
                     lease.lease_counter, owner, lease.checkpoint_owner, now, request
                 )
+                moved_on(key, moment)  # the same holder: only its moment moves
                 kept[owner] = now
                 renewed[owner] = now
         if odd:
@@ -306,6 +326,7 @@ class ExpiryTracker:
         """Drop what was seen of leases whose items are gone."""
         for key in lease_keys:
             self._seen.pop(key, None)
+            self._schedule.forget(key)
 
     def next_expiry(self, after: float, *, holder_not: str) -> float | None:
         """The earliest moment later than ``after`` at which a lease observed as held by a
@@ -313,7 +334,18 @@ class ExpiryTracker:
 
         Lets a worker check a lease exactly when it would expire instead of at its next
         take cycle, which bounds takeover after a crash by failover time plus the read.
+        For the observer's own ``worker_id`` (given at construction) the answer comes from the
+        schedule, in time proportional to the holders, not the leases.
         """
+        schedule = self._schedule
+        if holder_not == self._me and after >= schedule.advanced_to:
+            return schedule.next_moment(
+                after, holder_not=holder_not, beat_until=self._heartbeat_until
+            )
+        return self.next_expiry_by_scan(after, holder_not=holder_not)
+
+    def next_expiry_by_scan(self, after: float, *, holder_not: str) -> float | None:
+        """:meth:`next_expiry` by a pass over every sighting (the definition)."""
         moments = []
         for sighting in self._seen.values():
             holder = sighting.checkpoint_owner or sighting.owner
@@ -327,5 +359,21 @@ class ExpiryTracker:
                 moments.append(moment)
         return min(moments, default=None)
 
+    def expired_candidates(self, now: float) -> list[str]:
+        """Keys of the leases that may be expired at ``now`` (a superset of those
+        :meth:`is_expired` accepts, free leases aside): those unchanged for failover_time whose
+        holder keeps no heartbeat or a lapsed one. Proportional to the holders and the leases
+        returned, not to every lease observed."""
+        keys: list[str] = []
+        for holder, due in self._schedule.due(now).items():
+            if holder in self._beats and not self.heartbeat_lapsed(holder, now):
+                continue  # its heartbeat keeps every one of them
+            keys.extend(due)
+        return keys
+
     def __len__(self) -> int:
         return len(self._seen)
+
+
+def _holder(sighting: _Sighting) -> str | None:
+    return sighting.checkpoint_owner or sighting.owner

@@ -52,8 +52,11 @@ class HandoffBook:
         assert lease.lease_owner is not None
         self._requested[lease.lease_key] = _Sighting(lease.lease_owner, now)
 
-    def update(self, leases: Mapping[str, Lease], now: float) -> None:
-        """Bring the book up to date with a complete scan taken at ``now``."""
+    def update(
+        self, leases: Mapping[str, Lease], now: float, *, mine: Iterable[Lease] | None = None
+    ) -> None:
+        """Bring the book up to date with a complete scan taken at ``now``. ``mine``: the
+        leases of the scan naming this worker as owner, if known (else found in ``leases``)."""
         for key, request in list(self._requested.items()):
             lease = leases.get(key)
             if (
@@ -68,7 +71,8 @@ class HandoffBook:
                 # declined request is never stolen).
                 del self._requested[key]
         inbound: dict[str, _Sighting] = {}
-        for key, lease in leases.items():
+        for lease in leases.values() if mine is None else mine:
+            key = lease.lease_key
             if lease.lease_owner == self._me and lease.checkpoint_owner not in (None, self._me):
                 seen = self._inbound.get(key)
                 old = lease.checkpoint_owner

@@ -27,9 +27,9 @@ from shardflow.events import AcquiredHow, EventEmitter, WorkerJoined, WorkerLeft
 from shardflow.leases.balance import (
     PlannedTake,
     TakePlan,
+    decide,
     may_give,
     orphan_part,
-    plan_takes,
     target_for,
 )
 from shardflow.leases.concurrency import run_bounded
@@ -37,16 +37,21 @@ from shardflow.leases.entities import Heartbeat, LeaseMode, entity_from_item
 from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoffs import HandoffBook, asked_by_another
+from shardflow.leases.lease_index import LeaseIndex, shape_from_index
 from shardflow.leases.model import Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore, LeaseStoreBase, TableScan
 from shardflow.leases.streams import StreamSet
-from shardflow.records import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON
+from shardflow.records import AT_TIMESTAMP, LATEST, TRIM_HORIZON
 
 log = logging.getLogger("shardflow.leases")
 
 _NOT_STARTED: Final = frozenset({TRIM_HORIZON, LATEST, AT_TIMESTAMP})
+
+SCAN_PACE: Final = 2_500
+"""Leases a worker may scan per ``pickup_poll_interval`` while free leases call for scans
+(see :meth:`LeaseTaker.take_cycle`)."""
 
 Adopt = Callable[[PlannedTake, Lease, float], OwnedLease]
 """Turns a successful take (plan, lease after the write, send time) into a held lease."""
@@ -79,7 +84,7 @@ class LeaseTaker:
         self._events = events
         self._want_sync = want_sync
         self._rng = rng or random.Random()
-        self._tracker = ExpiryTracker(settings.failover_time)
+        self._tracker = ExpiryTracker(settings.failover_time, worker_id=worker_id)
         self._peers: frozenset[str] = frozenset()
         self._sync_asked: set[str] = set()  # finished leases that already asked for a sync
         self._resume_own = True  # the first cycle picks up leases that already name us
@@ -87,11 +92,15 @@ class LeaseTaker:
         self._lock = asyncio.Lock()
         self._claiming: set[str] = set()
         self._patient_until: float | None = None
-        self._view: dict[str, Lease] | None = None
-        """The table as the last complete scan showed it, with the stream's changes since."""
-        self._view_loads: Counter[str] = Counter()
-        """Leases per owner in ``_view`` (kept with it)."""
+        self._view: LeaseIndex | None = None
+        """The table as the last complete scan showed it, with the stream's changes since,
+        indexed for the take cycle (:mod:`~shardflow.leases.lease_index`)."""
+        self._cleanable: dict[str, None] = {}
+        """Finished leases whose children all have leases that started (see _clean_up)."""
         self._last_cycle: float | None = None
+        self._last_scan: float | None = None
+        """When the view was last rebuilt from a complete scan."""
+        self._scan_deferred = False
         self._free_left = False
         """Free or expired leases were left that this worker may still want: another cycle
         soon (see next_wake)."""
@@ -140,27 +149,20 @@ class LeaseTaker:
             if known is None or known.lease_owner != lease.lease_owner:
                 odd.append(lease)
             elif lease.lease_counter >= known.lease_counter:
-                view[lease.lease_key] = lease
+                view.renew(lease)
         if odd:
             self._update_view(odd, [])
 
     def _update_view(self, leases: list[Lease], removed: list[str]) -> None:
         view = self._view
         if view is not None:
-            loads = self._view_loads
             for lease in leases:
                 known = view.get(lease.lease_key)
                 # An image older than the scan (the stream lags) leaves the scan's lease.
                 if known is None or lease.lease_counter >= known.lease_counter:
-                    if known is not None and known.lease_owner is not None:
-                        loads[known.lease_owner] -= 1
-                    if lease.lease_owner is not None:
-                        loads[lease.lease_owner] += 1
-                    view[lease.lease_key] = lease
+                    view.put(lease)
             for key in removed:
-                gone = view.pop(key, None)
-                if gone is not None and gone.lease_owner is not None:
-                    loads[gone.lease_owner] -= 1
+                view.remove(key)
 
     def observe_entities(
         self,
@@ -195,7 +197,19 @@ class LeaseTaker:
                 moments.append(deadline if deadline > after else after + 1.0)
         if self._free_left:
             moments.append(after + max(1.0, self._settings.pickup_poll_interval))
-        return min((m for m in moments if m is not None), default=None)
+        wake = min((m for m in moments if m is not None), default=None)
+        if self._scan_deferred and self._last_scan is not None:
+            # A cycle was put off until a scan is due (see take_cycle): then, not before.
+            wake = self._last_scan + self._scan_gap()
+        return wake
+
+    def _scan_gap(self) -> float:
+        """Seconds between the scans that free leases in the view call for: one pick-up
+        interval per ``SCAN_PACE`` leases of the table (up to 2,500 leases, every stream read
+        may scan, as before; a 30,000-lease table is scanned every 3 s at most)."""
+        view = self._view
+        size = len(view) if view is not None else 0
+        return self._settings.pickup_poll_interval * max(1.0, size / SCAN_PACE)
 
     def forget_view(self) -> None:
         """Changes to the table may have been missed (the stream is read again from its latest
@@ -215,22 +229,32 @@ class LeaseTaker:
         view is missing, or while reads fail (this worker cannot tell what it missed), or
         when it shows free leases: those are raced for (a new application, a split), and a
         picture a moment old shows leases free that others took since and hides who took
-        them, so a worker would count too few peers and take far beyond its share.
+        them, so a worker would count too few peers and take far beyond its share. Such
+        scans are paced by the table's size (:meth:`_scan_gap`); a cycle woken sooner is left
+        to the wake that follows the gap (see :meth:`next_wake`): while a split wave or a new
+        application's leases were free, every worker scanned the whole table at each stream
+        read that showed a new lease, four times a second (100 workers on a 30,000-lease
+        table during a split: 1,310 Scan pages per worker per minute, 40 of a simulated
+        run's 71 minutes, bench/simulate.py).
         """
         async with self._lock:
             view = self._view
-            if (
-                from_view
-                and leases is None
-                and view is not None
-                and not self._tracker.is_blind
-                and not any(lease.is_free for lease in view.values())
-            ):
-                return await self._cycle(list(view.values()), fresh=False)
+            if from_view and leases is None and view is not None and not self._tracker.is_blind:
+                if not view.free_anywhere:
+                    return await self._cycle(None, fresh=False)
+                scanned = self._last_scan
+                if scanned is not None and self._clock.monotonic() - scanned < self._scan_gap():
+                    self._free_left = True  # next_wake: a scan once the gap has passed
+                    self._scan_deferred = True
+                    return []
             return await self._cycle(leases)
 
     async def _cycle(self, scanned: list[Lease] | None, *, fresh: bool = True) -> list[OwnedLease]:
-        if scanned is None:
+        """One cycle: on a scan (``scanned``, or one made here when None and ``fresh``), or,
+        not ``fresh``, on the view as the stream kept it. Planned from the view's indexes
+        (:mod:`~shardflow.leases.lease_index`): what a cycle costs grows with what is free,
+        expired, held here or finished-and-changed, not with the table."""
+        if scanned is None and fresh:
             try:
                 store = self._store
                 if isinstance(store, LeaseStoreBase):
@@ -240,42 +264,52 @@ class LeaseTaker:
             except ShardflowError:
                 self._tracker.blind(self._clock.monotonic())
                 raise
-            leases = scan.leases
+            scanned = scan.leases
             self.observe_entities(scan.heartbeats, complete=True, mode=scan.mode)
-        else:
-            leases = scanned
         now = self._clock.monotonic()  # after the scan: no item was read later than this
         self._last_cycle = now
-        if fresh:
+        view = self._view
+        if fresh or view is None:
+            self._last_scan = now
+            self._scan_deferred = False
+            leases = scanned if scanned is not None else []
             self._tracker.observe(leases, now)
             self.on_scanned(leases)
-            self._view = {lease.lease_key: lease for lease in leases}
-            self._view_loads = Counter(
-                lease.lease_owner for lease in leases if lease.lease_owner is not None
-            )
-        ours = self._streams.ours(leases)
-        children = self._children_of(ours)
-        active, finished = self._split_finished(ours, children)
+            if view is None:
+                view = self._view = LeaseIndex(
+                    ours=lambda lease: self._streams.spec_of(lease) is not None,
+                    key_for=self._streams.key_for,
+                )
+                self._cleanable = {}
+            view.refresh(leases)
+        self._look_at_finished(view)
         taken: list[OwnedLease] = []
         resumed = self._resume_own
         if resumed or self._settings.handoff:
             self._resume_own = False
-            taken += await self._resume(active, how="resumed" if resumed else "handoff")
+            taken += await self._resume(view, how="resumed" if resumed else "handoff")
+        await self._complete_stranded(view)
         handoff = self._settings.handoff
         max_steal = self._settings.max_leases_to_steal_at_once
         if handoff:
-            self._book.update({lease.lease_key: lease for lease in active}, now)
-            taken += await self._take_overdue(active, now)
-            budget = self._request_budget(active, now)
+            self._book.update(view.active, now, mine=view.owned_by(self._worker_id))
+            taken += await self._take_overdue(view, now)
+            budget = self._request_budget(view, now)
             max_steal = max(budget - self._book.open_requests, 0)
         defers = self.defers()
         if defers:
             max_steal = 0  # the KCL leader balances; a steal would fight it
-        plan = plan_takes(
-            active,
+        shape = shape_from_index(
+            view,
+            self._tracker,
             worker_id=self._worker_id,
             held=self._owned.keys(),
-            is_expired=lambda lease: self._tracker.is_expired(lease, now),
+            now=now,
+            even_out=handoff and not defers,
+        )
+        plan = decide(
+            shape,
+            worker_id=self._worker_id,
             max_leases_per_worker=self._settings.max_leases_per_worker,
             max_steal=max_steal,
             rng=self._rng,
@@ -290,11 +324,10 @@ class LeaseTaker:
             self._drop_declined(plan)
         planned_keys = {planned.lease.lease_key for planned in plan.takes}
         capped = len(plan.takes) < plan.wanted  # max_takes: more wanted soon
-        self._free_left = any(
-            lease.lease_key not in planned_keys
-            and (lease.is_free or (capped and self._tracker.is_expired(lease, now)))
-            for lease in active
+        self._free_left = any(key not in planned_keys for key in view.free) or (
+            capped and any(lease.lease_key not in planned_keys for lease in shape.expired)
         )
+        total = shape.total
 
         # Refused takes of free or expired leases name who got them: workers this scan could
         # not show (they held nothing yet). Once the leases taken here reach the share the
@@ -307,7 +340,7 @@ class LeaseTaker:
             if defers or not revealed:
                 return False
             known = len(plan.live_workers | revealed)
-            share = target_for(len(active), known, self._settings.max_leases_per_worker)
+            share = target_for(total, known, self._settings.max_leases_per_worker)
             if plan.held + got < share:
                 return False
             # Orphans taken beyond the target: this worker's part, shared with the workers
@@ -328,10 +361,10 @@ class LeaseTaker:
                 got += 1
 
         await run_bounded(plan.takes, take, concurrency=self._settings.renew_concurrency)
-        if finished and self._settings.cleanup_finished_leases:
-            await self._clean_up(finished, ours, children)
-        if fresh:
-            await self._drop_fenced(leases)
+        if self._cleanable and self._settings.cleanup_finished_leases:
+            await self._clean_up(view)
+        if fresh and scanned is not None:
+            await self._drop_fenced(scanned)
         return taken
 
     def may_give(self, requester: str, handing: Collection[str] = ()) -> bool:
@@ -350,7 +383,7 @@ class LeaseTaker:
                 mine += 1
         view = self._view
         if view is not None:
-            loads = self._view_loads
+            loads = view.loads
             workers = {owner for owner, count in loads.items() if count > 0}
             workers |= {self._worker_id, requester}
             held = sum(count for count in loads.values() if count > 0)  # finished ones: nobody's
@@ -367,7 +400,7 @@ class LeaseTaker:
         leases = sum(plan.loads.values())
         return may_give(mine, holds, leases, len(plan.live_workers | {requester}))
 
-    def _request_budget(self, active: list[Lease], now: float) -> int:
+    def _request_budget(self, view: LeaseIndex, now: float) -> int:
         """Handoff requests open at once. Requests are answered gracefully, so many may be
         (a joiner needing 91 leases asked for one at a time: 91 round trips); but a worker
         that joins a running fleet (its first scan shows no free lease) first waits
@@ -375,7 +408,7 @@ class LeaseTaker:
         hands it its leases, and a burst of requests to everyone else before that would move
         twice as many leases as the deploy needs."""
         if self._patient_until is None:
-            joined = not any(lease.is_free for lease in active)
+            joined = not view.free
             self._patient_until = now + (self._settings.failover_time if joined else 0.0)
         steal = self._settings.max_leases_to_steal_at_once
         if now < self._patient_until:
@@ -416,7 +449,7 @@ class LeaseTaker:
         log.info("asked %s to hand over lease %s", lease.lease_owner, lease.lease_key)
         self._book.requested(lease, self._clock.monotonic())
 
-    async def _take_overdue(self, leases: list[Lease], now: float) -> list[OwnedLease]:
+    async def _take_overdue(self, view: LeaseIndex, now: float) -> list[OwnedLease]:
         """Fall back to taking: handoffs to us whose old owner stopped renewing them, requests
         not answered in time.
 
@@ -424,7 +457,7 @@ class LeaseTaker:
         may still be running a handler for the shard (it completes the handoff only once none
         runs). Once the lease expired (no renewal for ``failover_time`` as seen here) the old
         owner's own deadline has passed, and it is taken as any expired lease."""
-        by_key = {lease.lease_key: lease for lease in leases}
+        by_key = view.active
         taken: list[OwnedLease] = []
         for key in self._book.inbound():
             lease = by_key.get(key)
@@ -450,14 +483,10 @@ class LeaseTaker:
             # unanswered through the brownout and the lease stolen from its live owner).
             overdue = []
         if overdue:
-            loads = Counter(
-                lease.lease_owner
-                for lease in leases
-                if lease.lease_owner is not None and not self._tracker.is_expired(lease, now)
-            )
+            loads = self._live_loads(view, now)
             mine = loads[self._worker_id]
             share = target_for(
-                len(leases),
+                len(by_key),
                 len(set(loads) | {self._worker_id}),
                 self._settings.max_leases_per_worker,
             )
@@ -552,7 +581,7 @@ class LeaseTaker:
                 await store.delete_heartbeat(heartbeat)
             self._tracker.forget_heartbeat(heartbeat.worker_id)
 
-    async def _resume(self, leases: list[Lease], *, how: AcquiredHow) -> list[OwnedLease]:
+    async def _resume(self, view: LeaseIndex, *, how: AcquiredHow) -> list[OwnedLease]:
         """Hold the leases that name this worker already and are not held here: at start
         (KCL's renewer does the same: after a restart with the same worker id they need not
         expire first), and with handoffs whenever a handoff to this worker completed.
@@ -560,10 +589,8 @@ class LeaseTaker:
         id loses them as it would to a steal."""
         mine = [
             lease
-            for lease in leases
-            if lease.lease_owner == self._worker_id
-            and lease.checkpoint_owner is None
-            and lease.lease_key not in self._owned
+            for lease in view.owned_by(self._worker_id)
+            if lease.checkpoint_owner is None and lease.lease_key not in self._owned
         ]
         resumed: list[OwnedLease] = []
 
@@ -574,6 +601,38 @@ class LeaseTaker:
 
         await run_bounded(mine, resume, concurrency=self._settings.renew_concurrency)
         return resumed
+
+    async def _complete_stranded(self, view: LeaseIndex) -> None:
+        """Complete the handoffs this worker began on leases it no longer holds (and runs no
+        handler of): its hold lapsed meanwhile (a lease-table outage). Nobody else completes
+        them: the successor waits for the lease to expire, and in the heartbeat mode a lease
+        whose checkpoint owner beats never does, so the shard stayed without a worker for good
+        (bench/simulate.py --short, heartbeat mode: 6 shards unowned from the brownout on).
+        Conditional on the handoff as seen; the successor then claims the lease."""
+        stranded = [
+            lease
+            for lease in view.handed_by(self._worker_id)
+            if lease.lease_key not in self._owned
+            and lease.lease_key not in self.expiring  # a handler of its shard may still run
+            and lease.lease_key not in self._claiming
+            and lease.lease_owner not in (None, self._worker_id)
+        ]
+        if not stranded or not self.enabled:
+            return
+
+        async def complete(lease: Lease) -> None:
+            try:
+                await self._store.complete_handoff(lease, self._worker_id)
+            except ShardflowError as exc:
+                log.info("completing the handoff of lease %s failed: %s", lease.lease_key, exc)
+                return
+            log.info(
+                "completed the handoff of lease %s to %s (no longer held here)",
+                lease.lease_key,
+                lease.lease_owner,
+            )
+
+        await run_bounded(stranded, complete, concurrency=self._settings.renew_concurrency)
 
     async def claim(self, lease: Lease, how: AcquiredHow) -> OwnedLease | None:
         """Hold ``lease``, which names this worker as its owner with no handoff pending (as
@@ -601,52 +660,38 @@ class LeaseTaker:
         finally:
             self._claiming.discard(key)
 
-    def _children_of(self, leases: list[Lease]) -> dict[str, set[str]]:
-        """Lease key -> the lease keys of its children: recorded on it (``childShardIds``) or
-        naming it as a parent."""
-        key_for = self._streams.key_for
-        children: dict[str, set[str]] = {}
-        for lease in leases:
-            for child in lease.child_shard_ids:
-                children.setdefault(lease.lease_key, set()).add(key_for(lease, child))
-            for parent in lease.parent_shard_ids:
-                children.setdefault(key_for(lease, parent), set()).add(lease.lease_key)
-        return children
-
-    def _split_finished(
-        self, leases: list[Lease], children: dict[str, set[str]]
-    ) -> tuple[list[Lease], list[Lease]]:
-        """Leases with work left, and finished ones (SHARD_END). A finished shard whose children
-        lack leases asks for a shard sync (once; the periodic sync keeps trying)."""
-        keys = {lease.lease_key for lease in leases}
-        active: list[Lease] = []
-        finished: list[Lease] = []
-        for lease in leases:
-            if lease.checkpoint.sequence_number != SHARD_END:
-                active.append(lease)
-                continue
-            finished.append(lease)
-            self.on_finished(lease.lease_key)
-            kids = children.get(lease.lease_key, set())
-            if (not kids or not kids <= keys) and lease.lease_key not in self._sync_asked:
-                self._sync_asked.add(lease.lease_key)
+    def _look_at_finished(self, view: LeaseIndex) -> None:
+        """Finished leases (SHARD_END) whose item or children changed since the last cycle:
+        each is reported (``on_finished``); one whose children lack leases asks for a shard
+        sync (once; the periodic sync keeps trying); one whose children all have leases that
+        started is left for :meth:`_clean_up` (as KCL)."""
+        for key in view.take_touched():
+            self.on_finished(key)
+            kids = view.children.get(key)
+            known = kids is not None and all(
+                kid in view.active or kid in view.finished for kid in kids
+            )
+            if not known and key not in self._sync_asked:
+                self._sync_asked.add(key)
                 self._want_sync()
-        return active, finished
-
-    async def _clean_up(
-        self, finished: list[Lease], leases: list[Lease], children: dict[str, set[str]]
-    ) -> None:
-        """Delete finished leases whose children all have leases that started (as KCL)."""
-        by_key = {lease.lease_key: lease for lease in leases}
-        doomed = []
-        for lease in finished:
-            kids = [by_key.get(key) for key in children.get(lease.lease_key, ())]
-            if lease.lease_key in self._owned or not kids:
-                continue
-            if all(
-                kid is not None and kid.checkpoint.sequence_number not in _NOT_STARTED
+            started = kids is not None and all(
+                (kid_lease := view.get(kid)) is not None
+                and kid_lease.checkpoint.sequence_number not in _NOT_STARTED
                 for kid in kids
-            ):
+            )
+            if started:
+                self._cleanable[key] = None
+            else:
+                self._cleanable.pop(key, None)
+
+    async def _clean_up(self, view: LeaseIndex) -> None:
+        """Delete finished leases whose children all have leases that started (as KCL)."""
+        doomed = []
+        for key in list(self._cleanable):
+            lease = view.get(key)
+            if lease is None or key not in view.finished:
+                del self._cleanable[key]
+            elif key not in self._owned:
                 doomed.append(lease)
 
         async def delete(lease: Lease) -> None:
@@ -656,6 +701,20 @@ class LeaseTaker:
                 log.info("deleted the lease of finished shard %s", lease.lease_key)
 
         await run_bounded(doomed, delete, concurrency=self._settings.renew_concurrency)
+
+    def _live_loads(self, view: LeaseIndex, now: float) -> Counter[str]:
+        """Active leases per owner, those expired at ``now`` left out."""
+        loads = Counter({owner: len(keys) for owner, keys in view.by_owner.items()})
+        active = view.active
+        for key in self._tracker.expired_candidates(now):
+            lease = active.get(key)
+            if (
+                lease is not None
+                and lease.lease_owner is not None
+                and self._tracker.is_expired(lease, now)
+            ):
+                loads[lease.lease_owner] -= 1
+        return +loads
 
     def _note_peers(self, live: frozenset[str]) -> None:
         peers = live - {self._worker_id}
