@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from shardflow.spark.source.stream import ShardflowStreamReader
+
 
 def make_stream(
     url: str, name: str, shards: int, items: list[tuple[str, bytes]] | None = None
@@ -81,6 +83,22 @@ def source(spark: SparkSession, url: str, name: str, **options: str) -> DataFram
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def stream_reader(url: str, stream: str, meta: Path, **options: str) -> ShardflowStreamReader:
+    """The source's streaming reader built as Spark builds it, for driving its planning from
+    the test's own process (no query)."""
+    from shardflow.spark.source.options import parse_options
+    from shardflow.spark.source.stream import ShardflowStreamReader
+
+    given = {
+        "streamName": stream,
+        "endpointUrl": url,
+        "region": "us-east-1",
+        "metadataPath": str(meta),
+        **options,
+    }
+    return ShardflowStreamReader(parse_options(given, streaming=True))
 
 
 def to_parquet(

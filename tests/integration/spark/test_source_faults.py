@@ -23,11 +23,11 @@ from shardflow.errors import AwsError
 from shardflow.spark.source.metadata import ShardBatchEnd
 from shardflow.spark.source.metadata_location import parse_location
 from shardflow.spark.source.offsets import SourceOffset
-from shardflow.spark.source.options import parse_options
 from shardflow.spark.source.stores import open_store
 from shardflow.spark.source.stream import ShardflowStreamReader
 from shardflow.testing.faults import INTERNAL_FAILURE, THROTTLED, ErrorResponse, FaultProxy
 from support.boto import boto_client, make_stream, put_records
+from support.spark_source import stream_reader
 
 pytestmark = pytest.mark.timeout(120)
 SHARD = "shardId-000000000000"
@@ -54,16 +54,6 @@ def test_the_batch_end_store_retries_500s_and_throttling(moto_url: str, kind: st
         assert len(proxy.injections) == 5
 
 
-def reader(proxy_url: str, stream: str, meta: Path) -> ShardflowStreamReader:
-    options = {
-        "streamName": stream,
-        "endpointUrl": proxy_url,
-        "region": "us-east-1",
-        "metadataPath": str(meta),
-    }
-    return ShardflowStreamReader(parse_options(options, streaming=True))
-
-
 @dataclass
 class Planning:
     """A one-shard stream behind a fault proxy, a source reading it, its initial offset taken
@@ -80,7 +70,7 @@ def planning(
 ) -> Iterator[Planning]:
     kinesis = make_stream(moto_url, stream, 1)
     with FaultProxy(moto_url, seed=seed) as proxy:
-        source = reader(proxy.url, stream, meta)
+        source = stream_reader(proxy.url, stream, meta)
         start = source.initialOffset()
         put_records(kinesis, stream, records)
         yield Planning(proxy, source, start)
@@ -123,7 +113,7 @@ def test_a_restarted_driver_lists_the_shards_of_its_planned_batch_through_a_brow
     meta = tmp_path / "meta"
     with planning(moto_url, stream_name, meta, seed=7, records=[("k", b"one")]) as p:
         end = p.source.latestOffset(p.start, p.source.getDefaultReadLimit())
-        again = reader(p.proxy.url, stream_name, meta)  # no listing held
+        again = stream_reader(p.proxy.url, stream_name, meta)  # no listing held
         # More failures than the listing's own retries allow, then the service answers.
         rule = p.proxy.add(ErrorResponse(INTERNAL_FAILURE, status=500), operation="ListShards")
         timer = threading.Timer(4.0, p.proxy.remove, args=(rule,))

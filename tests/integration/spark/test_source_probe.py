@@ -11,26 +11,15 @@ from typing import Any
 import pytest
 
 from shardflow.spark.source.offsets import SourceOffset
-from shardflow.spark.source.options import parse_options
 from shardflow.spark.source.probe import SAMPLE_SHARDS
 from shardflow.spark.source.stream import ShardflowStreamReader
 from shardflow.testing.faults import FaultProxy
 from support.boto import make_stream
+from support.spark_source import stream_reader
 
 pytestmark = pytest.mark.timeout(120)
 
 SHARDS = SAMPLE_SHARDS + 8
-
-
-def reader(url: str, stream: str, meta: Path, **options: str) -> ShardflowStreamReader:
-    given = {
-        "streamName": stream,
-        "endpointUrl": url,
-        "region": "us-east-1",
-        "metadataPath": str(meta),
-        **options,
-    }
-    return ShardflowStreamReader(parse_options(given, streaming=True))
 
 
 def put_into(
@@ -79,7 +68,7 @@ def test_a_busy_stream_is_sampled_and_the_last_trigger_asks_kinesis_nothing(
     written = put_into(kinesis, stream_name, list(range(SHARDS)), 5, "busy")
     options = {} if row_limit is None else {"maxRecordsPerTrigger": row_limit}
     with FaultProxy(kinesalite_url) as proxy:
-        source = reader(proxy.url, stream_name, tmp_path / "meta", **options)
+        source = stream_reader(proxy.url, stream_name, tmp_path / "meta", **options)
         start = source.initialOffset()
         source.prepareForTriggerAvailableNow()
         before = calls(proxy)
@@ -99,7 +88,7 @@ def test_a_busy_stream_is_sampled_and_the_last_trigger_asks_kinesis_nothing(
         assert source.latestOffset(end, source.getDefaultReadLimit()) == end
         assert calls(proxy) == before
     # A new run (its own cutoff) probes again and finds the late records.
-    again = reader(kinesalite_url, stream_name, tmp_path / "meta", **options)
+    again = stream_reader(kinesalite_url, stream_name, tmp_path / "meta", **options)
     again.prepareForTriggerAvailableNow()
     following = again.latestOffset(end, again.getDefaultReadLimit())
     assert following != end
@@ -112,7 +101,7 @@ def test_a_sparse_stream_is_probed_whole_and_only_shards_with_records_are_read(
     kinesis = make_stream(kinesalite_url, stream_name, SHARDS)
     written = put_into(kinesis, stream_name, [3, SHARDS - 2], 4, "sparse")
     with FaultProxy(kinesalite_url) as proxy:
-        source = reader(proxy.url, stream_name, tmp_path / "meta")
+        source = stream_reader(proxy.url, stream_name, tmp_path / "meta")
         start = source.initialOffset()
         source.prepareForTriggerAvailableNow()
         end = source.latestOffset(start, source.getDefaultReadLimit())
