@@ -27,7 +27,7 @@ demo: setup
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples docs README.md
 	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMPS)/venv
