@@ -116,7 +116,7 @@ PHASES = ("startup", "rolling", "scale", "idle", "kill")
 TAKEOVER_SLACK = 2.0  # kill -9 goal: failover_time + this
 PLANNED_GAP = 1.0  # planned moves: worst gap goal
 PLANNED_DELAY_P99 = 0.5  # planned moves: record delay p99 goal
-STAY_PAUSE = 0.75  # a pause of a shard that stayed with its worker worth explaining (s)
+STAY_PAUSE = 0.75  # stays over this, in results written before they said (fleet_timeline)
 SUSTAINED_DELAY_P99 = 1.0  # the load check: record delay p99 in the steady window at most this
 LEASE_SERVICES = ("dynamodb", "dynamodb-streams")  # botocore service ids, as the hooks see them
 READER_STARTED = re.compile(
@@ -934,14 +934,9 @@ class Fleet:
     def judge(self) -> None:
         """Gaps, delays, repeats and losses of each phase, with everything handled read."""
         self.log.poll()
-        events = fleet_timeline.read_events(
-            {name: self.dir / f"{name}.log" for name in self.workers}
-        )
+        logs = {name: self.dir / f"{name}.log" for name in self.workers}
         assert self.producer is not None
         sent_at = {rid: sent for rid, (_, sent) in self.producer.written.items()}
-        late = fleet_timeline.read_loop_late(
-            {name: self.dir / f"{name}.log" for name in self.workers}
-        )
         for phase in self.phases:
             if not phase.judged:
                 continue
@@ -955,22 +950,17 @@ class Fleet:
                     "0 twice": f["twice"] == 0,
                     "0 lost": f["lost"] == 0,
                 }
-            if phase.judged == "planned":
-                # Where the pause of each shard that changed hands went, step by step.
-                found = fleet_timeline.moves(
-                    self.log.rows, events, phase.started, phase.ended, sent_at
-                )
-                f["handoffs"] = fleet_timeline.stage_summary(found)
-                # Pauses of shards that did not move: the producer's, a late worker's, or ours.
-                f["stays"] = fleet_timeline.stay_summary(
-                    fleet_timeline.stays(
+                # Where the pause of each shard that changed hands went, step by step; pauses
+                # of shards that did not move: the producer's, a late worker's, or ours.
+                f.update(
+                    fleet_timeline.explain(
                         self.log.rows,
+                        logs,
                         phase.started,
                         phase.ended,
-                        STAY_PAUSE,
                         sent_at,
-                        late,
                         self.producer.put_log,
+                        fleet_timeline.stay_pause(self.config.rate),
                     )
                 )
             self.say(f"{phase.name}: {summary_line(asdict(phase))}")
@@ -980,7 +970,8 @@ class Fleet:
                 for line in fleet_timeline.describe(f["handoffs"]):
                     self.say(f"  handoffs: {line}")
             if "stays" in f:
-                for line in fleet_timeline.describe_stays(f["stays"], STAY_PAUSE):
+                longer = f["stays"]["longer_than"]
+                for line in fleet_timeline.describe_stays(f["stays"], longer):
                     self.say(f"  stayed: {line}")
 
     def window_into(self, phase: Phase) -> None:
@@ -1431,12 +1422,15 @@ def render(result: dict[str, Any]) -> str:
             if rolling["figures"].get("handoffs"):
                 notes.append(
                     f"{mode}: where the rolling restart's pauses went (workers' logs): "
-                    + handoff_line(rolling["figures"]["handoffs"])
+                    + fleet_timeline.handoff_line(rolling["figures"]["handoffs"])
                 )
             if rolling["figures"].get("stays"):
                 notes.append(
                     f"{mode}: pauses of shards that did not move in the rolling restart: "
-                    + fleet_timeline.describe_stays(rolling["figures"]["stays"], STAY_PAUSE)[0]
+                    + fleet_timeline.describe_stays(
+                        rolling["figures"]["stays"],
+                        rolling["figures"]["stays"].get("longer_than", STAY_PAUSE),
+                    )[0]
                 )
         v = run["verified"]
         notes.append(
@@ -1473,30 +1467,6 @@ def render(result: dict[str, Any]) -> str:
             f"{result['machine']}; {result['seconds']} s in all)",
         ]
     )
-
-
-def handoff_line(summary: dict[str, Any]) -> str:
-    """The median move's stages and the slowest move's, in one line."""
-    if not summary["moves"]:
-        return "no shard changed hands"
-    stages = ", ".join(
-        f"{fleet_timeline.STAGE_TITLES[name]} {fmt_s(values['median'])} (max "
-        f"{fmt_s(values['max'])})"
-        for name, values in summary["stages"].items()
-    )
-    line = (
-        f"{summary['moves']} moves, median gap {fmt_s(summary['gap_median'])}, the new owner's "
-        f"first record waited {fmt_s(summary.get('first_delay_median'))} (max "
-        f"{fmt_s(summary.get('first_delay_max'))}); median stages: {stages}"
-    )
-    if summary["worst"]:
-        worst = summary["worst"][0]
-        line += (
-            f"; slowest, {worst['shard']} {worst['old']} -> {worst['new']}: gap "
-            f"{fmt_s(worst['gap'])} = "
-            + " + ".join(f"{name} {fmt_s(value)}" for name, value in worst["stages"].items())
-        )
-    return line
 
 
 def render_idle(result: dict[str, Any]) -> str:

@@ -363,3 +363,63 @@ def describe_stays(summary: dict[str, Any], longer_than: float) -> list[str]:
             f"{fmt(s['slow_put'])}"
         )
     return lines
+
+
+# --- both together: what fleet.py and handoff.py report per planned move -----------------------
+
+
+def stay_pause(rate: float) -> float:
+    """The pause of a shard that stayed with its worker worth explaining at ``rate`` records/s
+    per shard: longer than the producer's own gap by a quarter second (0.75 s at 2 records/s,
+    0.45 s at 5)."""
+    return round(1.0 / rate + 0.25, 3)
+
+
+def explain(
+    rows: Iterable[Handled],
+    logs: Mapping[str, Path],
+    start: float,
+    end: float,
+    written: Mapping[str, float],
+    puts: Iterable[tuple[float, float]],
+    longer_than: float,
+) -> dict[str, Any]:
+    """The pauses of a window, read from the workers' logs (``logs``: worker -> its log
+    file) and what they handled: ``handoffs`` (:func:`stage_summary` of the shards that changed
+    hands) and ``stays`` (:func:`stay_summary` of the pauses over ``longer_than`` s of the
+    others, set against the producer's own gaps and calls, ``puts``, and each worker's loop
+    lateness), each one summary of its kind."""
+    rows = list(rows)
+    found = moves(rows, read_events(logs), start, end, written)
+    paused = stays(rows, start, end, longer_than, written, read_loop_late(logs), puts)
+    return {
+        "handoffs": stage_summary(found),
+        "stays": stay_summary(paused) | {"longer_than": longer_than},
+    }
+
+
+def handoff_line(summary: dict[str, Any]) -> str:
+    """The median move's stages and the slowest move's, in one line (for rendered tables)."""
+    if not summary["moves"]:
+        return "no shard changed hands"
+    stages = ", ".join(
+        f"{STAGE_TITLES[name]} {fmt_s(values['median'])} (max {fmt_s(values['max'])})"
+        for name, values in summary["stages"].items()
+    )
+    line = (
+        f"{summary['moves']} moves, median gap {fmt_s(summary['gap_median'])}, the new owner's "
+        f"first record waited {fmt_s(summary.get('first_delay_median'))} (max "
+        f"{fmt_s(summary.get('first_delay_max'))}); median stages: {stages}"
+    )
+    if summary["worst"]:
+        worst = summary["worst"][0]
+        line += (
+            f"; slowest, {worst['shard']} {worst['old']} -> {worst['new']}: gap "
+            f"{fmt_s(worst['gap'])} = "
+            + " + ".join(f"{name} {fmt_s(value)}" for name, value in worst["stages"].items())
+        )
+    return line
+
+
+def fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"

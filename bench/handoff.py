@@ -59,6 +59,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import fleet_timeline
 from fleet_kit import (
     FAILOVER,
     IDLE_TIME,
@@ -129,6 +130,11 @@ class Outcome:
     written: int = 0
     takeover: float | None = None
     took: float = 0.0
+    handoffs: dict[str, Any] = field(default_factory=dict)
+    """Where the pauses of shards that changed hands went (fleet_timeline.stage_summary)."""
+    stays: dict[str, Any] = field(default_factory=dict)
+    """Pauses of shards that did not move, set against the producer's gaps and the workers'
+    loop lateness (fleet_timeline.stay_summary)."""
 
 
 class Scenario:
@@ -327,6 +333,17 @@ class Scenario:
                 ]
                 firsts.append(min(later) - action_at if later else float("inf"))
             outcome.takeover = round(max(firsts), 3) if firsts else None
+        # The same window step by step, from the workers' logs (as bench/fleet.py does).
+        explained = fleet_timeline.explain(
+            rows,
+            {name: self.dir / f"{name}.log" for name in self.workers},
+            action_at - 1.0,
+            max((row[3] for row in rows), default=action_at),
+            {rid: sent for rid, (_, sent) in producer.written.items()},
+            producer.put_log,
+            fleet_timeline.stay_pause(self.args.rate_per_shard),
+        )
+        outcome.handoffs, outcome.stays = explained["handoffs"], explained["stays"]
         return outcome
 
 
@@ -437,6 +454,36 @@ def per_shard_table(outcome: Outcome) -> str:
     return f"  ({outcome.scenario}) {outcome.mode}: per shard p99 gap/longest/twice/lost: {cells}"
 
 
+def explain_lines(outcome: Outcome) -> list[str]:
+    """Where the scenario's pauses went: moves step by step, then the shards that stayed."""
+    lines = []
+    if outcome.handoffs:
+        lines += [f"handoffs: {line}" for line in fleet_timeline.describe(outcome.handoffs)]
+    if outcome.stays:
+        longer = outcome.stays["longer_than"]
+        lines += [
+            f"stayed: {line}" for line in fleet_timeline.describe_stays(outcome.stays, longer)
+        ]
+    return lines
+
+
+def explain_notes(outcomes: list[Outcome]) -> list[str]:
+    """For the rendered table: per planned scenario with handoff, the median move's stages,
+    the slowest move's, and the pauses of shards that stayed (runs before they were
+    recorded: none)."""
+    notes = []
+    for o in outcomes:
+        if o.mode != "handoff" or o.scenario == "c" or not o.handoffs:
+            continue
+        notes.append(
+            f"({o.scenario}) where the pauses went: {fleet_timeline.handoff_line(o.handoffs)}"
+        )
+        if o.stays:
+            stayed = fleet_timeline.describe_stays(o.stays, o.stays["longer_than"])[0]
+            notes.append(f"({o.scenario}) shards that did not move: {stayed}")
+    return notes
+
+
 def targets(outcomes: list[Outcome]) -> list[str]:
     verdicts = []
     for o in outcomes:
@@ -468,6 +515,8 @@ def parent(args: argparse.Namespace) -> None:
                 scenario = Scenario(args, key, mode, kinesalite.endpoint_url, moto.endpoint_url)
                 outcome = scenario.run()
                 print(per_shard_table(outcome), flush=True)
+                for line in explain_lines(outcome):
+                    print(f"  {line}", flush=True)
                 outcomes.append(outcome)
                 item_bytes = mean_item_bytes(moto.endpoint_url, scenario.app)
     _, cost_data = costs(item_bytes)
@@ -507,7 +556,11 @@ def results_name(shards: int, lease_server: str) -> str:
 def render(result: dict[str, Any]) -> str:
     """The scenarios' table of one run, from its JSON (bench/tables.py puts it into the docs)."""
     outcomes = [Outcome(**o) for o in result["outcomes"]]
-    notes = [*ratios(outcomes).splitlines(), f"targets (handoff): {', '.join(targets(outcomes))}"]
+    notes = [
+        *ratios(outcomes).splitlines(),
+        f"targets (handoff): {', '.join(targets(outcomes))}",
+        *explain_notes(outcomes),
+    ]
     return "\n".join(
         [
             table(outcomes),
