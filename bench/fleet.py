@@ -66,11 +66,14 @@ idle 0.2 s, pick-up every 0.2 s, handoff timeout 10 s, drain timeout 5 s.
     .venv/bin/python bench/fleet.py --lease-mode heartbeat
     .venv/bin/python bench/fleet.py --short         # 64 shards, 4 workers, shorter phases
     .venv/bin/python bench/fleet.py --lease-server moto --shards 64
+    .venv/bin/python bench/fleet.py --shards 128 --phases rolling,scale --no-fallback \
+        --no-probe --repeat 3 --results-name fleet-128-moves.json   # medians of 3 rounds
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import json
 import os
@@ -943,13 +946,7 @@ class Fleet:
             self.window_into(phase)
             f = phase.figures
             if phase.judged == "planned":
-                phase.goals = {
-                    f"worst gap <= {PLANNED_GAP:g} s": f["gap_max"] <= PLANNED_GAP,
-                    f"record delay p99 <= {PLANNED_DELAY_P99:g} s": f["delay_p99"] is not None
-                    and f["delay_p99"] <= PLANNED_DELAY_P99,
-                    "0 twice": f["twice"] == 0,
-                    "0 lost": f["lost"] == 0,
-                }
+                phase.goals = planned_goals(f)
                 # Where the pause of each shard that changed hands went, step by step; pauses
                 # of shards that did not move: the producer's, a late worker's, or ours.
                 f.update(
@@ -1438,6 +1435,7 @@ def render(result: dict[str, Any]) -> str:
             f"{v['handled_ids']:,} handled, {v['twice']} handled twice in all (kill -9 "
             f"included), {v['lost']} never handled"
         )
+    notes += rounds_notes(result)
     for name, rows in result.get("probe", {}).items():
         notes.append(f"probe, {probe_line(name, rows)}")
     startup = next((p for p in first["phases"] if p["name"] == "startup"), None)
@@ -1689,6 +1687,107 @@ def run_mode(config: Config, say: Any) -> tuple[dict[str, Any], Config]:
     return outcome, attempt
 
 
+PHASE_MEDIANS = (
+    "gap_max",
+    "gap_p99",
+    "gap_p99_median",
+    "delay_p99",
+    "delay_max",
+    "takeover_max",
+    "takeover_median",
+    "all_held",
+    "all_processing",
+    "balanced",
+)
+"""Figures of a phase that a run of several rounds gives as the median over the rounds."""
+
+
+def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from rounds of the same bench (``--repeat``): per lease mode and phase, the
+    median of each time (:data:`PHASE_MEDIANS`), records twice and lost summed over the rounds
+    (any is one too many), a planned move's goals judged on those, every other goal met only
+    if met in every round; the per-shard figures, step-by-step pauses and load of the round
+    whose worst gap is the median; each round's own figures under the phase's ``rounds``."""
+    if len(results) == 1:
+        return results[0]
+    combined = copy.deepcopy(results[0])
+    for mode, run in runs_of(combined).items():
+        rounds = [runs_of(r)[mode] for r in results if mode in runs_of(r)]
+        for index, phase in enumerate(run["phases"]):
+            same = [p for r in rounds for p in r["phases"] if p["name"] == phase["name"]]
+            ranked = sorted(same, key=lambda p: p["figures"].get("gap_max") or 0.0)
+            middle = copy.deepcopy(ranked[(len(ranked) - 1) // 2])
+            f = middle["figures"]
+            for key in PHASE_MEDIANS:
+                values = [p["figures"][key] for p in same if p["figures"].get(key) is not None]
+                if key in f and values:
+                    f[key] = round(statistics.median(values), 3)
+            for key in ("twice", "lost"):
+                if key in f:
+                    f[key] = sum(p["figures"].get(key, 0) for p in same)
+            if middle["judged"] == "planned":
+                middle["goals"] = planned_goals(f)
+            else:
+                middle["goals"] = {
+                    goal: all(p["goals"].get(goal, False) for p in same) for goal in f_goals(same)
+                }
+            middle["rounds"] = [
+                {key: p["figures"].get(key) for key in ("gap_max", "delay_p99", "twice", "lost")}
+                | (
+                    {"takeover_max": p["figures"]["takeover_max"]}
+                    if "takeover_max" in p["figures"]
+                    else {}
+                )
+                for p in same
+            ]
+            run["phases"][index] = middle
+        run["verified"] = {
+            key: sum(r["verified"].get(key, 0) for r in rounds)
+            for key in ("written", "handled_ids", "twice", "lost", "unknown")
+        }
+        run["saturated"] = [a for r in rounds for a in r.get("saturated", [])]
+    combined["repeat"] = len(results)
+    combined["seconds"] = sum(r["seconds"] for r in results)
+    return combined
+
+
+def rounds_notes(result: dict[str, Any]) -> list[str]:
+    """For a run of several rounds: what the table's medians are made of."""
+    if result.get("repeat", 1) <= 1:
+        return []
+    notes = [
+        f"medians of {result['repeat']} rounds, each on fresh emulators (records twice and "
+        "lost: summed over the rounds; per-shard figures and the pauses' steps: the median round)"
+    ]
+    for mode, run in runs_of(result).items():
+        for phase in run["phases"]:
+            rounds = phase.get("rounds")
+            if not rounds or phase["judged"] != "planned":
+                continue
+            gaps = " / ".join(fmt_s(r["gap_max"]) for r in rounds)
+            delays = " / ".join(fmt_s(r["delay_p99"]) for r in rounds)
+            notes.append(
+                f"{mode}, {phase['name']}: worst gap per round {gaps}; record delay p99 {delays}"
+            )
+    return notes
+
+
+def f_goals(phases: list[dict[str, Any]]) -> list[str]:
+    """Every goal named in any of ``phases``, in order."""
+    return list(dict.fromkeys(goal for p in phases for goal in p["goals"]))
+
+
+def planned_goals(f: dict[str, Any]) -> dict[str, bool]:
+    """A planned move's goals, judged on its figures."""
+    return {
+        f"worst gap <= {PLANNED_GAP:g} s": f["gap_max"] <= PLANNED_GAP,
+        f"record delay p99 <= {PLANNED_DELAY_P99:g} s": f["delay_p99"] is not None
+        and f["delay_p99"] <= PLANNED_DELAY_P99,
+        "0 twice": f["twice"] == 0,
+        "0 lost": f["lost"] == 0,
+    }
+
+
 def set_lease_mode(endpoint: str, application: str, mode: str, lease_server: str) -> None:
     """Create the application's lease table and store its lease mode in it."""
     import asyncio
@@ -1750,6 +1849,17 @@ def main() -> None:
     parser.add_argument(
         "--no-probe", action="store_true", help="skip the emulators' own load probe"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole bench this many times; the result holds the medians (see combine)",
+    )
+    parser.add_argument(
+        "--results-name",
+        help="write the result to bench/results/NAME (e.g. fleet-128-moves.json, rendered as "
+        "fleet@128-moves) whatever the settings",
+    )
     parser.add_argument("--child-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stream", help=argparse.SUPPRESS)
     parser.add_argument("--application", help=argparse.SUPPRESS)
@@ -1789,13 +1899,23 @@ def main() -> None:
         config = replace(config, fallback=False)
     if args.no_probe:
         config = replace(config, probe=False)
-    result = run(config, say=lambda *a: print(*a, flush=True))
+
+    def say(*parts: Any) -> None:
+        print(*parts, flush=True)
+
+    results = []
+    for round_no in range(1, args.repeat + 1):
+        if args.repeat > 1:
+            say(f"round {round_no} of {args.repeat}")
+        results.append(run(config, say=say))
+    result = combine(results)
     print("\n" + render(result))
     full = config == DEFAULT
-    if os.environ.get("SHARDFLOW_BENCH_RESULTS") or full:
+    name = args.results_name or "fleet.json"
+    if os.environ.get("SHARDFLOW_BENCH_RESULTS") or full or args.results_name:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "fleet.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(f"written to {RESULTS / 'fleet.json'}")
+        (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"written to {RESULTS / name}")
     else:
         print(
             "(not written: only the full default run writes bench/results/fleet.json; set "

@@ -38,6 +38,10 @@ otherwise (rendered into the docs as ``handoff@64`` and so on).
     .venv/bin/python bench/handoff.py                     # all scenarios, both modes (~7 min)
     .venv/bin/python bench/handoff.py --scenarios c --modes handoff
     .venv/bin/python bench/handoff.py --shards 64 --rate-per-shard 5 --modes handoff
+    .venv/bin/python bench/handoff.py --shards 64 --rate-per-shard 5 --modes handoff --repeat 3
+
+With ``--repeat N`` every scenario runs N times, each round on fresh emulators; the table gives
+the medians (records twice and lost: summed over the rounds) and the notes each round's own.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -135,6 +139,8 @@ class Outcome:
     stays: dict[str, Any] = field(default_factory=dict)
     """Pauses of shards that did not move, set against the producer's gaps and the workers'
     loop lateness (fleet_timeline.stay_summary)."""
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    """With ``--repeat``: each round's own figures (the others are medians, see combine)."""
 
 
 class Scenario:
@@ -504,21 +510,27 @@ def parent(args: argparse.Namespace) -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
-    outcomes: list[Outcome] = []
+    rounds: list[list[Outcome]] = []
     started = time.monotonic()
     item_bytes = 300.0
-    lease_server = DynaliteServer() if args.lease_server == "dynalite" else MotoServer()
-    with KinesaliteServer() as kinesalite, lease_server as moto:
-        for key in args.scenarios.split(","):
-            for mode in args.modes.split(","):
-                print(f"scenario ({key}) {SCENARIOS[key]}, {mode} ...", flush=True)
-                scenario = Scenario(args, key, mode, kinesalite.endpoint_url, moto.endpoint_url)
-                outcome = scenario.run()
-                print(per_shard_table(outcome), flush=True)
-                for line in explain_lines(outcome):
-                    print(f"  {line}", flush=True)
-                outcomes.append(outcome)
-                item_bytes = mean_item_bytes(moto.endpoint_url, scenario.app)
+    for round_no in range(1, args.repeat + 1):
+        if args.repeat > 1:
+            print(f"round {round_no} of {args.repeat} (fresh emulators)", flush=True)
+        outcomes: list[Outcome] = []
+        lease_server = DynaliteServer() if args.lease_server == "dynalite" else MotoServer()
+        with KinesaliteServer() as kinesalite, lease_server as moto:
+            for key in args.scenarios.split(","):
+                for mode in args.modes.split(","):
+                    print(f"scenario ({key}) {SCENARIOS[key]}, {mode} ...", flush=True)
+                    scenario = Scenario(args, key, mode, kinesalite.endpoint_url, moto.endpoint_url)
+                    outcome = scenario.run()
+                    print(per_shard_table(outcome), flush=True)
+                    for line in explain_lines(outcome):
+                        print(f"  {line}", flush=True)
+                    outcomes.append(outcome)
+                    item_bytes = mean_item_bytes(moto.endpoint_url, scenario.app)
+        rounds.append(outcomes)
+    outcomes = combine(rounds)
     _, cost_data = costs(item_bytes)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     settings = (
@@ -536,6 +548,7 @@ def parent(args: argparse.Namespace) -> None:
         "settings": settings,
         "shards": args.shards,
         "lease_server": args.lease_server,
+        "repeat": args.repeat,
         "outcomes": [asdict(o) for o in outcomes],
         "costs": cost_data,
     }
@@ -544,6 +557,69 @@ def parent(args: argparse.Namespace) -> None:
     (RESULTS / results_name(args.shards, args.lease_server)).write_text(
         json.dumps(payload, indent=2) + "\n"
     )
+
+
+ROUND_FIGURES = ("gap_max", "gap_p99", "gap_p99_median", "duplicates", "lost", "takeover")
+
+
+def combine(rounds: list[list[Outcome]]) -> list[Outcome]:
+    """One outcome per scenario and mode over rounds of the same scenarios: the median of each
+    gap and takeover, records twice and lost summed over the rounds (any is one too many), the
+    per-shard figures and the step-by-step pauses of the median round (by longest gap), and
+    every round's own figures in ``rounds``. One round: as it is."""
+    if len(rounds) == 1:
+        return rounds[0]
+    by: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+    for outcomes in rounds:
+        for o in outcomes:
+            by[o.scenario, o.mode].append(o)
+    combined = []
+    for runs in by.values():
+        ranked = sorted(runs, key=lambda o: o.gap_max)
+        middle = ranked[(len(ranked) - 1) // 2]
+        takeovers = [o.takeover for o in runs if o.takeover is not None]
+        combined.append(
+            replace(
+                middle,
+                gap_max=round(statistics.median(o.gap_max for o in runs), 3),
+                gap_p99=round(statistics.median(o.gap_p99 for o in runs), 3),
+                gap_p99_median=round(statistics.median(o.gap_p99_median for o in runs), 3),
+                duplicates=sum(o.duplicates for o in runs),
+                lost=sum(o.lost for o in runs),
+                written=sum(o.written for o in runs),
+                takeover=round(statistics.median(takeovers), 3) if takeovers else None,
+                took=round(sum(o.took for o in runs), 1),
+                rounds=[{k: getattr(o, k) for k in ROUND_FIGURES} for o in runs],
+            )
+        )
+    return combined
+
+
+def rounds_notes(outcomes: list[Outcome]) -> list[str]:
+    """For a run of several rounds: what the table's medians are made of."""
+    notes = []
+    for o in outcomes:
+        if not o.rounds:
+            continue
+        gaps = " / ".join(f"{r['gap_max']:.2f}" for r in o.rounds)
+        part = f"({o.scenario}) {o.mode}: longest gap per round {gaps} s"
+        if o.takeover is not None:
+            part += ", takeover " + " / ".join(
+                f"{r['takeover']:.2f}" for r in o.rounds if r["takeover"] is not None
+            )
+            part += " s"
+        part += (
+            f"; twice {' / '.join(str(r['duplicates']) for r in o.rounds)}, lost "
+            f"{' / '.join(str(r['lost']) for r in o.rounds)}"
+        )
+        notes.append(part)
+    if notes:
+        notes.insert(
+            0,
+            f"medians of {len(outcomes[0].rounds)} rounds, each on fresh emulators; records "
+            "twice and lost are the sums over the rounds",
+        )
+    return notes
 
 
 def results_name(shards: int, lease_server: str) -> str:
@@ -560,6 +636,7 @@ def render(result: dict[str, Any]) -> str:
         *ratios(outcomes).splitlines(),
         f"targets (handoff): {', '.join(targets(outcomes))}",
         *explain_notes(outcomes),
+        *rounds_notes(outcomes),
     ]
     return "\n".join(
         [
@@ -623,6 +700,12 @@ def main() -> None:
         "--rate-per-shard", type=float, default=RATE_PER_SHARD, help="records/s to each shard"
     )
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds, each on fresh emulators; the result holds the medians (see combine)",
+    )
     parser.add_argument(
         "--observe", type=float, default=TAKE_EVERY + 4.0, help="seconds after the action"
     )
