@@ -133,3 +133,30 @@ def test_both_benches_explain_a_window_the_same_way(tmp_path: Path) -> None:
     line = timeline.handoff_line(got["handoffs"])
     assert line.startswith("1 moves, median gap 0.90 s")
     assert f"slowest, {SHARD} w01 -> w02: gap 0.90 s = begun 0.10 s" in line
+
+
+def test_the_handover_and_claim_writes_are_told_apart_from_drain_and_pickup(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "w01.log"
+    new = tmp_path / "w02.log"
+    old.write_text(
+        f"100.100 shardflow.leases handing lease {SHARD} over to w02\n"
+        f"100.300 shardflow.leases lease {SHARD} handed over to w02 at checkpoint 4967 "
+        "(write 0.150 s)\n"
+    )
+    new.write_text(f"100.700 shardflow.leases claimed lease {SHARD} (handoff; write 0.250 s)\n")
+    events = timeline.read_events({"w01": old, "w02": new})
+    rows = [("w01", SHARD, "b", 100.0), ("w02", SHARD, "c", 100.9)]
+    (move,) = timeline.moves(rows, events, 100.5, 102.0)
+    assert (move.claimed, move.handover_write, move.claim_write) == (100.7, 0.15, 0.25)
+    summary = timeline.stage_summary([move])
+    assert summary["writes"] == {
+        "handover": {"median": 0.15, "max": 0.15},
+        "claim": {"median": 0.25, "max": 0.25},
+    }
+    assert "of which the handover write 0.150 (max 0.150) and the claim write 0.250" in (
+        timeline.describe(summary)[0]
+    )
+    assert "handover write 0.150, claim write 0.250" in timeline.describe(summary)[1]
+    assert "of which the handover write 0.15 s" in timeline.handoff_line(summary)
