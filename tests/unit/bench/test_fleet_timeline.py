@@ -155,8 +155,9 @@ def test_the_handover_and_claim_writes_are_told_apart_from_drain_and_pickup(
         "handover": {"median": 0.15, "max": 0.15},
         "claim": {"median": 0.25, "max": 0.25},
     }
-    assert "of which the handover write 0.150 (max 0.150) and the claim write 0.250" in (
-        timeline.describe(summary)[0]
+    assert (
+        "of which the handover write 0.150 (max 0.150) and the claim write 0.250"
+        in (timeline.describe(summary)[0])
     )
     assert "handover write 0.150, claim write 0.250" in timeline.describe(summary)[1]
     assert "of which the handover write 0.15 s" in timeline.handoff_line(summary)
