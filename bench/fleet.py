@@ -66,11 +66,14 @@ idle 0.2 s, pick-up every 0.2 s, handoff timeout 10 s, drain timeout 5 s.
     .venv/bin/python bench/fleet.py --lease-mode heartbeat
     .venv/bin/python bench/fleet.py --short         # 64 shards, 4 workers, shorter phases
     .venv/bin/python bench/fleet.py --lease-server moto --shards 64
+    .venv/bin/python bench/fleet.py --shards 128 --phases rolling,scale --no-fallback \
+        --no-probe --repeat 3 --results-name fleet-128-moves.json   # medians of 3 rounds
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import json
 import os
@@ -116,7 +119,7 @@ PHASES = ("startup", "rolling", "scale", "idle", "kill")
 TAKEOVER_SLACK = 2.0  # kill -9 goal: failover_time + this
 PLANNED_GAP = 1.0  # planned moves: worst gap goal
 PLANNED_DELAY_P99 = 0.5  # planned moves: record delay p99 goal
-STAY_PAUSE = 0.75  # a pause of a shard that stayed with its worker worth explaining (s)
+STAY_PAUSE = 0.75  # stays over this, in results written before they said (fleet_timeline)
 SUSTAINED_DELAY_P99 = 1.0  # the load check: record delay p99 in the steady window at most this
 LEASE_SERVICES = ("dynamodb", "dynamodb-streams")  # botocore service ids, as the hooks see them
 READER_STARTED = re.compile(
@@ -934,43 +937,27 @@ class Fleet:
     def judge(self) -> None:
         """Gaps, delays, repeats and losses of each phase, with everything handled read."""
         self.log.poll()
-        events = fleet_timeline.read_events(
-            {name: self.dir / f"{name}.log" for name in self.workers}
-        )
+        logs = {name: self.dir / f"{name}.log" for name in self.workers}
         assert self.producer is not None
         sent_at = {rid: sent for rid, (_, sent) in self.producer.written.items()}
-        late = fleet_timeline.read_loop_late(
-            {name: self.dir / f"{name}.log" for name in self.workers}
-        )
         for phase in self.phases:
             if not phase.judged:
                 continue
             self.window_into(phase)
             f = phase.figures
             if phase.judged == "planned":
-                phase.goals = {
-                    f"worst gap <= {PLANNED_GAP:g} s": f["gap_max"] <= PLANNED_GAP,
-                    f"record delay p99 <= {PLANNED_DELAY_P99:g} s": f["delay_p99"] is not None
-                    and f["delay_p99"] <= PLANNED_DELAY_P99,
-                    "0 twice": f["twice"] == 0,
-                    "0 lost": f["lost"] == 0,
-                }
-            if phase.judged == "planned":
-                # Where the pause of each shard that changed hands went, step by step.
-                found = fleet_timeline.moves(
-                    self.log.rows, events, phase.started, phase.ended, sent_at
-                )
-                f["handoffs"] = fleet_timeline.stage_summary(found)
-                # Pauses of shards that did not move: the producer's, a late worker's, or ours.
-                f["stays"] = fleet_timeline.stay_summary(
-                    fleet_timeline.stays(
+                phase.goals = planned_goals(f)
+                # Where the pause of each shard that changed hands went, step by step; pauses
+                # of shards that did not move: the producer's, a late worker's, or ours.
+                f.update(
+                    fleet_timeline.explain(
                         self.log.rows,
+                        logs,
                         phase.started,
                         phase.ended,
-                        STAY_PAUSE,
                         sent_at,
-                        late,
                         self.producer.put_log,
+                        fleet_timeline.stay_pause(self.config.rate),
                     )
                 )
             self.say(f"{phase.name}: {summary_line(asdict(phase))}")
@@ -980,7 +967,8 @@ class Fleet:
                 for line in fleet_timeline.describe(f["handoffs"]):
                     self.say(f"  handoffs: {line}")
             if "stays" in f:
-                for line in fleet_timeline.describe_stays(f["stays"], STAY_PAUSE):
+                longer = f["stays"]["longer_than"]
+                for line in fleet_timeline.describe_stays(f["stays"], longer):
                     self.say(f"  stayed: {line}")
 
     def window_into(self, phase: Phase) -> None:
@@ -1431,12 +1419,15 @@ def render(result: dict[str, Any]) -> str:
             if rolling["figures"].get("handoffs"):
                 notes.append(
                     f"{mode}: where the rolling restart's pauses went (workers' logs): "
-                    + handoff_line(rolling["figures"]["handoffs"])
+                    + fleet_timeline.handoff_line(rolling["figures"]["handoffs"])
                 )
             if rolling["figures"].get("stays"):
                 notes.append(
                     f"{mode}: pauses of shards that did not move in the rolling restart: "
-                    + fleet_timeline.describe_stays(rolling["figures"]["stays"], STAY_PAUSE)[0]
+                    + fleet_timeline.describe_stays(
+                        rolling["figures"]["stays"],
+                        rolling["figures"]["stays"].get("longer_than", STAY_PAUSE),
+                    )[0]
                 )
         v = run["verified"]
         notes.append(
@@ -1444,6 +1435,7 @@ def render(result: dict[str, Any]) -> str:
             f"{v['handled_ids']:,} handled, {v['twice']} handled twice in all (kill -9 "
             f"included), {v['lost']} never handled"
         )
+    notes += rounds_notes(result)
     for name, rows in result.get("probe", {}).items():
         notes.append(f"probe, {probe_line(name, rows)}")
     startup = next((p for p in first["phases"] if p["name"] == "startup"), None)
@@ -1473,30 +1465,6 @@ def render(result: dict[str, Any]) -> str:
             f"{result['machine']}; {result['seconds']} s in all)",
         ]
     )
-
-
-def handoff_line(summary: dict[str, Any]) -> str:
-    """The median move's stages and the slowest move's, in one line."""
-    if not summary["moves"]:
-        return "no shard changed hands"
-    stages = ", ".join(
-        f"{fleet_timeline.STAGE_TITLES[name]} {fmt_s(values['median'])} (max "
-        f"{fmt_s(values['max'])})"
-        for name, values in summary["stages"].items()
-    )
-    line = (
-        f"{summary['moves']} moves, median gap {fmt_s(summary['gap_median'])}, the new owner's "
-        f"first record waited {fmt_s(summary.get('first_delay_median'))} (max "
-        f"{fmt_s(summary.get('first_delay_max'))}); median stages: {stages}"
-    )
-    if summary["worst"]:
-        worst = summary["worst"][0]
-        line += (
-            f"; slowest, {worst['shard']} {worst['old']} -> {worst['new']}: gap "
-            f"{fmt_s(worst['gap'])} = "
-            + " + ".join(f"{name} {fmt_s(value)}" for name, value in worst["stages"].items())
-        )
-    return line
 
 
 def render_idle(result: dict[str, Any]) -> str:
@@ -1719,6 +1687,107 @@ def run_mode(config: Config, say: Any) -> tuple[dict[str, Any], Config]:
     return outcome, attempt
 
 
+PHASE_MEDIANS = (
+    "gap_max",
+    "gap_p99",
+    "gap_p99_median",
+    "delay_p99",
+    "delay_max",
+    "takeover_max",
+    "takeover_median",
+    "all_held",
+    "all_processing",
+    "balanced",
+)
+"""Figures of a phase that a run of several rounds gives as the median over the rounds."""
+
+
+def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from rounds of the same bench (``--repeat``): per lease mode and phase, the
+    median of each time (:data:`PHASE_MEDIANS`), records twice and lost summed over the rounds
+    (any is one too many), a planned move's goals judged on those, every other goal met only
+    if met in every round; the per-shard figures, step-by-step pauses and load of the round
+    whose worst gap is the median; each round's own figures under the phase's ``rounds``."""
+    if len(results) == 1:
+        return results[0]
+    combined = copy.deepcopy(results[0])
+    for mode, run in runs_of(combined).items():
+        rounds = [runs_of(r)[mode] for r in results if mode in runs_of(r)]
+        for index, phase in enumerate(run["phases"]):
+            same = [p for r in rounds for p in r["phases"] if p["name"] == phase["name"]]
+            ranked = sorted(same, key=lambda p: p["figures"].get("gap_max") or 0.0)
+            middle = copy.deepcopy(ranked[(len(ranked) - 1) // 2])
+            f = middle["figures"]
+            for key in PHASE_MEDIANS:
+                values = [p["figures"][key] for p in same if p["figures"].get(key) is not None]
+                if key in f and values:
+                    f[key] = round(statistics.median(values), 3)
+            for key in ("twice", "lost"):
+                if key in f:
+                    f[key] = sum(p["figures"].get(key, 0) for p in same)
+            if middle["judged"] == "planned":
+                middle["goals"] = planned_goals(f)
+            else:
+                middle["goals"] = {
+                    goal: all(p["goals"].get(goal, False) for p in same) for goal in f_goals(same)
+                }
+            middle["rounds"] = [
+                {key: p["figures"].get(key) for key in ("gap_max", "delay_p99", "twice", "lost")}
+                | (
+                    {"takeover_max": p["figures"]["takeover_max"]}
+                    if "takeover_max" in p["figures"]
+                    else {}
+                )
+                for p in same
+            ]
+            run["phases"][index] = middle
+        run["verified"] = {
+            key: sum(r["verified"].get(key, 0) for r in rounds)
+            for key in ("written", "handled_ids", "twice", "lost", "unknown")
+        }
+        run["saturated"] = [a for r in rounds for a in r.get("saturated", [])]
+    combined["repeat"] = len(results)
+    combined["seconds"] = sum(r["seconds"] for r in results)
+    return combined
+
+
+def rounds_notes(result: dict[str, Any]) -> list[str]:
+    """For a run of several rounds: what the table's medians are made of."""
+    if result.get("repeat", 1) <= 1:
+        return []
+    notes = [
+        f"medians of {result['repeat']} rounds, each on fresh emulators (records twice and "
+        "lost: summed over the rounds; per-shard figures and the pauses' steps: the median round)"
+    ]
+    for mode, run in runs_of(result).items():
+        for phase in run["phases"]:
+            rounds = phase.get("rounds")
+            if not rounds or phase["judged"] != "planned":
+                continue
+            gaps = " / ".join(fmt_s(r["gap_max"]) for r in rounds)
+            delays = " / ".join(fmt_s(r["delay_p99"]) for r in rounds)
+            notes.append(
+                f"{mode}, {phase['name']}: worst gap per round {gaps}; record delay p99 {delays}"
+            )
+    return notes
+
+
+def f_goals(phases: list[dict[str, Any]]) -> list[str]:
+    """Every goal named in any of ``phases``, in order."""
+    return list(dict.fromkeys(goal for p in phases for goal in p["goals"]))
+
+
+def planned_goals(f: dict[str, Any]) -> dict[str, bool]:
+    """A planned move's goals, judged on its figures."""
+    return {
+        f"worst gap <= {PLANNED_GAP:g} s": f["gap_max"] <= PLANNED_GAP,
+        f"record delay p99 <= {PLANNED_DELAY_P99:g} s": f["delay_p99"] is not None
+        and f["delay_p99"] <= PLANNED_DELAY_P99,
+        "0 twice": f["twice"] == 0,
+        "0 lost": f["lost"] == 0,
+    }
+
+
 def set_lease_mode(endpoint: str, application: str, mode: str, lease_server: str) -> None:
     """Create the application's lease table and store its lease mode in it."""
     import asyncio
@@ -1780,6 +1849,17 @@ def main() -> None:
     parser.add_argument(
         "--no-probe", action="store_true", help="skip the emulators' own load probe"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole bench this many times; the result holds the medians (see combine)",
+    )
+    parser.add_argument(
+        "--results-name",
+        help="write the result to bench/results/NAME (e.g. fleet-128-moves.json, rendered as "
+        "fleet@128-moves) whatever the settings",
+    )
     parser.add_argument("--child-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stream", help=argparse.SUPPRESS)
     parser.add_argument("--application", help=argparse.SUPPRESS)
@@ -1819,13 +1899,23 @@ def main() -> None:
         config = replace(config, fallback=False)
     if args.no_probe:
         config = replace(config, probe=False)
-    result = run(config, say=lambda *a: print(*a, flush=True))
+
+    def say(*parts: Any) -> None:
+        print(*parts, flush=True)
+
+    results = []
+    for round_no in range(1, args.repeat + 1):
+        if args.repeat > 1:
+            say(f"round {round_no} of {args.repeat}")
+        results.append(run(config, say=say))
+    result = combine(results)
     print("\n" + render(result))
     full = config == DEFAULT
-    if os.environ.get("SHARDFLOW_BENCH_RESULTS") or full:
+    name = args.results_name or "fleet.json"
+    if os.environ.get("SHARDFLOW_BENCH_RESULTS") or full or args.results_name:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "fleet.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(f"written to {RESULTS / 'fleet.json'}")
+        (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"written to {RESULTS / name}")
     else:
         print(
             "(not written: only the full default run writes bench/results/fleet.json; set "

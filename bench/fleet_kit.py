@@ -136,7 +136,15 @@ def lease_settings(*, handoff: bool, lease_server: str) -> Any:
         # A deploy that stops the old workers as the new ones start (handoff.py's scenario d):
         # keep the shards going until a new worker shows rather than release them.
         successor_wait=SUCCESSOR_WAIT if handoff else 0.0,
+        **_overrides(),
     )
+
+
+def _overrides() -> dict[str, Any]:
+    """Lease settings a diagnostic run changes through the environment (inherited by the
+    workers): ``SHARDFLOW_BENCH_LEASES='{"renew_concurrency": 4}'``."""
+    raw = os.environ.get("SHARDFLOW_BENCH_LEASES")
+    return json.loads(raw) if raw else {}
 
 
 def run_worker(

@@ -25,7 +25,7 @@ import itertools
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,9 +37,11 @@ _LINE = re.compile(r"^(\d+\.\d+) shardflow\.\S+ (.*)$")
 _EVENTS = (
     ("begun", re.compile(r"^handing lease (\S+) over to (\S+)$")),
     ("handed", re.compile(r"^lease (\S+) handed over to (\S+)")),
-    ("claimed", re.compile(r"^claimed lease (\S+) \(handoff\)")),
+    ("claimed", re.compile(r"^claimed lease (\S+) \(handoff[;)]")),
     ("reader", re.compile(r"^shard (\S+) \(stream [^)]*\): resuming after checkpoint")),
 )
+_WRITE = re.compile(r"write (\d+\.\d+) s\)$")
+"""The handover's and the claim's own write time, as the workers log them (older logs: none)."""
 STAGES = ("begun", "handed", "claimed", "reader", "no_record", "first")
 """The points of a move after the old owner's last record, in order."""
 STAGE_TITLES = {
@@ -59,6 +61,8 @@ class LogEvent:
     kind: str
     """"begun", "handed" (by the old owner), "claimed", "reader" (by the new owner)."""
     shard: str
+    write: float | None = None
+    """"handed", "claimed": how long the lease-table write itself took (None: not logged)."""
 
 
 @dataclass
@@ -76,6 +80,10 @@ class Move:
     handed: float | None = None
     claimed: float | None = None
     reader: float | None = None
+    handover_write: float | None = None
+    """Of the "handed" stage, the handover write itself (the rest: the drain)."""
+    claim_write: float | None = None
+    """Of the "claimed" stage, the claim write itself (the rest: pick-up seeing it)."""
 
     @property
     def gap(self) -> float:
@@ -125,7 +133,11 @@ def read_events(logs: Mapping[str, Path]) -> list[LogEvent]:
             for kind, pattern in _EVENTS:
                 found = pattern.match(match.group(2))
                 if found is not None:
-                    events.append(LogEvent(float(match.group(1)), worker, kind, found.group(1)))
+                    took = _WRITE.search(match.group(2))
+                    write = float(took.group(1)) if took is not None else None
+                    events.append(
+                        LogEvent(float(match.group(1)), worker, kind, found.group(1), write)
+                    )
                     break
     events.sort(key=lambda event: event.at)
     return events
@@ -163,6 +175,10 @@ def moves(
                 owner = old if event.kind in ("begun", "handed") else new
                 if event.worker == owner and getattr(move, event.kind) is None:
                     setattr(move, event.kind, event.at)
+                    if event.kind == "handed":
+                        move.handover_write = event.write
+                    elif event.kind == "claimed":
+                        move.claim_write = event.write
             found.append(move)
     return found
 
@@ -177,6 +193,10 @@ def stage_summary(found: list[Move], worst: int = 5) -> dict[str, Any]:
                 stages[name].append(seconds)
     ranked = sorted(found, key=lambda move: move.gap, reverse=True)
     delays = [m.first_delay for m in found if m.first_delay is not None]
+    writes = {
+        name: [w for m in found if (w := getattr(m, f"{name}_write")) is not None]
+        for name in ("handover", "claim")
+    }
     return {
         "moves": len(found),
         "gap_median": round(statistics.median(m.gap for m in found), 3) if found else None,
@@ -190,6 +210,13 @@ def stage_summary(found: list[Move], worst: int = 5) -> dict[str, Any]:
             }
             for name, values in stages.items()
         },
+        "writes": {
+            name: {
+                "median": round(statistics.median(values), 3) if values else None,
+                "max": round(max(values), 3) if values else None,
+            }
+            for name, values in writes.items()
+        },
         "worst": [
             {
                 "shard": move.shard,
@@ -198,6 +225,8 @@ def stage_summary(found: list[Move], worst: int = 5) -> dict[str, Any]:
                 "gap": round(move.gap, 3),
                 "first_delay": round(move.first_delay, 3) if move.first_delay is not None else None,
                 "stages": move.stages(),
+                "handover_write": move.handover_write,
+                "claim_write": move.claim_write,
             }
             for move in ranked[:worst]
         ],
@@ -215,15 +244,28 @@ def describe(summary: dict[str, Any]) -> list[str]:
     lines = [
         f"{summary['moves']} moves, gap median {fmt(summary['gap_median'])}, the new owner's "
         f"first record waited {fmt(summary['first_delay_median'])} (max "
-        f"{fmt(summary['first_delay_max'])}): {medians}"
+        f"{fmt(summary['first_delay_max'])}): {medians}{writes_text(summary, fmt)}"
     ]
     for move in summary["worst"]:
         stages = ", ".join(f"{name} {fmt(value)}" for name, value in move["stages"].items())
         lines.append(
             f"  {move['shard'][-4:]} {move['old']} -> {move['new']}: gap "
             f"{fmt(move['gap'])} = {stages}; first record waited {fmt(move['first_delay'])}"
+            f"; handover write {fmt(move.get('handover_write'))}, claim write "
+            f"{fmt(move.get('claim_write'))}"
         )
     return lines
+
+
+def writes_text(summary: dict[str, Any], form: Callable[[float | None], str]) -> str:
+    """The handover's and the claim's own writes (median, max), where the logs gave them."""
+    writes = summary.get("writes") or {}
+    parts = [
+        f"{name} write {form(values['median'])} (max {form(values['max'])})"
+        for name, values in writes.items()
+        if values.get("median") is not None
+    ]
+    return f"; of which the {' and the '.join(parts)}" if parts else ""
 
 
 def fmt(value: float | None) -> str:
@@ -363,3 +405,64 @@ def describe_stays(summary: dict[str, Any], longer_than: float) -> list[str]:
             f"{fmt(s['slow_put'])}"
         )
     return lines
+
+
+# --- both together: what fleet.py and handoff.py report per planned move -----------------------
+
+
+def stay_pause(rate: float) -> float:
+    """The pause of a shard that stayed with its worker worth explaining at ``rate`` records/s
+    per shard: longer than the producer's own gap by a quarter second (0.75 s at 2 records/s,
+    0.45 s at 5)."""
+    return round(1.0 / rate + 0.25, 3)
+
+
+def explain(
+    rows: Iterable[Handled],
+    logs: Mapping[str, Path],
+    start: float,
+    end: float,
+    written: Mapping[str, float],
+    puts: Iterable[tuple[float, float]],
+    longer_than: float,
+) -> dict[str, Any]:
+    """The pauses of a window, read from the workers' logs (``logs``: worker -> its log
+    file) and what they handled: ``handoffs`` (:func:`stage_summary` of the shards that changed
+    hands) and ``stays`` (:func:`stay_summary` of the pauses over ``longer_than`` s of the
+    others, set against the producer's own gaps and calls, ``puts``, and each worker's loop
+    lateness), each one summary of its kind."""
+    rows = list(rows)
+    found = moves(rows, read_events(logs), start, end, written)
+    paused = stays(rows, start, end, longer_than, written, read_loop_late(logs), puts)
+    return {
+        "handoffs": stage_summary(found),
+        "stays": stay_summary(paused) | {"longer_than": longer_than},
+    }
+
+
+def handoff_line(summary: dict[str, Any]) -> str:
+    """The median move's stages and the slowest move's, in one line (for rendered tables)."""
+    if not summary["moves"]:
+        return "no shard changed hands"
+    stages = ", ".join(
+        f"{STAGE_TITLES[name]} {fmt_s(values['median'])} (max {fmt_s(values['max'])})"
+        for name, values in summary["stages"].items()
+    )
+    line = (
+        f"{summary['moves']} moves, median gap {fmt_s(summary['gap_median'])}, the new owner's "
+        f"first record waited {fmt_s(summary.get('first_delay_median'))} (max "
+        f"{fmt_s(summary.get('first_delay_max'))}); median stages: {stages}"
+        f"{writes_text(summary, fmt_s)}"
+    )
+    if summary["worst"]:
+        worst = summary["worst"][0]
+        line += (
+            f"; slowest, {worst['shard']} {worst['old']} -> {worst['new']}: gap "
+            f"{fmt_s(worst['gap'])} = "
+            + " + ".join(f"{name} {fmt_s(value)}" for name, value in worst["stages"].items())
+        )
+    return line
+
+
+def fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"

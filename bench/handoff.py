@@ -38,6 +38,10 @@ otherwise (rendered into the docs as ``handoff@64`` and so on).
     .venv/bin/python bench/handoff.py                     # all scenarios, both modes (~7 min)
     .venv/bin/python bench/handoff.py --scenarios c --modes handoff
     .venv/bin/python bench/handoff.py --shards 64 --rate-per-shard 5 --modes handoff
+    .venv/bin/python bench/handoff.py --shards 64 --rate-per-shard 5 --modes handoff --repeat 3
+
+With ``--repeat N`` every scenario runs N times, each round on fresh emulators; the table gives
+the medians (records twice and lost: summed over the rounds) and the notes each round's own.
 """
 
 from __future__ import annotations
@@ -54,11 +58,12 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import fleet_timeline
 from fleet_kit import (
     FAILOVER,
     IDLE_TIME,
@@ -129,6 +134,13 @@ class Outcome:
     written: int = 0
     takeover: float | None = None
     took: float = 0.0
+    handoffs: dict[str, Any] = field(default_factory=dict)
+    """Where the pauses of shards that changed hands went (fleet_timeline.stage_summary)."""
+    stays: dict[str, Any] = field(default_factory=dict)
+    """Pauses of shards that did not move, set against the producer's gaps and the workers'
+    loop lateness (fleet_timeline.stay_summary)."""
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    """With ``--repeat``: each round's own figures (the others are medians, see combine)."""
 
 
 class Scenario:
@@ -327,6 +339,17 @@ class Scenario:
                 ]
                 firsts.append(min(later) - action_at if later else float("inf"))
             outcome.takeover = round(max(firsts), 3) if firsts else None
+        # The same window step by step, from the workers' logs (as bench/fleet.py does).
+        explained = fleet_timeline.explain(
+            rows,
+            {name: self.dir / f"{name}.log" for name in self.workers},
+            action_at - 1.0,
+            max((row[3] for row in rows), default=action_at),
+            {rid: sent for rid, (_, sent) in producer.written.items()},
+            producer.put_log,
+            fleet_timeline.stay_pause(self.args.rate_per_shard),
+        )
+        outcome.handoffs, outcome.stays = explained["handoffs"], explained["stays"]
         return outcome
 
 
@@ -437,6 +460,36 @@ def per_shard_table(outcome: Outcome) -> str:
     return f"  ({outcome.scenario}) {outcome.mode}: per shard p99 gap/longest/twice/lost: {cells}"
 
 
+def explain_lines(outcome: Outcome) -> list[str]:
+    """Where the scenario's pauses went: moves step by step, then the shards that stayed."""
+    lines = []
+    if outcome.handoffs:
+        lines += [f"handoffs: {line}" for line in fleet_timeline.describe(outcome.handoffs)]
+    if outcome.stays:
+        longer = outcome.stays["longer_than"]
+        lines += [
+            f"stayed: {line}" for line in fleet_timeline.describe_stays(outcome.stays, longer)
+        ]
+    return lines
+
+
+def explain_notes(outcomes: list[Outcome]) -> list[str]:
+    """For the rendered table: per planned scenario with handoff, the median move's stages,
+    the slowest move's, and the pauses of shards that stayed (runs before they were
+    recorded: none)."""
+    notes = []
+    for o in outcomes:
+        if o.mode != "handoff" or o.scenario == "c" or not o.handoffs:
+            continue
+        notes.append(
+            f"({o.scenario}) where the pauses went: {fleet_timeline.handoff_line(o.handoffs)}"
+        )
+        if o.stays:
+            stayed = fleet_timeline.describe_stays(o.stays, o.stays["longer_than"])[0]
+            notes.append(f"({o.scenario}) shards that did not move: {stayed}")
+    return notes
+
+
 def targets(outcomes: list[Outcome]) -> list[str]:
     verdicts = []
     for o in outcomes:
@@ -457,19 +510,27 @@ def parent(args: argparse.Namespace) -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
-    outcomes: list[Outcome] = []
+    rounds: list[list[Outcome]] = []
     started = time.monotonic()
     item_bytes = 300.0
-    lease_server = DynaliteServer() if args.lease_server == "dynalite" else MotoServer()
-    with KinesaliteServer() as kinesalite, lease_server as moto:
-        for key in args.scenarios.split(","):
-            for mode in args.modes.split(","):
-                print(f"scenario ({key}) {SCENARIOS[key]}, {mode} ...", flush=True)
-                scenario = Scenario(args, key, mode, kinesalite.endpoint_url, moto.endpoint_url)
-                outcome = scenario.run()
-                print(per_shard_table(outcome), flush=True)
-                outcomes.append(outcome)
-                item_bytes = mean_item_bytes(moto.endpoint_url, scenario.app)
+    for round_no in range(1, args.repeat + 1):
+        if args.repeat > 1:
+            print(f"round {round_no} of {args.repeat} (fresh emulators)", flush=True)
+        outcomes: list[Outcome] = []
+        lease_server = DynaliteServer() if args.lease_server == "dynalite" else MotoServer()
+        with KinesaliteServer() as kinesalite, lease_server as moto:
+            for key in args.scenarios.split(","):
+                for mode in args.modes.split(","):
+                    print(f"scenario ({key}) {SCENARIOS[key]}, {mode} ...", flush=True)
+                    scenario = Scenario(args, key, mode, kinesalite.endpoint_url, moto.endpoint_url)
+                    outcome = scenario.run()
+                    print(per_shard_table(outcome), flush=True)
+                    for line in explain_lines(outcome):
+                        print(f"  {line}", flush=True)
+                    outcomes.append(outcome)
+                    item_bytes = mean_item_bytes(moto.endpoint_url, scenario.app)
+        rounds.append(outcomes)
+    outcomes = combine(rounds)
     _, cost_data = costs(item_bytes)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     settings = (
@@ -487,6 +548,7 @@ def parent(args: argparse.Namespace) -> None:
         "settings": settings,
         "shards": args.shards,
         "lease_server": args.lease_server,
+        "repeat": args.repeat,
         "outcomes": [asdict(o) for o in outcomes],
         "costs": cost_data,
     }
@@ -495,6 +557,69 @@ def parent(args: argparse.Namespace) -> None:
     (RESULTS / results_name(args.shards, args.lease_server)).write_text(
         json.dumps(payload, indent=2) + "\n"
     )
+
+
+ROUND_FIGURES = ("gap_max", "gap_p99", "gap_p99_median", "duplicates", "lost", "takeover")
+
+
+def combine(rounds: list[list[Outcome]]) -> list[Outcome]:
+    """One outcome per scenario and mode over rounds of the same scenarios: the median of each
+    gap and takeover, records twice and lost summed over the rounds (any is one too many), the
+    per-shard figures and the step-by-step pauses of the median round (by longest gap), and
+    every round's own figures in ``rounds``. One round: as it is."""
+    if len(rounds) == 1:
+        return rounds[0]
+    by: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+    for outcomes in rounds:
+        for o in outcomes:
+            by[o.scenario, o.mode].append(o)
+    combined = []
+    for runs in by.values():
+        ranked = sorted(runs, key=lambda o: o.gap_max)
+        middle = ranked[(len(ranked) - 1) // 2]
+        takeovers = [o.takeover for o in runs if o.takeover is not None]
+        combined.append(
+            replace(
+                middle,
+                gap_max=round(statistics.median(o.gap_max for o in runs), 3),
+                gap_p99=round(statistics.median(o.gap_p99 for o in runs), 3),
+                gap_p99_median=round(statistics.median(o.gap_p99_median for o in runs), 3),
+                duplicates=sum(o.duplicates for o in runs),
+                lost=sum(o.lost for o in runs),
+                written=sum(o.written for o in runs),
+                takeover=round(statistics.median(takeovers), 3) if takeovers else None,
+                took=round(sum(o.took for o in runs), 1),
+                rounds=[{k: getattr(o, k) for k in ROUND_FIGURES} for o in runs],
+            )
+        )
+    return combined
+
+
+def rounds_notes(outcomes: list[Outcome]) -> list[str]:
+    """For a run of several rounds: what the table's medians are made of."""
+    notes = []
+    for o in outcomes:
+        if not o.rounds:
+            continue
+        gaps = " / ".join(f"{r['gap_max']:.2f}" for r in o.rounds)
+        part = f"({o.scenario}) {o.mode}: longest gap per round {gaps} s"
+        if o.takeover is not None:
+            part += ", takeover " + " / ".join(
+                f"{r['takeover']:.2f}" for r in o.rounds if r["takeover"] is not None
+            )
+            part += " s"
+        part += (
+            f"; twice {' / '.join(str(r['duplicates']) for r in o.rounds)}, lost "
+            f"{' / '.join(str(r['lost']) for r in o.rounds)}"
+        )
+        notes.append(part)
+    if notes:
+        notes.insert(
+            0,
+            f"medians of {len(outcomes[0].rounds)} rounds, each on fresh emulators; records "
+            "twice and lost are the sums over the rounds",
+        )
+    return notes
 
 
 def results_name(shards: int, lease_server: str) -> str:
@@ -507,7 +632,12 @@ def results_name(shards: int, lease_server: str) -> str:
 def render(result: dict[str, Any]) -> str:
     """The scenarios' table of one run, from its JSON (bench/tables.py puts it into the docs)."""
     outcomes = [Outcome(**o) for o in result["outcomes"]]
-    notes = [*ratios(outcomes).splitlines(), f"targets (handoff): {', '.join(targets(outcomes))}"]
+    notes = [
+        *ratios(outcomes).splitlines(),
+        f"targets (handoff): {', '.join(targets(outcomes))}",
+        *explain_notes(outcomes),
+        *rounds_notes(outcomes),
+    ]
     return "\n".join(
         [
             table(outcomes),
@@ -570,6 +700,12 @@ def main() -> None:
         "--rate-per-shard", type=float, default=RATE_PER_SHARD, help="records/s to each shard"
     )
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds, each on fresh emulators; the result holds the medians (see combine)",
+    )
     parser.add_argument(
         "--observe", type=float, default=TAKE_EVERY + 4.0, help="seconds after the action"
     )

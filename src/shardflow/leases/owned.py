@@ -250,7 +250,9 @@ class OwnedLease:
         try:
             async with self._until_deadline(), self._lock:
                 self.ensure_valid()
+                sent = self._clock.monotonic()
                 handed = await self._conditional(write, lands_as=position)
+                took = self._clock.monotonic() - sent
         except TimeoutError:
             self.mark_lost("expired")
             raise ShardLeaseLostError(self.shard_id) from None
@@ -258,11 +260,13 @@ class OwnedLease:
             self.mark_lost("taken", exc.current_owner)
             raise exc.as_lease_lost() from exc
         self._lease = handed
+        # With the write's own time, as a claim logs it: drain and table told apart.
         log.info(
-            "lease %s handed over to %s at checkpoint %s",
+            "lease %s handed over to %s at checkpoint %s (write %.3f s)",
             self.lease_key,
             handed.lease_owner,
             position,
+            took,
         )
         self._end("handoff", released=True)
 

@@ -634,9 +634,12 @@ class LeaseTaker:
 
         await run_bounded(stranded, complete, concurrency=self._settings.renew_concurrency)
 
-    async def claim(self, lease: Lease, how: AcquiredHow) -> OwnedLease | None:
+    async def claim(
+        self, lease: Lease, how: AcquiredHow, *, quiet: bool = False
+    ) -> OwnedLease | None:
         """Hold ``lease``, which names this worker as its owner with no handoff pending (as
-        seen), by renewing it conditionally on the counter seen; None if that failed."""
+        seen, or as expected), by renewing it conditionally on the counter seen; None if that
+        failed (``quiet``: a refusal is expected at times and logged at debug level only)."""
         key = lease.lease_key
         if (
             not self.enabled
@@ -653,9 +656,13 @@ class LeaseTaker:
             try:
                 renewed = await self._store.renew(lease, self._worker_id)
             except ShardflowError as exc:
-                log.info("not claiming lease %s: %s", key, exc)
+                log.log(
+                    logging.DEBUG if quiet else logging.INFO, "not claiming lease %s: %s", key, exc
+                )
                 return None
-            log.info("claimed lease %s (%s)", key, how)
+            # With the write's own time: on a slow table the claim's wait is mostly here.
+            took = self._clock.monotonic() - sent
+            log.info("claimed lease %s (%s; write %.3f s)", key, how, took)
             return self._adopt(PlannedTake(lease, how), renewed, sent)
         finally:
             self._claiming.discard(key)

@@ -105,3 +105,59 @@ def test_a_pause_of_a_shard_that_stayed_is_set_against_the_producer_and_the_loop
     assert timeline.describe_stays(timeline.stay_summary([]), 0.75) == [
         "no shard that stayed paused over 0.75 s"
     ]
+
+
+def test_both_benches_explain_a_window_the_same_way(tmp_path: Path) -> None:
+    # fleet.py and handoff.py both call explain: the moves of write_logs and a stay whose
+    # worker's loop ran late, in one summary each, with the threshold the rate gives.
+    logs = write_logs(tmp_path)
+    logs["w02"].write_text(
+        logs["w02"].read_text() + "102.300 bench.loop loop late by 0.500 s (asked at 101.800)\n"
+    )
+    rows = [
+        ("w01", SHARD, "a", 99.5),
+        ("w01", SHARD, "b", 100.0),
+        ("w02", SHARD, "c", 100.9),
+        ("w02", "shardId-000000000009", "x", 101.5),
+        ("w02", "shardId-000000000009", "y", 102.3),  # written 0.2 s apart: paused 0.8 s
+    ]
+    written = {"a": 99.45, "b": 99.95, "c": 100.8, "x": 101.45, "y": 101.65}
+    assert timeline.stay_pause(2.0) == 0.75
+    assert timeline.stay_pause(5.0) == 0.45
+    got = timeline.explain(rows, logs, 100.5, 103.0, written, [], timeline.stay_pause(5.0))
+    assert got["handoffs"]["moves"] == 1
+    assert got["handoffs"]["stages"]["claimed"]["median"] == 0.4
+    assert got["stays"]["pauses"] == 1
+    assert got["stays"]["loop_late"] == 1
+    assert got["stays"]["longer_than"] == 0.45
+    line = timeline.handoff_line(got["handoffs"])
+    assert line.startswith("1 moves, median gap 0.90 s")
+    assert f"slowest, {SHARD} w01 -> w02: gap 0.90 s = begun 0.10 s" in line
+
+
+def test_the_handover_and_claim_writes_are_told_apart_from_drain_and_pickup(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "w01.log"
+    new = tmp_path / "w02.log"
+    old.write_text(
+        f"100.100 shardflow.leases handing lease {SHARD} over to w02\n"
+        f"100.300 shardflow.leases lease {SHARD} handed over to w02 at checkpoint 4967 "
+        "(write 0.150 s)\n"
+    )
+    new.write_text(f"100.700 shardflow.leases claimed lease {SHARD} (handoff; write 0.250 s)\n")
+    events = timeline.read_events({"w01": old, "w02": new})
+    rows = [("w01", SHARD, "b", 100.0), ("w02", SHARD, "c", 100.9)]
+    (move,) = timeline.moves(rows, events, 100.5, 102.0)
+    assert (move.claimed, move.handover_write, move.claim_write) == (100.7, 0.15, 0.25)
+    summary = timeline.stage_summary([move])
+    assert summary["writes"] == {
+        "handover": {"median": 0.15, "max": 0.15},
+        "claim": {"median": 0.25, "max": 0.25},
+    }
+    assert (
+        "of which the handover write 0.150 (max 0.150) and the claim write 0.250"
+        in (timeline.describe(summary)[0])
+    )
+    assert "handover write 0.150, claim write 0.250" in timeline.describe(summary)[1]
+    assert "of which the handover write 0.15 s" in timeline.handoff_line(summary)

@@ -20,6 +20,7 @@ from shardflow.leases.handoff_request import HandoffRequest, handoff_request_of
 from shardflow.leases.handoffs import HandoffBook, asked_by_another, successors
 from shardflow.leases.memory import InMemoryLeaseStore, InMemoryLeaseStreams, LeaseWriteSeen
 from shardflow.leases.moves import LEAVE_RESCAN
+from shardflow.leases.pickup import LeaseView
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber
@@ -645,3 +646,30 @@ async def test_no_steal_on_a_request_unanswered_while_the_table_fails_this_worke
         stolen = [at for at, e in w.recorders["b"].times(LeaseAcquired) if e.how == "stolen"]
         assert stolen, "never stolen once the table answered again"
         assert stolen[0] >= healed + HANDOFF.handoff_timeout - 1.0
+
+
+async def test_a_claim_sent_on_sight_of_a_begun_handoff_never_cuts_it_short() -> None:
+    # The new owner claims a lease as soon as it reads that the handoff to it began (see
+    # test_coordinator_scale.py): read before the old owner's handover landed, that claim is
+    # refused and the handoff goes on undisturbed; the handover's own image, read next, is
+    # claimed as before.
+    async with world([shard(i) for i in range(2)]) as w:
+        a = await w.start("a", settings=HANDOFF)
+        await run_for(HANDOFF.renew_every + 1.0, w.clock)
+        b = await w.start(
+            "b",
+            settings=replace(HANDOFF, pickup="stream"),
+            lease_streams=InMemoryLeaseStreams(w.tables),
+        )
+        await settle()
+        owned = a.owned()[sorted(a.owned())[0]]
+        last = ExtendedSequenceNumber("4967")
+        assert await owned.begin_handoff("b")
+        await b._moves.picked_up(LeaseView((owned.lease,), complete=False))
+        await settle()
+        assert owned.lease_key not in b.owned()
+        await owned.write_checkpoint(last, final=True)
+        assert owned.ended_why == "handoff"
+        await run_for(1.0, w.clock)
+        assert owned.lease_key in b.owned()
+        assert b.owned()[owned.lease_key].checkpoint == last
