@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from shardflow.cli import system_malloc
 from shardflow.cli.system_malloc import MARKER, use_system_malloc
 
 glibc_only = pytest.mark.skipif(
@@ -30,7 +29,7 @@ def execve(monkeypatch: pytest.MonkeyPatch) -> None:
     def fake(path: str, argv: list[str], env: dict[str, str]) -> Any:
         raise Executed(path, argv, env)
 
-    monkeypatch.setattr(system_malloc.os, "execve", fake)
+    monkeypatch.setattr(os, "execve", fake)
     monkeypatch.delenv("PYTHONMALLOC", raising=False)
     monkeypatch.delenv(MARKER, raising=False)
 
