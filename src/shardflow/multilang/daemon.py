@@ -33,9 +33,9 @@ from shardflow.multilang.shard import DriverSettings, ShardDriver
 
 log = logging.getLogger("shardflow.multilang")
 
-TRIM_AFTER = 0.2
-"""Seconds from a checkpoint that lets records go to the heap's trim: the consumer lets go of
-them too meanwhile, and the checkpoints of every shard in that time share one trim."""
+TRIM_EVERY = 0.2
+"""At most one trim of the heaps per this many seconds: the first checkpoint that lets records
+go after a quiet while is followed by a trim at once, the ones in the next 0.2 s share one."""
 
 
 def require_executable(command: tuple[str, ...]) -> None:
@@ -147,15 +147,15 @@ class MultiLangDaemon:
                 await self._wait_drivers()
 
     async def _trim_released(self) -> None:
-        """Give the heap's free pages back after checkpoints let records go (see
+        """Give the heaps' free pages back after checkpoints let records go (see
         :func:`~shardflow.multilang.memory.trim`); waits, without waking, while none do."""
         while True:
             await self._released.wait()
-            await asyncio.sleep(TRIM_AFTER)
             self._released.clear()
             if not trim():
                 return  # not glibc: nothing to trim, ever
             self.trims += 1
+            await asyncio.sleep(TRIM_EVERY)
 
     async def _wait_drivers(self) -> None:
         """Let every driver say its last word to its processor; bounded by the grace."""
