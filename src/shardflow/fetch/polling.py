@@ -53,7 +53,7 @@ class Polling:
     put on a shard that had been idle is then read within ``max_idle_time`` (not
     ``idle_time``). None (the default): every pause is ``idle_time``. For a process holding
     many mostly idle shards: 1,000 shards at ``idle_time`` 10 s are 100 calls a second.
-    The first pause of at least half ``max_idle_time`` is drawn at random up to it, so that
+    The first pause that reaches ``max_idle_time`` is drawn at random up to it, so that
     shards that went idle together (at start, after a burst) poll spread over
     ``max_idle_time`` rather than all at once."""
     max_calls_per_second: int = GET_RECORDS_CALLS_PER_SECOND
@@ -146,8 +146,7 @@ class PollingFetcher:
         self._idle_pause = self.settings.idle_time
         """The pause after the next empty answer (grows up to max_idle_time)."""
         self._spread_due = True
-        """The idle stretch's first pause of at least max_idle_time / 2 is still to come (it
-        is drawn at random)."""
+        """The next pause of max_idle_time is the idle stretch's first: drawn at random."""
         self._ended = False
         self.get_records_calls = 0
 
@@ -199,11 +198,10 @@ class PollingFetcher:
             return idle
         pause = self._idle_pause
         self._idle_pause = min(max(pause * 2, idle), most)
-        if self._spread_due and pause * 2 >= most:
+        if pause == most and self._spread_due:
             # Shards that went idle together would poll together every max_idle_time (1,000
-            # GetRecords within a few seconds, then nothing): once per idle stretch, just
-            # before the pause reaches the cap, a random one within the bound spreads them
-            # out; never a longer pause than documented.
+            # GetRecords within a few seconds, then nothing): once per idle stretch, a random
+            # phase within the bound spreads them out; never a longer pause than documented.
             self._spread_due = False
             return (self._rng or random).uniform(0.0, most)
         return pause

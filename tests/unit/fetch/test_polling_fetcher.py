@@ -183,10 +183,10 @@ async def test_an_empty_shard_backs_off_to_max_idle_time_and_records_reset_it() 
         assert not (await anext(fetcher)).records
     gaps = [b - a for a, b in zip(shard.call_times, shard.call_times[1:], strict=False)]
     # After records: idle_time; then doubling after each empty answer, capped; the first
-    # pause of at least half the cap at random within the cap (a phase of its own).
-    assert gaps[:3] == [pytest.approx(g) for g in (1.0, 1.0, 2.0)]
-    assert 0.0 <= gaps[3] <= 6.0
-    assert gaps[4:] == [pytest.approx(6.0)] * 2
+    # capped pause at random within the cap (a phase of its own), the next ones the cap.
+    assert gaps[:4] == [pytest.approx(g) for g in (1.0, 1.0, 2.0, 4.0)]
+    assert 0.0 <= gaps[4] <= 6.0
+    assert gaps[5] == pytest.approx(6.0)
     shard.data.append(b"late")
     assert sequence_numbers([await anext(fetcher)]) == [2]
     assert shard.call_times[-1] - shard.call_times[-2] == pytest.approx(6.0), "within the cap"
@@ -471,7 +471,7 @@ async def test_shards_that_went_idle_together_poll_spread_over_max_idle_time() -
         start = shard.call_times[0]
         gaps = [b - a for a, b in zip(shard.call_times, shard.call_times[1:], strict=False)]
         assert max(gaps) <= 6.0 + 1e-9, "a record waits no longer than max_idle_time"
-        calls += [at - start for at in shard.call_times[4:]]  # once backed off
+        calls += [at - start for at in shard.call_times[5:]]  # once backed off
     # Calls at 8 s and later fall in every sixth of the 6 s cycle, none holding a burst.
     sixths = Counter(int((at % 6.0) // 1.0) for at in calls if at >= 8.0)
     assert len(sixths) == 6
