@@ -52,10 +52,7 @@ class Polling:
     seconds; the first call that returns records brings it back to ``idle_time``. A record
     put on a shard that had been idle is then read within ``max_idle_time`` (not
     ``idle_time``). None (the default): every pause is ``idle_time``. For a process holding
-    many mostly idle shards: 1,000 shards at ``idle_time`` 10 s are 100 calls a second.
-    The first pause that reaches ``max_idle_time`` is drawn at random up to it, so that
-    shards that went idle together (at start, after a burst) poll spread over
-    ``max_idle_time`` rather than all at once."""
+    many mostly idle shards: 1,000 shards at ``idle_time`` 10 s are 100 calls a second."""
     max_calls_per_second: int = GET_RECORDS_CALLS_PER_SECOND
     """GetRecords calls per second on one shard at most (Kinesis allows 5, shared by every
     application reading the shard)."""
@@ -145,8 +142,6 @@ class PollingFetcher:
         self._next_call_at: float | None = None
         self._idle_pause = self.settings.idle_time
         """The pause after the next empty answer (grows up to max_idle_time)."""
-        self._spread_due = True
-        """The next pause of max_idle_time is the idle stretch's first: drawn at random."""
         self._ended = False
         self.get_records_calls = 0
 
@@ -194,16 +189,9 @@ class PollingFetcher:
         idle, most = self.settings.idle_time, self.settings.max_idle_time
         if most is None or batch.records:
             self._idle_pause = idle
-            self._spread_due = True
             return idle
         pause = self._idle_pause
         self._idle_pause = min(max(pause * 2, idle), most)
-        if pause == most and self._spread_due:
-            # Shards that went idle together would poll together every max_idle_time (1,000
-            # GetRecords within a few seconds, then nothing): once per idle stretch, a random
-            # phase within the bound spreads them out; never a longer pause than documented.
-            self._spread_due = False
-            return (self._rng or random).uniform(0.0, most)
         return pause
 
     # --- calls -----------------------------------------------------------------------------
