@@ -69,6 +69,7 @@ SCALE_MAX_IDLE_TIME = 30.0
 SCALE_LATENESS_GOAL = 0.10  # renewal lateness p99 as a share of failover_time
 SCALE_CPU_GOAL = 0.05  # of one core, while watching
 SCALE_QUIET_PARTS = 3  # the quiet window is measured in this many parts (a spread, a median)
+LOOP_PROBE = 0.02  # seconds the scale child's loop-lateness probe sleeps at a time
 
 
 def record_id(i: int) -> bytes:
@@ -312,6 +313,12 @@ def scale_child(args: argparse.Namespace) -> None:
     settings = ConsumerSettings(leases=leases, fetch=polling)
     # Renewal times per lease while watching (lateness), and the records put meanwhile.
     renewals: dict[str, list[float]] = {}
+    # Where a late renewal waited: when each was sent (done - its write's duration), the
+    # writes' durations, the event loop's lateness (a probe), full collections' pauses.
+    renewal_sends: dict[str, list[float]] = {}
+    renewal_writes: list[float] = []
+    loop_lags: list[float] = []
+    gc_pauses: list[float] = []
     beats: dict[str, list[float]] = {}  # the heartbeat's written beats, the same way
     beats_failed = {"n": 0}
     watching = {"now": False}
@@ -337,14 +344,17 @@ def scale_child(args: argparse.Namespace) -> None:
             dynamodb.meta.events.register("before-call", count)
             # The garbage collector's passes, by generation, with their CPU time.
             gc_times: dict[int, list[float]] = {}
-            gc_started = {"at": 0.0}
+            gc_started = {"at": 0.0, "wall": 0.0}
 
             def on_gc(phase: str, info: dict[str, int]) -> None:
                 if phase == "start":
                     gc_started["at"] = time.process_time()
+                    gc_started["wall"] = time.perf_counter()
                 else:
                     spent = time.process_time() - gc_started["at"]
                     gc_times.setdefault(info["generation"], []).append(spent)
+                    if watching["now"] and info["generation"] == 2:
+                        gc_pauses.append(time.perf_counter() - gc_started["wall"])
 
             gc.callbacks.append(on_gc)
             store = DynamoDBLeaseStore(dynamodb, args.application)
@@ -363,7 +373,10 @@ def scale_child(args: argparse.Namespace) -> None:
                     probe.renewed += 1
                     last_renewal["at"] = time.monotonic()
                     if watching["now"]:
-                        renewals.setdefault(event.lease_key, []).append(time.monotonic())
+                        now = time.monotonic()
+                        renewals.setdefault(event.lease_key, []).append(now)
+                        renewal_sends.setdefault(event.lease_key, []).append(now - event.duration)
+                        renewal_writes.append(event.duration)
                 elif isinstance(event, HeartbeatBeat):
                     if watching["now"] and event.outcome == "written":
                         beats.setdefault(event.worker_id, []).append(time.monotonic())
@@ -394,6 +407,17 @@ def scale_child(args: argparse.Namespace) -> None:
                     probe.all_records_at = time.perf_counter() - t0
 
             running = asyncio.create_task(consumer.consume(handle))
+
+            async def probe_loop() -> None:
+                # How late the event loop wakes a 20 ms sleeper: what any renewal waits on top
+                # of its write when the loop is busy (or stopped by a collection).
+                while True:
+                    asked = time.perf_counter()
+                    await asyncio.sleep(LOOP_PROBE)
+                    if watching["now"]:
+                        loop_lags.append(time.perf_counter() - asked - LOOP_PROBE)
+
+            prober = asyncio.create_task(probe_loop())
             deadline = time.monotonic() + args.scale_timeout
             while probe.all_records_at is None or probe.all_leases_at is None:
                 if running.done() or time.monotonic() > deadline:
@@ -458,6 +482,7 @@ def scale_child(args: argparse.Namespace) -> None:
             while len(flow_seen) < flow_sent and time.monotonic() < flow_deadline:  # noqa: ASYNC110 - a bounded wait on a count
                 await asyncio.sleep(0.25)
             stop0 = time.perf_counter()
+            prober.cancel()
             await consumer.close()
             error = None
             if running.done() and running.exception() is not None:
@@ -485,6 +510,10 @@ def scale_child(args: argparse.Namespace) -> None:
                 "error": error,
                 "renew_every": leases.renew_every,
                 "lateness": renewal_lateness(renewals, leases.renew_every),
+                "send_lateness": renewal_lateness(renewal_sends, leases.renew_every),
+                "renewal_write": spread_of(renewal_writes),
+                "loop_lag": spread_of(loop_lags),
+                "gc_pauses": spread_of(gc_pauses) | {"total": sum(gc_pauses)},
                 "beat_lateness": renewal_lateness(beats, leases.renew_every),
                 "beats_not_written": beats_failed["n"],
                 "flow_sent": flow_sent,
@@ -522,6 +551,18 @@ async def put_flow(
         sent += len(entries)
         await asyncio.sleep(1.0)
     return sent
+
+
+def spread_of(values: list[float]) -> dict[str, float]:
+    """p50, p99, max and count of ``values`` (seconds; zeros when there are none)."""
+    if not values:
+        return {"p50": 0.0, "p99": 0.0, "max": 0.0, "count": 0}
+    return {
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+        "max": max(values),
+        "count": len(values),
+    }
 
 
 def renewal_lateness(renewals: dict[str, list[float]], interval: float) -> dict[str, float]:
@@ -1042,6 +1083,12 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
             f"(p99 {share:.1%} of failover_time, goal {SCALE_LATENESS_GOAL:.0%}: "
             f"{'met' if share <= SCALE_LATENESS_GOAL else 'NOT MET'}) |",
         )
+    waited = where_renewals_waited(m)
+    if waited:
+        lines.insert(
+            lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
+            waited,
+        )
     if late is not None:
         lines.insert(
             lines.index(next(line for line in lines if line.startswith("| consumer CPU"))),
@@ -1049,6 +1096,25 @@ def scale_table(m: dict[str, Any], args: argparse.Namespace) -> str:
             f"{m['flow_handled']:,} ({m['flow_per_second']:.0f}/s) |",
         )
     return "\n".join(lines)
+
+
+def where_renewals_waited(m: dict[str, Any]) -> str | None:
+    """The table row that says where renewals waited (runs that measured it)."""
+    sent, write, lag, pauses = (
+        m.get(key) for key in ("send_lateness", "renewal_write", "loop_lag", "gc_pauses")
+    )
+    if sent is None or write is None or lag is None or pauses is None or not sent["count"]:
+        return None
+
+    def ms(value: float) -> str:
+        return f"{value * 1000:.0f}"
+
+    return (
+        "| where renewals waited: sent late p99 / max; write p50 / p99; event loop late p99 / "
+        f"max; full collections (pause max) | {ms(sent['p99'])} / {ms(sent['max'])} ms; "
+        f"{ms(write['p50'])} / {ms(write['p99'])} ms; {ms(lag['p99'])} / {ms(lag['max'])} ms; "
+        f"{pauses['count']} ({ms(pauses['max'])} ms) |"
+    )
 
 
 def parent(args: argparse.Namespace) -> None:

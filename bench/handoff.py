@@ -370,6 +370,7 @@ def scan_units(leases: int, item_bytes: float) -> int:
 
 def costs(item_bytes: float) -> tuple[str, dict[str, Any]]:
     """Dollars per shard-hour of each pick-up mode at KCL's default timings (docs/guides/operations.md#costs)."""
+    from shardflow.leases.pickup import SCAN_RATE
     from shardflow.leases.settings import LeaseSettings
 
     s = LeaseSettings()
@@ -381,7 +382,9 @@ def costs(item_bytes: float) -> tuple[str, dict[str, Any]]:
         per_shard = workers / shards
         scan = scan_units(shards, item_bytes)
         take = per_shard * 3600 / s.take_every * scan * PRICE_READ
-        poll = per_shard * 3600 / s.pickup_poll_interval * scan * PRICE_READ
+        # A poller scans at most SCAN_RATE leases a second (a large table less often).
+        poll_every = max(s.pickup_poll_interval, shards / SCAN_RATE)
+        poll = per_shard * 3600 / poll_every * scan * PRICE_READ
         stream = per_shard * 3600 / s.pickup_poll_interval * 1 * PRICE_STREAM_READ
         base = renew + checkpoint + take
         modes = {"off": base, "poll": base + poll, "stream": base + stream}
@@ -393,7 +396,8 @@ def costs(item_bytes: float) -> tuple[str, dict[str, Any]]:
         )
     head = [
         f"DynamoDB $ per shard-hour at KCL timings (renew {s.renew_every:.3f} s, take cycle "
-        f"{s.take_every:.2f} s, checkpoint every 5 s, pick-up every {s.pickup_poll_interval:g} s; "
+        f"{s.take_every:.2f} s, checkpoint every 5 s, pick-up every {s.pickup_poll_interval:g} s, "
+        f"a poll's scan at most {SCAN_RATE:,} leases a second; "
         f"lease item {item_bytes:.0f} B as measured; writes $0.625/M, reads $0.125/M, "
         "stream reads $0.02/100k):",
         "",

@@ -17,6 +17,7 @@ from shardflow.aws.kinesis_json import FastParserFactory, serialize_put_records_
 from shardflow.aws.redaction import register_secret
 from shardflow.aws.roles import role_credentials, serve_credentials
 from shardflow.aws.settings import AssumeRole, AwsSettings
+from shardflow.aws.user_agent import cache_user_agent
 from shardflow.errors import MissingRegionError, UnknownRegionError
 
 NO_REGION = (
@@ -134,6 +135,7 @@ class ClientFactory:
                 raise MissingRegionError(NO_REGION) from None
             if service == "kinesis":
                 serialize_put_records_in_one_pass(client)
+            cache_user_agent(client)  # made once, not twice per request (see user_agent)
             await _name_an_unknown_region(session, client, service)
             yield client
 

@@ -44,8 +44,9 @@ ShardEnded, WorkerJoined and WorkerLeft (shardflow.events); the consumer emits t
 Behaviour
 ---------
 - Renewal (:mod:`~shardflow.leases.renewer`): every ``renew_interval`` each held lease is
-  queued; a fixed pool of ``renew_concurrency`` tasks renews them, so a slow lease delays only
-  itself. A lease that could not be renewed is marked lost at its deadline.
+  renewed at its own slot of the interval (spread evenly, not all at once); a fixed pool of
+  ``renew_concurrency`` tasks renews them, so a slow lease delays only itself. A lease that
+  could not be renewed is marked lost at its deadline.
 - Take cycle (:mod:`~shardflow.leases.taker`): at start and every ``take_interval``: scan the
   table, update the expiry tracker (observer's own clock), plan with the balance rules of
   :mod:`~shardflow.leases.balance` (free, then expired, then at most
@@ -481,6 +482,7 @@ class LeaseCoordinator:
             on_end=self._ended,
         )
         self._owned[lease.lease_key] = owned
+        self._renewer.adopt(owned)  # its renewal slot now, not at the renewer's next pass
         self._events.for_shard(spec.name, lease.shard_id).emit(
             LeaseAcquired,
             lease_key=lease.lease_key,

@@ -56,6 +56,12 @@ _STREAM_BACKOFF = Backoff(base=0.05, cap=0.5, max_attempts=3)
 _REDESCRIBE_EVERY = 60.0
 """Seconds between DescribeStream calls that look for new stream shards (DynamoDB rolls its
 stream shards over about every four hours; a closed shard also triggers one at once)."""
+SCAN_RATE = 1_000
+"""Lease items a poller scans a second at most: a table of up to 250 leases is scanned every
+``pickup_poll_interval`` (0.25 s) as before, a 1,000-lease table once a second. Each scan
+reads (and parses) every item of the table whatever changed: four scans a second of 1,000
+leases were a quarter of an idle per-lease consumer's CPU and most of the objects its full
+garbage collections walked (bench/consumer.py's scale part, profiled)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +102,11 @@ class LeaseChanges(Protocol):
 
 
 class PollingChanges:
-    """Scans the lease table every ``interval`` seconds; on a heartbeat-mode table whose
-    leases all belong to workers with heartbeats, reads only the change marker and the
-    heartbeats in between, and scans when the marker moved, a heartbeat came, went or was
-    fenced, or ``full_every`` seconds passed since the last scan (None: scan every time).
+    """Scans the lease table every ``interval`` seconds (a large table less often: at most
+    ``SCAN_RATE`` leases a second); on a heartbeat-mode table whose leases all belong to
+    workers with heartbeats, reads only the change marker and the heartbeats in between, and
+    scans when the marker moved, a heartbeat came, went or was fenced, or ``full_every``
+    seconds passed since the last scan (None: scan every time).
 
     Why: a 1,000-lease table scanned four times a second was most of an idle worker's CPU
     and 4,000 items read a second, while in the heartbeat mode nothing in it changes unless a
@@ -132,6 +139,7 @@ class PollingChanges:
         marking = _Marking()
         while True:
             started = self._clock.monotonic()
+            gap = self._interval
             try:
                 store = self._store
                 marks: TableMarks | None = None
@@ -170,6 +178,7 @@ class PollingChanges:
                         scan = TableScan(await store.list_leases())
                     marking.scanned(scan, marks, started)
                     leases = tuple(scan.leases)
+                    gap = max(gap, len(leases) / SCAN_RATE)
                     holders = marking.holders
                     unchanged = previous is not None and _same(previous, leases, scan.mode, holders)
                     previous = (leases, scan.mode, holders)
@@ -185,7 +194,7 @@ class PollingChanges:
                 log.warning("polling the lease table failed, tried again: %s", exc)
                 previous = None  # something may have been missed: plan on the next one
                 marking = _Marking()
-            pause = self._interval - (self._clock.monotonic() - started)
+            pause = gap - (self._clock.monotonic() - started)
             await self._clock.sleep(max(pause, 0.0))
 
 
