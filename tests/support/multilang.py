@@ -188,3 +188,32 @@ def children_of(pid: int) -> list[int]:
         return [child.pid for child in psutil.Process(pid).children() if is_alive(child.pid)]
     except psutil.Error:
         return []
+
+
+def start_worker(
+    work_dir: Path,
+    name: str,
+    *,
+    processor: str,
+    stream: str,
+    kinesis: str,
+    dynamodb: str,
+    **extra: str,
+) -> MultiLangRun:
+    """A started ``shardflow multilang`` worker named ``name`` (its workerId too) of the
+    application ``app-<stream>``, with :func:`properties` and ``extra`` keys."""
+    run = MultiLangRun(
+        work_dir,
+        name,
+        properties(
+            processor=processor,
+            stream=stream,
+            application=f"app-{stream}",
+            kinesis=kinesis,
+            dynamodb=dynamodb,
+            worker=name,
+            **extra,
+        ),
+    )
+    run.start()
+    return run

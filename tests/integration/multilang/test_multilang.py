@@ -25,7 +25,7 @@ from support.multilang import (
     REPO,
     MultiLangRun,
     kclpy_or_skip,
-    properties,
+    start_worker,
     wait_until,
 )
 
@@ -67,20 +67,15 @@ def test_kclpy_v3_processors_checkpoint_mid_batch_and_one_that_exits_restarts_fr
         f"--exit-on {exit_key}"
     )
     app = f"app-{stream_name}"
-    run = MultiLangRun(
+    run = start_worker(
         tmp_path,
         "w1",
-        properties(
-            processor=processor,
-            stream=stream_name,
-            application=app,
-            kinesis=moto_url,
-            dynamodb=moto_url,
-            worker="w1",
-            maxRecords="25",
-        ),
+        processor=processor,
+        stream=stream_name,
+        kinesis=moto_url,
+        dynamodb=moto_url,
+        maxRecords="25",
     )
-    run.start()
     try:
         keys = {key for records in written.values() for key, _ in records}
         wait_until(
@@ -138,21 +133,16 @@ def test_kclpy_v2_processors_that_raise_or_hang_go_on_and_stop_as_zombies(
         f"--raise-on {raise_key} --hang-on {hang_key}"
     )
     app = f"app-{stream_name}"
-    run = MultiLangRun(
+    run = start_worker(
         tmp_path,
         "w1",
-        properties(
-            processor=processor,
-            stream=stream_name,
-            application=app,
-            kinesis=moto_url,
-            dynamodb=moto_url,
-            worker="w1",
-            maxRecords="25",
-            timeoutInSeconds="2",
-        ),
+        processor=processor,
+        stream=stream_name,
+        kinesis=moto_url,
+        dynamodb=moto_url,
+        maxRecords="25",
+        timeoutInSeconds="2",
     )
-    run.start()
     try:
         last = {shard: records[-1][1] for shard, records in written.items()}
         wait_until(lambda: _checkpoints(moto_url, app) == last, 60, "both shards checkpointed", run)
@@ -186,7 +176,6 @@ def test_a_rolling_restart_of_two_workers_handles_no_record_twice(
     planned handoff after its processor checkpointed in shutdownRequested."""
     python = kclpy_or_skip()
     kinesis = make_stream(moto_url, stream_name, 4)
-    app = f"app-{stream_name}"
     stop_writing = threading.Event()
     written: list[str] = []
 
@@ -202,20 +191,15 @@ def test_a_rolling_restart_of_two_workers_handles_no_record_twice(
     def worker(name: str) -> MultiLangRun:
         out = tmp_path / f"{name}.handled"
         processor = f"{python} {RECORDING} --out {out} --worker {name} --checkpoint-every 50"
-        run = MultiLangRun(
+        run = start_worker(
             tmp_path,
             name,
-            properties(
-                processor=processor,
-                stream=stream_name,
-                application=app,
-                kinesis=moto_url,
-                dynamodb=moto_url,
-                worker=name,
-                failoverTimeMillis="10000",  # the KCL's: leases move by handoff, not expiry
-            ),
+            processor=processor,
+            stream=stream_name,
+            kinesis=moto_url,
+            dynamodb=moto_url,
+            failoverTimeMillis="10000",  # the KCL's: leases move by handoff, not expiry
         )
-        run.start()
         return run
 
     def handled_by(*names: str) -> list[Handled]:
@@ -265,21 +249,16 @@ def test_a_node_js_processor_on_aws_kcl_speaks_the_same_protocol(
     written = _write(moto_url, stream_name, 2)
     out = tmp_path / "node.handled"
     app = f"app-{stream_name}"
-    run = MultiLangRun(
+    run = start_worker(
         tmp_path,
         "node",
-        properties(
-            processor=f"{node} {NODE_PROCESSOR} {out} node",
-            stream=stream_name,
-            application=app,
-            kinesis=moto_url,
-            dynamodb=moto_url,
-            worker="node",
-            processingLanguage="nodejs",
-            maxRecords="50",
-        ),
+        processor=f"{node} {NODE_PROCESSOR} {out} node",
+        stream=stream_name,
+        kinesis=moto_url,
+        dynamodb=moto_url,
+        processingLanguage="nodejs",
+        maxRecords="50",
     )
-    run.start()
     last = {shard: records[-1][1] for shard, records in written.items()}
     try:
         wait_until(lambda: _checkpoints(moto_url, app) == last, 60, "both shards checkpointed", run)
@@ -309,24 +288,19 @@ def test_at_a_shards_end_a_v2_processor_is_shut_down_with_terminate_and_checkpoi
     put_records(kinesis, stream_name, before)
     out = tmp_path / "w1.handled"
     app = f"app-{stream_name}"
-    run = MultiLangRun(
+    run = start_worker(
         tmp_path,
         "w1",
-        properties(
-            processor=f"{python} {BEHAVING} --out {out} --worker w1 --interface v2 --checkpoint-batches",
-            stream=stream_name,
-            application=app,
-            kinesis=kinesis_local_url,
-            dynamodb=moto_url,
-            worker="w1",
-            shardSyncIntervalMillis="1000",
-            parentShardPollIntervalMillis="500",
-            # Keep the finished lease: by default it is deleted as soon as the children hold
-            # theirs, which can be before this test reads the parent's SHARD_END.
-            cleanupLeasesUponShardCompletion="false",
-        ),
+        processor=f"{python} {BEHAVING} --out {out} --worker w1 --interface v2 --checkpoint-batches",
+        stream=stream_name,
+        kinesis=kinesis_local_url,
+        dynamodb=moto_url,
+        shardSyncIntervalMillis="1000",
+        parentShardPollIntervalMillis="500",
+        # Keep the finished lease: by default it is deleted as soon as the children hold
+        # theirs, which can be before this test reads the parent's SHARD_END.
+        cleanupLeasesUponShardCompletion="false",
     )
-    run.start()
     try:
         wait_until(lambda: len(read_handled([out])) >= 20, 60, "the first records", run)
         parent = kinesis.list_shards(StreamName=stream_name)["Shards"][0]
@@ -382,20 +356,14 @@ def test_kpl_aggregates_reach_a_kclpy_processor_de_aggregated_as_the_kcl_deliver
     aggregate = kinesis.put_record(StreamName=stream_name, PartitionKey=key, Data=data)
     put_records(kinesis, stream_name, [("plain", b"00005|plain")])
     out = tmp_path / "w1.handled"
-    app = f"app-{stream_name}"
-    run = MultiLangRun(
+    run = start_worker(
         tmp_path,
         "w1",
-        properties(
-            processor=f"{python} {BEHAVING} --out {out} --worker w1 --midbatch",
-            stream=stream_name,
-            application=app,
-            kinesis=moto_url,
-            dynamodb=moto_url,
-            worker="w1",
-        ),
+        processor=f"{python} {BEHAVING} --out {out} --worker w1 --midbatch",
+        stream=stream_name,
+        kinesis=moto_url,
+        dynamodb=moto_url,
     )
-    run.start()
     try:
         wait_until(lambda: len(read_handled([out])) >= 6, 60, "six records", run)
     finally:
@@ -409,19 +377,14 @@ def test_kpl_aggregates_reach_a_kclpy_processor_de_aggregated_as_the_kcl_deliver
 
 
 def test_a_processor_that_cannot_be_started_is_refused_at_once_by_name(tmp_path: Path) -> None:
-    run = MultiLangRun(
+    run = start_worker(
         tmp_path,
         "w1",
-        properties(
-            processor="no-such-processor --flag",
-            stream="s",
-            application="a",
-            kinesis="http://127.0.0.1:9",
-            dynamodb="http://127.0.0.1:9",
-            worker="w1",
-        ),
+        processor="no-such-processor --flag",
+        stream="s",
+        kinesis="http://127.0.0.1:9",
+        dynamodb="http://127.0.0.1:9",
     )
-    run.start()
     assert run.wait(60) == 1
     assert "property 'executableName': the record processor 'no-such-processor' is not an" in (
         run.log()
@@ -447,20 +410,14 @@ def test_the_daemon_runs_on_the_system_malloc_and_its_processors_get_its_environ
     python = kclpy_or_skip()
     written = _write(moto_url, stream_name, 1)
     out = tmp_path / "w1.handled"
-    app = f"app-{stream_name}"
-    run = MultiLangRun(
+    run = start_worker(
         tmp_path,
         "w1",
-        properties(
-            processor=f"{python} {BEHAVING} --out {out} --worker w1 --checkpoint-batches",
-            stream=stream_name,
-            application=app,
-            kinesis=moto_url,
-            dynamodb=moto_url,
-            worker="w1",
-        ),
+        processor=f"{python} {BEHAVING} --out {out} --worker w1 --checkpoint-batches",
+        stream=stream_name,
+        kinesis=moto_url,
+        dynamodb=moto_url,
     )
-    run.start()
     try:
         keys = {key for records in written.values() for key, _ in records}
         wait_until(
