@@ -31,6 +31,7 @@ Phases, one after the other on the same table (``--phases``):
                 for ``--outage`` s (longer than failover_time - safety margin: leases lapse),
                 then answers again
     split       every open shard is split in two at once (the shard count doubles)
+    idle        nothing happens for ``--idle`` s on the split table (twice the leases)
 
 A phase lasts until the fleet has converged (every lease of an unfinished shard held by a
 live worker, no handoff under way, every workable shard processed, max - min leases per live
@@ -123,7 +124,11 @@ PHASES = (
     "replace",
     "brownout",
     "split",
+    "idle",
 )
+QUIET = ("steady", "idle")
+"""Phases in which nothing happens: what a quiet stretch of the day costs (see day_totals)."""
+DAY = 24 * 3600.0
 SCAN_PAGE = 1024 * 1024  # DynamoDB returns at most 1 MB per Scan page
 READ_UNIT = 4096  # a strongly consistent read unit
 QUIET_LIMIT = 5_000_000  # turns of the loop at one instant before the simulation gives up
@@ -138,6 +143,7 @@ class Config:
     rolling_batch: int = 5
     crash: int = 5
     steady: float = 60.0
+    idle: float = 30.0
     brownout: float = 30.0
     brownout_fraction: float = 0.5
     outage: float = 20.0
@@ -161,6 +167,7 @@ SHORT = Config(
     rolling_batch=2,
     crash=2,
     steady=60.0,
+    idle=30.0,
     brownout=30.0,
     outage=15.0,
     settle=20.0,
@@ -796,6 +803,11 @@ class Simulation:
             "read_units_per_hour": round(tally.read_units * 3600 / (end - start), 1)
             if end > start
             else None,
+            # Raw counts of the phase, for the day's totals (see day_totals).
+            "worker_seconds": round(tally.worker_seconds, 1),
+            "requests": dict(sorted(tally.requests.items())),
+            "write_units": sum(tally.writes.values()) + sum(tally.refused.values()),
+            "read_units": round(tally.read_units, 1),
             "acquired": dict(sorted(tally.acquired.items())),
             "lost": dict(sorted(tally.lost.items())),
             "writes": dict(sorted(tally.writes.items())),
@@ -912,10 +924,11 @@ class Simulation:
             "replace": self.replace,
             "split": self.split,
             "brownout": self.brownout_phase,
+            "idle": self.steady,
         }
         for name in self.config.phases:
-            fixed = self.config.steady if name == "steady" else None
-            if name == "steady" and self.mode.table_mode == "heartbeat":
+            fixed = {"steady": self.config.steady, "idle": self.config.idle}.get(name)
+            if name in QUIET and self.mode.table_mode == "heartbeat":
                 await self._heartbeats_cover()
             await self.phase(name, actions[name], fixed=fixed)
         for worker in self.running_workers():
@@ -964,6 +977,7 @@ def _event(name: str, config: dict[str, Any]) -> str:
         "crash": f"{crash} workers crash ({workers} → {workers - crash})",
         "replace": f"{crash} new workers join ({workers - crash} → {workers})",
         "split": "every shard split in two at once",
+        "idle": f"nothing happens for {config.get('idle', 0):g} s (after the split)",
         "brownout": (
             f"lease table fails {config['brownout_fraction']:.0%} of calls for "
             f"{config['brownout']:g} s, then all for {config['outage']:g} s"
@@ -995,7 +1009,7 @@ def render(result: dict[str, Any]) -> str:
     ]
     for run in result["runs"]:
         for phase in run["phases"]:
-            if phase["name"] == "steady":
+            if phase["name"] in QUIET:
                 converged = "—"
             elif phase["converged"]:
                 converged = f"{phase['converged_after']:.1f} s"
@@ -1037,6 +1051,14 @@ def render_requests(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _ratio(value: float, base: float | None, digits: int) -> str:
+    """``value`` against ``base`` ("—" without a base to divide by: a tiny run's idle phase
+    may have read nothing)."""
+    if not base:
+        return "—"
+    return f"{value / base:.{digits}f}x"
+
+
 def render_costs(result: dict[str, Any]) -> str:
     """DynamoDB units per hour of the idle fleet (the steady phase) in each lease mode, against
     the per-lease mode's in the same run."""
@@ -1053,9 +1075,10 @@ def render_costs(result: dict[str, Any]) -> str:
             continue
         if run["mode"] == "per-lease":
             base = steady
-        writes, reads = steady["write_units_per_hour"], steady["read_units_per_hour"]
-        ratio_w = f"{writes / base['write_units_per_hour']:.3f}x" if base else "—"
-        ratio_r = f"{reads / base['read_units_per_hour']:.2f}x" if base else "—"
+        writes = steady["write_units_per_hour"] or 0.0
+        reads = steady["read_units_per_hour"] or 0.0
+        ratio_w = _ratio(writes, base["write_units_per_hour"] if base else None, 3)
+        ratio_r = _ratio(reads, base["read_units_per_hour"] if base else None, 2)
         # On-demand: $0.625 per million write request units (us-east-1, as operations.md).
         monthly = writes * 730 * 0.625 / 1_000_000
         lines.append(
@@ -1067,6 +1090,93 @@ def render_costs(result: dict[str, Any]) -> str:
         f"Idle fleet of {config['shards']:,} shards and {config['workers']} workers, "
         f"{config['steady']:g} s measured after start-up converged (in the heartbeat mode, "
         "once every worker's heartbeat covered its leases). " + _footer(result)
+    )
+    return "\n".join(lines)
+
+
+def day_totals(phases: list[dict[str, Any]], day: float = DAY) -> dict[str, Any] | None:
+    """The lease table's bill for a day of this churn: every phase as run, and the rest of
+    the day (quiet between the events) **extrapolated** from a quiet phase measured on a
+    table of the same size (``steady`` before the split, ``idle`` after it).
+
+    Why extrapolated: 24 simulated hours of renewals one by one (10,000 leases renewed every
+    3.3 s: ~260 million a day, each read by every worker from the table's stream) do not run
+    in minutes in one process, and in a quiet stretch nothing changes but the clock: its cost
+    per second is the quiet phase's. Each event is followed by an equal share of the quiet
+    time. None without a quiet phase to extrapolate from."""
+    quiet = [phase for phase in phases if phase["name"] in QUIET and phase["seconds"] > 0]
+    events = [phase for phase in phases if phase["name"] not in QUIET]
+    if not quiet or not events:
+        return None
+    run_seconds = sum(phase["seconds"] for phase in phases)
+    quiet_seconds = max(0.0, day - run_seconds)
+    share = quiet_seconds / len(events)
+    requests: Counter[str] = Counter()
+    for phase in phases:
+        requests.update(phase.get("requests", {}))
+    write_units = float(sum(phase.get("write_units", 0) for phase in phases))
+    run_write_units = write_units
+    read_units = float(sum(phase.get("read_units", 0.0) for phase in phases))
+    worker_seconds = float(sum(phase.get("worker_seconds", 0.0) for phase in phases))
+    gaps: list[dict[str, Any]] = []
+    for event in events:
+        # The quiet phase on a table of the size the event left (else the first measured).
+        source = next((q for q in quiet if q["leases"] == event["leases"]), quiet[0])
+        scale = share / source["seconds"]
+        gaps.append(
+            {"after": event["name"], "seconds": round(share, 1), "rate_from": source["name"]}
+        )
+        requests.update({op: n * scale for op, n in source.get("requests", {}).items()})
+        write_units += source.get("write_units", 0) * scale
+        read_units += source.get("read_units", 0.0) * scale
+        worker_seconds += source.get("worker_seconds", 0.0) * scale
+    minutes = worker_seconds / 60.0
+    return {
+        "seconds": day,
+        "run_seconds": round(run_seconds, 1),
+        "extrapolated_seconds": round(quiet_seconds, 1),
+        "extrapolated": quiet_seconds > 0,
+        "gaps": gaps,
+        "write_units": round(write_units),
+        "write_units_run": round(run_write_units),
+        "read_units": round(read_units),
+        "requests_per_worker_minute": round(sum(requests.values()) / minutes, 1)
+        if minutes
+        else None,
+        "requests_by_operation": {
+            op: round(count / minutes, 2) for op, count in sorted(requests.items())
+        }
+        if minutes
+        else {},
+    }
+
+
+def render_day(result: dict[str, Any]) -> str:
+    """A day of the run's churn: the phases as run plus the quiet rest of the day,
+    extrapolated from the measured quiet phases (see :func:`day_totals`)."""
+    lines = [
+        "| lease mode | simulated (run) | quiet, extrapolated | write units / day "
+        "| of them run | read units / day | requests / worker / min | on-demand writes / day |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in result["runs"]:
+        day = run.get("day") or day_totals(run["phases"])
+        if day is None:
+            continue
+        cost = day["write_units"] * 0.625 / 1_000_000
+        lines.append(
+            f"| {run['mode']} | {day['run_seconds'] / 60:,.1f} min | "
+            f"{day['extrapolated_seconds'] / 3600:,.1f} h | {day['write_units']:,} | "
+            f"{day['write_units_run']:,} | {day['read_units']:,} | "
+            f"{day['requests_per_worker_minute'] or 0:,.0f} | ${cost:,.2f} |"
+        )
+    lines.append("")
+    lines.append(
+        "24 simulated hours: every phase run in full on the virtual clock, the rest of the day "
+        "(quiet between the events, one equal stretch after each) **extrapolated** from the "
+        "quiet phase measured on a table of the same size (steady before the split, idle "
+        "after it), not run. On-demand writes at $0.625 per million write request units. "
+        + _footer(result)
     )
     return "\n".join(lines)
 
@@ -1144,6 +1254,7 @@ def run(
                     "wall_seconds": round(time.perf_counter() - started, 1),
                     "cpu_seconds": round(time.process_time() - cpu, 1),
                     "log_messages": dict(counter.counts.most_common(12)),
+                    "day": day_totals(phases),
                 }
             )
             if each is not None:
@@ -1233,6 +1344,7 @@ def main() -> None:
     print("\n" + render(result))
     if len(result["runs"]) > 1:
         print("\n" + render_costs(result))
+    print("\n" + render_day(result))
     if path is not None:
         write(result)
         print(f"written to {path}")
@@ -1244,4 +1356,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
