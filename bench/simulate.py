@@ -88,7 +88,6 @@ import os
 import platform
 import random
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
