@@ -25,10 +25,12 @@ CONFIG = replace(
     rolling_batch=1,
     crash=1,
     steady=20.0,
+    idle=10.0,
     brownout=20.0,
     outage=12.0,
     settle=10.0,
     max_phase=300.0,
+    modes=("per-lease",),
 )
 
 
