@@ -143,13 +143,7 @@ class LeaseTaker:
         view = self._view
         if view is None:
             return
-        odd: list[Lease] = []
-        for lease in leases:
-            known = view.get(lease.lease_key)
-            if known is None or known.lease_owner != lease.lease_owner:
-                odd.append(lease)
-            elif lease.lease_counter >= known.lease_counter:
-                view.renew(lease)
+        odd = view.renew_all(leases)
         if odd:
             self._update_view(odd, [])
 
