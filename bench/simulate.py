@@ -132,6 +132,7 @@ QUIET = ("steady", "idle")
 DAY = 24 * 3600.0
 SCAN_PAGE = 1024 * 1024  # DynamoDB returns at most 1 MB per Scan page
 READ_UNIT = 4096  # a strongly consistent read unit
+PROGRESS_EVERY = 60.0  # simulated seconds between progress lines of a phase
 QUIET_LIMIT = 5_000_000  # turns of the loop at one instant before the simulation gives up
 
 
@@ -541,6 +542,8 @@ class Simulation:
         self.on_phase: Callable[[list[dict[str, Any]]], None] = lambda phases: None
         """Called with the phases so far after each one (a long run keeps what it did)."""
         self.own_list_calls = 0
+        self._said_at = 0.0
+        self._wall_start = time.perf_counter()
 
     # --- hooks from the workers and the ledger ---------------------------------------------------
 
@@ -660,6 +663,24 @@ class Simulation:
         for _ in range(steps):
             self.tally.worker_seconds += len(self.running_workers()) * (seconds / steps)
             await self.clock.advance(seconds / steps)
+            self._progress()
+
+    def _progress(self) -> None:
+        """A line every ``PROGRESS_EVERY`` simulated seconds of a phase: a long phase shows
+        where it stands (workers leaving, handoffs under way, shards without a worker)."""
+        now = self.clock.monotonic()
+        if now - self._said_at < PROGRESS_EVERY:
+            return
+        self._said_at = now
+        running = self.running_workers()
+        leaving = [w for w in running if w.worker_id not in self.live]
+        self.say(
+            f"    t={now:,.1f} s ({time.perf_counter() - self._wall_start:,.0f} s wall): "
+            f"{len(self.live)} live, {len(leaving)} leaving "
+            f"(holding {sum(self.ledger.loads[w.worker_id] for w in leaving):,}), "
+            f"{len(self.ledger.pending):,} handoffs under way, "
+            f"{len(self._idle_since):,} shards without a worker"
+        )
 
     async def until(self, done: Callable[[], bool], limit: float) -> bool:
         """Advance until ``done()`` or ``limit`` seconds passed; whether it was done."""
