@@ -151,6 +151,9 @@ class Config:
     outage: float = 20.0
     settle: float = 20.0
     max_phase: float = 1800.0
+    phase_wall: float | None = None
+    """Wall seconds after which a phase is cut (reported not converged, ``cut_at_wall_limit``)
+    and the next one begins: a phase that does not converge cannot take the whole run."""
     step: float = 0.5
     drain: float = 0.2
     read_to_end: float = 1.0
@@ -543,7 +546,8 @@ class Simulation:
         """Called with the phases so far after each one (a long run keeps what it did)."""
         self.own_list_calls = 0
         self._said_at = 0.0
-        self._wall_start = time.perf_counter()
+        self._wall_start = self._phase_wall_start = time.perf_counter()
+        self._cut = False
 
     # --- hooks from the workers and the ledger ---------------------------------------------------
 
@@ -686,9 +690,18 @@ class Simulation:
         """Advance until ``done()`` or ``limit`` seconds passed; whether it was done."""
         end = self.clock.monotonic() + limit
         while not done():
-            if self.clock.monotonic() >= end:
+            if self.clock.monotonic() >= end or self._out_of_wall():
                 return False
             await self.advance(self.config.step)
+        return True
+
+    def _out_of_wall(self) -> bool:
+        """The phase has used up ``phase_wall`` seconds of wall time (it is cut, see
+        Config.phase_wall)."""
+        limit = self.config.phase_wall
+        if limit is None or time.perf_counter() - self._phase_wall_start < limit:
+            return False
+        self._cut = True
         return True
 
     # --- the state of the fleet -----------------------------------------------------------------
@@ -734,7 +747,8 @@ class Simulation:
         it), then wait for convergence (or ``fixed`` seconds); the phase's figures."""
         self.tally = Tally()
         self.tally.list_shards = self._list_calls()
-        started_wall = time.perf_counter()
+        started_wall = self._phase_wall_start = time.perf_counter()
+        self._cut = False
         start = self.clock.monotonic()
         created_before = self.ledger.created
         minimum = await action()
@@ -746,7 +760,7 @@ class Simulation:
             converged_at = None
             deadline = start + self.config.max_phase
             done = False
-            while self.clock.monotonic() < deadline:
+            while self.clock.monotonic() < deadline and not self._out_of_wall():
                 if self.converged():
                     if converged_at is None:
                         converged_at = self.clock.monotonic()
@@ -761,6 +775,7 @@ class Simulation:
             minimum = self.ledger.created - created_before
         figures = self._figures(name, start, end, converged_at, done, minimum)
         figures["wall_seconds"] = round(time.perf_counter() - started_wall, 1)
+        figures["cut_at_wall_limit"] = self._cut
         self.phases.append(figures)
         self.say(describe(figures))
         self.on_phase(self.phases)
@@ -972,6 +987,7 @@ def describe(phase: dict[str, Any]) -> str:
         f"converged after {phase['converged_after']:.1f} s"
         if phase["converged"]
         else "NOT converged"
+        + (" (cut at the wall limit)" if phase.get("cut_at_wall_limit") else "")
     )
     return (
         f"  {phase['name']:<10} {phase['seconds']:>7.1f} s simulated ({phase['wall_seconds']} s "
@@ -1036,7 +1052,9 @@ def render(result: dict[str, Any]) -> str:
             elif phase["converged"]:
                 converged = f"{phase['converged_after']:.1f} s"
             else:
-                converged = f"not in {phase['seconds']:.0f} s"
+                converged = f"not in {phase['seconds']:.0f} s" + (
+                    " (cut: wall limit)" if phase.get("cut_at_wall_limit") else ""
+                )
             lines.append(
                 f"| {run['mode']} | {_event(phase['name'], result['config'])} | "
                 f"{phase['leases']:,} | {converged} | "
@@ -1350,6 +1368,9 @@ def main() -> None:
     parser.add_argument("--steady", type=float)
     parser.add_argument("--settle", type=float)
     parser.add_argument("--max-phase", type=float)
+    parser.add_argument(
+        "--phase-wall", type=float, help="wall seconds after which a phase is cut (default: none)"
+    )
     parser.add_argument("--seed", type=int)
     parser.add_argument(
         "--save", metavar="VARIANT", help="write bench/results/simulate-VARIANT.json"
@@ -1369,6 +1390,7 @@ def main() -> None:
         "steady": args.steady,
         "settle": args.settle,
         "max_phase": args.max_phase,
+        "phase_wall": args.phase_wall,
         "seed": args.seed,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
