@@ -1305,21 +1305,39 @@ def run(
     return _result(config, code, runs)
 
 
-def _run_one(config: Config, name: str) -> dict[str, Any]:
-    """One lease mode of ``config`` (in a process of its own, see :func:`run_parallel`)."""
+def _run_one(config: Config, name: str, partial: Path | None) -> dict[str, Any]:
+    """One lease mode of ``config`` (in a process of its own, see :func:`run_parallel`);
+    the result so far written to ``partial`` after every phase, if given."""
     gc.set_threshold(*GC_THRESHOLDS)
+
+    def keep(result: dict[str, Any]) -> None:
+        if partial is not None:
+            partial.write_text(json.dumps(result, indent=2) + "\n")
+
     return run(
-        replace(config, modes=(name,)), say=lambda line: print(f"[{name}] {line}", flush=True)
+        replace(config, modes=(name,)),
+        say=lambda line: print(f"[{name}] {line}", flush=True),
+        each=keep,
     )
 
 
-def run_parallel(config: Config, jobs: int) -> dict[str, Any]:
+def run_parallel(config: Config, jobs: int, partial: Path | None = None) -> dict[str, Any]:
     """:func:`run`, each lease mode in a process of its own (at most ``jobs`` at once): the
     modes share nothing (each has its own table, fleet and clock), and one process runs on
-    one core. The result is the same as :func:`run`'s, the modes in ``config``'s order."""
+    one core. The result is the same as :func:`run`'s, the modes in ``config``'s order.
+    ``partial``: each mode's result so far is kept in ``<partial>.<mode>.partial.json``
+    while it runs (a long run cut short keeps what it finished)."""
     context = multiprocessing.get_context("fork")
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = [pool.submit(_run_one, config, name) for name in config.modes]
+        futures = [
+            pool.submit(
+                _run_one,
+                config,
+                name,
+                partial.with_suffix(f".{name}.partial.json") if partial is not None else None,
+            )
+            for name in config.modes
+        ]
         results = [future.result() for future in futures]
     runs = [mode_run for result in results for mode_run in result["runs"]]
     return _result(config, results[0]["commit"], runs)
@@ -1412,7 +1430,10 @@ def main() -> None:
     jobs = args.jobs if args.jobs is not None else min(len(config.modes), os.cpu_count() or 1)
     if jobs > 1 and len(config.modes) > 1:
         # Each mode in a process of its own; the result is written once all have finished.
-        result = run_parallel(config, jobs)
+        result = run_parallel(config, jobs, partial=path)
+        if path is not None:
+            for name in config.modes:  # the whole result is written below
+                path.with_suffix(f".{name}.partial.json").unlink(missing_ok=True)
     else:
         # Written after each lease mode too: the full run takes a while.
         result = run(config, say=lambda line: print(line, flush=True), each=write)
