@@ -1222,6 +1222,10 @@ def render_day(result: dict[str, Any]) -> str:
 
 
 def commit() -> str:
+    """The commit measured: ``SHARDFLOW_BENCH_COMMIT`` (a run from an exported snapshot of
+    it), else the checkout's HEAD."""
+    if named := os.environ.get("SHARDFLOW_BENCH_COMMIT"):
+        return named
     answer = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         cwd=Path(__file__).parent,
