@@ -67,10 +67,22 @@ Costs: DynamoDB write units (every conditional write, landed or refused, of an i
 hour of the whole fleet, per phase; ``render_costs`` prints the idle (steady) phase of each
 mode against the per-lease mode's of the same run.
 
+A day (``render_day``): the issue asks for 24 simulated hours of churn. The phases run in
+full; the rest of the day, quiet between the events, is **extrapolated**, not run: each event
+is followed by an equal share of it, costed at the rate of the quiet phase measured on a table
+of the same size (``steady`` before the split, ``idle`` after it), and the JSON says so
+(``day.extrapolated``, ``day.gaps``). Running it would not finish in minutes in one process:
+per lease, 10,000 leases renewed every 3.3 s are ~260 million renewals a day, each read from
+the table's stream by every one of the 100 workers; nothing but the clock changes meanwhile.
+
+Lease modes run side by side, each in a process of its own (``--jobs``); ``--phase-wall``
+cuts a phase after that many wall seconds (reported, ``cut_at_wall_limit``) so that one that
+does not converge cannot take the whole run.
+
 Lease timings are shardflow's defaults (KCL's: failover 10 s, renew every 3.308 s, take cycle
 every 20.05 s, shard sync every 60 s), handoff on, pick-up from the table's stream.
 
-    .venv/bin/python bench/simulate.py           # 10,000 shards, 100 workers (minutes)
+    .venv/bin/python bench/simulate.py           # 10,000 shards, 100 workers, both modes (minutes)
     .venv/bin/python bench/simulate.py --short   # 1,000 shards, 10 workers (seconds)
 """
 
