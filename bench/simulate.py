@@ -175,7 +175,7 @@ class Config:
     modes: tuple[str, ...] = ("per-lease", "heartbeat")
 
 
-DEFAULT = Config()
+DEFAULT = Config(phase_wall=300.0)
 SHORT = Config(
     shards=1_000,
     workers=10,
