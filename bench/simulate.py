@@ -31,6 +31,7 @@ Phases, one after the other on the same table (``--phases``):
                 for ``--outage`` s (longer than failover_time - safety margin: leases lapse),
                 then answers again
     split       every open shard is split in two at once (the shard count doubles)
+    idle        nothing happens for ``--idle`` s on the split table (twice the leases)
 
 A phase lasts until the fleet has converged (every lease of an unfinished shard held by a
 live worker, no handoff under way, every workable shard processed, max - min leases per live
@@ -66,10 +67,22 @@ Costs: DynamoDB write units (every conditional write, landed or refused, of an i
 hour of the whole fleet, per phase; ``render_costs`` prints the idle (steady) phase of each
 mode against the per-lease mode's of the same run.
 
+A day (``render_day``): the issue asks for 24 simulated hours of churn. The phases run in
+full; the rest of the day, quiet between the events, is **extrapolated**, not run: each event
+is followed by an equal share of it, costed at the rate of the quiet phase measured on a table
+of the same size (``steady`` before the split, ``idle`` after it), and the JSON says so
+(``day.extrapolated``, ``day.gaps``). Running it would not finish in minutes in one process:
+per lease, 10,000 leases renewed every 3.3 s are ~260 million renewals a day, each read from
+the table's stream by every one of the 100 workers; nothing but the clock changes meanwhile.
+
+Lease modes run side by side, each in a process of its own (``--jobs``); ``--phase-wall``
+cuts a phase after that many wall seconds (reported, ``cut_at_wall_limit``) so that one that
+does not converge cannot take the whole run.
+
 Lease timings are shardflow's defaults (KCL's: failover 10 s, renew every 3.308 s, take cycle
 every 20.05 s, shard sync every 60 s), handoff on, pick-up from the table's stream.
 
-    .venv/bin/python bench/simulate.py           # 10,000 shards, 100 workers (minutes)
+    .venv/bin/python bench/simulate.py           # 10,000 shards, 100 workers, both modes (minutes)
     .venv/bin/python bench/simulate.py --short   # 1,000 shards, 10 workers (seconds)
 """
 
@@ -77,17 +90,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import heapq
 import json
 import logging
 import math
+import multiprocessing
 import os
 import platform
 import random
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
@@ -123,9 +137,14 @@ PHASES = (
     "replace",
     "brownout",
     "split",
+    "idle",
 )
+QUIET = ("steady", "idle")
+"""Phases in which nothing happens: what a quiet stretch of the day costs (see day_totals)."""
+DAY = 24 * 3600.0
 SCAN_PAGE = 1024 * 1024  # DynamoDB returns at most 1 MB per Scan page
 READ_UNIT = 4096  # a strongly consistent read unit
+PROGRESS_EVERY = 60.0  # simulated seconds between progress lines of a phase
 QUIET_LIMIT = 5_000_000  # turns of the loop at one instant before the simulation gives up
 
 
@@ -138,21 +157,25 @@ class Config:
     rolling_batch: int = 5
     crash: int = 5
     steady: float = 60.0
+    idle: float = 30.0
     brownout: float = 30.0
     brownout_fraction: float = 0.5
     outage: float = 20.0
     settle: float = 20.0
     max_phase: float = 1800.0
+    phase_wall: float | None = None
+    """Wall seconds after which a phase is cut (reported not converged, ``cut_at_wall_limit``)
+    and the next one begins: a phase that does not converge cannot take the whole run."""
     step: float = 0.5
     drain: float = 0.2
     read_to_end: float = 1.0
     pickup: PickupMode = "stream"
     seed: int = 1
     phases: tuple[str, ...] = PHASES
-    modes: tuple[str, ...] = ("per-lease",)
+    modes: tuple[str, ...] = ("per-lease", "heartbeat")
 
 
-DEFAULT = Config()
+DEFAULT = Config(phase_wall=300.0)
 SHORT = Config(
     shards=1_000,
     workers=10,
@@ -161,6 +184,7 @@ SHORT = Config(
     rolling_batch=2,
     crash=2,
     steady=60.0,
+    idle=30.0,
     brownout=30.0,
     outage=15.0,
     settle=20.0,
@@ -533,6 +557,9 @@ class Simulation:
         self.on_phase: Callable[[list[dict[str, Any]]], None] = lambda phases: None
         """Called with the phases so far after each one (a long run keeps what it did)."""
         self.own_list_calls = 0
+        self._said_at = 0.0
+        self._wall_start = self._phase_wall_start = time.perf_counter()
+        self._cut = False
 
     # --- hooks from the workers and the ledger ---------------------------------------------------
 
@@ -652,14 +679,41 @@ class Simulation:
         for _ in range(steps):
             self.tally.worker_seconds += len(self.running_workers()) * (seconds / steps)
             await self.clock.advance(seconds / steps)
+            self._progress()
+
+    def _progress(self) -> None:
+        """A line every ``PROGRESS_EVERY`` simulated seconds of a phase: a long phase shows
+        where it stands (workers leaving, handoffs under way, shards without a worker)."""
+        now = self.clock.monotonic()
+        if now - self._said_at < PROGRESS_EVERY:
+            return
+        self._said_at = now
+        running = self.running_workers()
+        leaving = [w for w in running if w.worker_id not in self.live]
+        self.say(
+            f"    t={now:,.1f} s ({time.perf_counter() - self._wall_start:,.0f} s wall): "
+            f"{len(self.live)} live, {len(leaving)} leaving "
+            f"(holding {sum(self.ledger.loads[w.worker_id] for w in leaving):,}), "
+            f"{len(self.ledger.pending):,} handoffs under way, "
+            f"{len(self._idle_since):,} shards without a worker"
+        )
 
     async def until(self, done: Callable[[], bool], limit: float) -> bool:
         """Advance until ``done()`` or ``limit`` seconds passed; whether it was done."""
         end = self.clock.monotonic() + limit
         while not done():
-            if self.clock.monotonic() >= end:
+            if self.clock.monotonic() >= end or self._out_of_wall():
                 return False
             await self.advance(self.config.step)
+        return True
+
+    def _out_of_wall(self) -> bool:
+        """The phase has used up ``phase_wall`` seconds of wall time (it is cut, see
+        Config.phase_wall)."""
+        limit = self.config.phase_wall
+        if limit is None or time.perf_counter() - self._phase_wall_start < limit:
+            return False
+        self._cut = True
         return True
 
     # --- the state of the fleet -----------------------------------------------------------------
@@ -705,7 +759,8 @@ class Simulation:
         it), then wait for convergence (or ``fixed`` seconds); the phase's figures."""
         self.tally = Tally()
         self.tally.list_shards = self._list_calls()
-        started_wall = time.perf_counter()
+        started_wall = self._phase_wall_start = time.perf_counter()
+        self._cut = False
         start = self.clock.monotonic()
         created_before = self.ledger.created
         minimum = await action()
@@ -717,7 +772,7 @@ class Simulation:
             converged_at = None
             deadline = start + self.config.max_phase
             done = False
-            while self.clock.monotonic() < deadline:
+            while self.clock.monotonic() < deadline and not self._out_of_wall():
                 if self.converged():
                     if converged_at is None:
                         converged_at = self.clock.monotonic()
@@ -732,6 +787,7 @@ class Simulation:
             minimum = self.ledger.created - created_before
         figures = self._figures(name, start, end, converged_at, done, minimum)
         figures["wall_seconds"] = round(time.perf_counter() - started_wall, 1)
+        figures["cut_at_wall_limit"] = self._cut
         self.phases.append(figures)
         self.say(describe(figures))
         self.on_phase(self.phases)
@@ -796,6 +852,11 @@ class Simulation:
             "read_units_per_hour": round(tally.read_units * 3600 / (end - start), 1)
             if end > start
             else None,
+            # Raw counts of the phase, for the day's totals (see day_totals).
+            "worker_seconds": round(tally.worker_seconds, 1),
+            "requests": dict(sorted(tally.requests.items())),
+            "write_units": sum(tally.writes.values()) + sum(tally.refused.values()),
+            "read_units": round(tally.read_units, 1),
             "acquired": dict(sorted(tally.acquired.items())),
             "lost": dict(sorted(tally.lost.items())),
             "writes": dict(sorted(tally.writes.items())),
@@ -912,10 +973,11 @@ class Simulation:
             "replace": self.replace,
             "split": self.split,
             "brownout": self.brownout_phase,
+            "idle": self.steady,
         }
         for name in self.config.phases:
-            fixed = self.config.steady if name == "steady" else None
-            if name == "steady" and self.mode.table_mode == "heartbeat":
+            fixed = {"steady": self.config.steady, "idle": self.config.idle}.get(name)
+            if name in QUIET and self.mode.table_mode == "heartbeat":
                 await self._heartbeats_cover()
             await self.phase(name, actions[name], fixed=fixed)
         for worker in self.running_workers():
@@ -937,6 +999,7 @@ def describe(phase: dict[str, Any]) -> str:
         f"converged after {phase['converged_after']:.1f} s"
         if phase["converged"]
         else "NOT converged"
+        + (" (cut at the wall limit)" if phase.get("cut_at_wall_limit") else "")
     )
     return (
         f"  {phase['name']:<10} {phase['seconds']:>7.1f} s simulated ({phase['wall_seconds']} s "
@@ -964,6 +1027,7 @@ def _event(name: str, config: dict[str, Any]) -> str:
         "crash": f"{crash} workers crash ({workers} → {workers - crash})",
         "replace": f"{crash} new workers join ({workers - crash} → {workers})",
         "split": "every shard split in two at once",
+        "idle": f"nothing happens for {config.get('idle', 0):g} s (after the split)",
         "brownout": (
             f"lease table fails {config['brownout_fraction']:.0%} of calls for "
             f"{config['brownout']:g} s, then all for {config['outage']:g} s"
@@ -995,12 +1059,14 @@ def render(result: dict[str, Any]) -> str:
     ]
     for run in result["runs"]:
         for phase in run["phases"]:
-            if phase["name"] == "steady":
+            if phase["name"] in QUIET:
                 converged = "—"
             elif phase["converged"]:
                 converged = f"{phase['converged_after']:.1f} s"
             else:
-                converged = f"not in {phase['seconds']:.0f} s"
+                converged = f"not in {phase['seconds']:.0f} s" + (
+                    " (cut: wall limit)" if phase.get("cut_at_wall_limit") else ""
+                )
             lines.append(
                 f"| {run['mode']} | {_event(phase['name'], result['config'])} | "
                 f"{phase['leases']:,} | {converged} | "
@@ -1037,6 +1103,14 @@ def render_requests(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _ratio(value: float, base: float | None, digits: int) -> str:
+    """``value`` against ``base`` ("—" without a base to divide by: a tiny run's idle phase
+    may have read nothing)."""
+    if not base:
+        return "—"
+    return f"{value / base:.{digits}f}x"
+
+
 def render_costs(result: dict[str, Any]) -> str:
     """DynamoDB units per hour of the idle fleet (the steady phase) in each lease mode, against
     the per-lease mode's in the same run."""
@@ -1053,9 +1127,10 @@ def render_costs(result: dict[str, Any]) -> str:
             continue
         if run["mode"] == "per-lease":
             base = steady
-        writes, reads = steady["write_units_per_hour"], steady["read_units_per_hour"]
-        ratio_w = f"{writes / base['write_units_per_hour']:.3f}x" if base else "—"
-        ratio_r = f"{reads / base['read_units_per_hour']:.2f}x" if base else "—"
+        writes = steady["write_units_per_hour"] or 0.0
+        reads = steady["read_units_per_hour"] or 0.0
+        ratio_w = _ratio(writes, base["write_units_per_hour"] if base else None, 3)
+        ratio_r = _ratio(reads, base["read_units_per_hour"] if base else None, 2)
         # On-demand: $0.625 per million write request units (us-east-1, as operations.md).
         monthly = writes * 730 * 0.625 / 1_000_000
         lines.append(
@@ -1071,7 +1146,98 @@ def render_costs(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def day_totals(phases: list[dict[str, Any]], day: float = DAY) -> dict[str, Any] | None:
+    """The lease table's bill for a day of this churn: every phase as run, and the rest of
+    the day (quiet between the events) **extrapolated** from a quiet phase measured on a
+    table of the same size (``steady`` before the split, ``idle`` after it).
+
+    Why extrapolated: 24 simulated hours of renewals one by one (10,000 leases renewed every
+    3.3 s: ~260 million a day, each read by every worker from the table's stream) do not run
+    in minutes in one process, and in a quiet stretch nothing changes but the clock: its cost
+    per second is the quiet phase's. Each event is followed by an equal share of the quiet
+    time. None without a quiet phase to extrapolate from."""
+    quiet = [phase for phase in phases if phase["name"] in QUIET and phase["seconds"] > 0]
+    events = [phase for phase in phases if phase["name"] not in QUIET]
+    if not quiet or not events:
+        return None
+    run_seconds = sum(phase["seconds"] for phase in phases)
+    quiet_seconds = max(0.0, day - run_seconds)
+    share = quiet_seconds / len(events)
+    requests: Counter[str] = Counter()
+    for phase in phases:
+        requests.update(phase.get("requests", {}))
+    write_units = float(sum(phase.get("write_units", 0) for phase in phases))
+    run_write_units = write_units
+    read_units = float(sum(phase.get("read_units", 0.0) for phase in phases))
+    worker_seconds = float(sum(phase.get("worker_seconds", 0.0) for phase in phases))
+    gaps: list[dict[str, Any]] = []
+    for event in events:
+        # The quiet phase on a table of the size the event left (else the first measured).
+        source = next((q for q in quiet if q["leases"] == event["leases"]), quiet[0])
+        scale = share / source["seconds"]
+        gaps.append(
+            {"after": event["name"], "seconds": round(share, 1), "rate_from": source["name"]}
+        )
+        requests.update({op: n * scale for op, n in source.get("requests", {}).items()})
+        write_units += source.get("write_units", 0) * scale
+        read_units += source.get("read_units", 0.0) * scale
+        worker_seconds += source.get("worker_seconds", 0.0) * scale
+    minutes = worker_seconds / 60.0
+    return {
+        "seconds": day,
+        "run_seconds": round(run_seconds, 1),
+        "extrapolated_seconds": round(quiet_seconds, 1),
+        "extrapolated": quiet_seconds > 0,
+        "gaps": gaps,
+        "write_units": round(write_units),
+        "write_units_run": round(run_write_units),
+        "read_units": round(read_units),
+        "requests_per_worker_minute": round(sum(requests.values()) / minutes, 1)
+        if minutes
+        else None,
+        "requests_by_operation": {
+            op: round(count / minutes, 2) for op, count in sorted(requests.items())
+        }
+        if minutes
+        else {},
+    }
+
+
+def render_day(result: dict[str, Any]) -> str:
+    """A day of the run's churn: the phases as run plus the quiet rest of the day,
+    extrapolated from the measured quiet phases (see :func:`day_totals`)."""
+    lines = [
+        "| lease mode | simulated (run) | quiet, extrapolated | write units / day "
+        "| of them run | read units / day | requests / worker / min | on-demand writes / day |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in result["runs"]:
+        day = run.get("day") or day_totals(run["phases"])
+        if day is None:
+            continue
+        cost = day["write_units"] * 0.625 / 1_000_000
+        lines.append(
+            f"| {run['mode']} | {day['run_seconds'] / 60:,.1f} min | "
+            f"{day['extrapolated_seconds'] / 3600:,.1f} h | {day['write_units']:,} | "
+            f"{day['write_units_run']:,} | {day['read_units']:,} | "
+            f"{day['requests_per_worker_minute'] or 0:,.0f} | ${cost:,.2f} |"
+        )
+    lines.append("")
+    lines.append(
+        "24 simulated hours: every phase run in full on the virtual clock, the rest of the day "
+        "(quiet between the events, one equal stretch after each) **extrapolated** from the "
+        "quiet phase measured on a table of the same size (steady before the split, idle "
+        "after it), not run. On-demand writes at $0.625 per million write request units. "
+        + _footer(result)
+    )
+    return "\n".join(lines)
+
+
 def commit() -> str:
+    """The commit measured: ``SHARDFLOW_BENCH_COMMIT`` (a run from an exported snapshot of
+    it), else the checkout's HEAD."""
+    if named := os.environ.get("SHARDFLOW_BENCH_COMMIT"):
+        return named
     answer = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         cwd=Path(__file__).parent,
@@ -1144,6 +1310,7 @@ def run(
                     "wall_seconds": round(time.perf_counter() - started, 1),
                     "cpu_seconds": round(time.process_time() - cpu, 1),
                     "log_messages": dict(counter.counts.most_common(12)),
+                    "day": day_totals(phases),
                 }
             )
             if each is not None:
@@ -1152,6 +1319,44 @@ def run(
         logger.removeHandler(counter)
         logger.propagate = True
     return _result(config, code, runs)
+
+
+def _run_one(config: Config, name: str, partial: Path | None) -> dict[str, Any]:
+    """One lease mode of ``config`` (in a process of its own, see :func:`run_parallel`);
+    the result so far written to ``partial`` after every phase, if given."""
+    gc.set_threshold(*GC_THRESHOLDS)
+
+    def keep(result: dict[str, Any]) -> None:
+        if partial is not None:
+            partial.write_text(json.dumps(result, indent=2) + "\n")
+
+    return run(
+        replace(config, modes=(name,)),
+        say=lambda line: print(f"[{name}] {line}", flush=True),
+        each=keep,
+    )
+
+
+def run_parallel(config: Config, jobs: int, partial: Path | None = None) -> dict[str, Any]:
+    """:func:`run`, each lease mode in a process of its own (at most ``jobs`` at once): the
+    modes share nothing (each has its own table, fleet and clock), and one process runs on
+    one core. The result is the same as :func:`run`'s, the modes in ``config``'s order.
+    ``partial``: each mode's result so far is kept in ``<partial>.<mode>.partial.json``
+    while it runs (a long run cut short keeps what it finished)."""
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [
+            pool.submit(
+                _run_one,
+                config,
+                name,
+                partial.with_suffix(f".{name}.partial.json") if partial is not None else None,
+            )
+            for name in config.modes
+        ]
+        results = [future.result() for future in futures]
+    runs = [mode_run for result in results for mode_run in result["runs"]]
+    return _result(config, results[0]["commit"], runs)
 
 
 def _result(config: Config, code: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1197,9 +1402,18 @@ def main() -> None:
     parser.add_argument("--steady", type=float)
     parser.add_argument("--settle", type=float)
     parser.add_argument("--max-phase", type=float)
+    parser.add_argument(
+        "--phase-wall", type=float, help="wall seconds after which a phase is cut (default: none)"
+    )
     parser.add_argument("--seed", type=int)
     parser.add_argument(
         "--save", metavar="VARIANT", help="write bench/results/simulate-VARIANT.json"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="lease modes run side by side in processes of their own (default: one per mode, "
+        "up to the cores)",
     )
     args = parser.parse_args()
     config = SHORT if args.short else DEFAULT
@@ -1210,6 +1424,7 @@ def main() -> None:
         "steady": args.steady,
         "settle": args.settle,
         "max_phase": args.max_phase,
+        "phase_wall": args.phase_wall,
         "seed": args.seed,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
@@ -1228,11 +1443,20 @@ def main() -> None:
             RESULTS.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(result, indent=2) + "\n")
 
-    # Written after each lease mode too: the full run takes a while.
-    result = run(config, say=lambda line: print(line, flush=True), each=write)
+    jobs = args.jobs if args.jobs is not None else min(len(config.modes), os.cpu_count() or 1)
+    if jobs > 1 and len(config.modes) > 1:
+        # Each mode in a process of its own; the result is written once all have finished.
+        result = run_parallel(config, jobs, partial=path)
+        if path is not None:
+            for name in config.modes:  # the whole result is written below
+                path.with_suffix(f".{name}.partial.json").unlink(missing_ok=True)
+    else:
+        # Written after each lease mode too: the full run takes a while.
+        result = run(config, say=lambda line: print(line, flush=True), each=write)
     print("\n" + render(result))
     if len(result["runs"]) > 1:
         print("\n" + render_costs(result))
+    print("\n" + render_day(result))
     if path is not None:
         write(result)
         print(f"written to {path}")
@@ -1244,4 +1468,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

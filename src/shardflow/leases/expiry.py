@@ -229,13 +229,12 @@ class ExpiryTracker:
         per-lease fleet reads every renewal of every worker: 3,000 a second at 10,000
         leases); any lease not seen so as last time goes through :meth:`observe`."""
         seen = self._seen
-        kept = self._kept
-        renewed = self._renewed
-        moved_on = self._schedule.moved_on
-        moment = now + self._failover
         odd: list[Lease] = []
+        moved: list[str] = []
+        owners: set[str] = set()
         for lease in leases:
-            previous = seen.get(lease.lease_key)
+            key = lease.lease_key
+            previous = seen.get(key)
             owner = lease.lease_owner
             request = lease.extra.get(HANDOFF_REQUEST) if lease.extra else None
             if (
@@ -248,13 +247,16 @@ class ExpiryTracker:
                 odd.append(lease)
                 continue
             if previous.counter != lease.lease_counter:
-                key = lease.lease_key
                 seen[key] = _Sighting(
                     lease.lease_counter, owner, lease.checkpoint_owner, now, request
                 )
-                moved_on(key, moment)  # the same holder: only its moment moves
-                kept[owner] = now
-                renewed[owner] = now
+                moved.append(key)
+                owners.add(owner)
+        # The same holders: only their moments move, all to the same one (read together).
+        self._schedule.renewed_at(moved, now + self._failover)
+        for owner in owners:
+            self._kept[owner] = now
+            self._renewed[owner] = now
         if odd:
             self.observe(odd, now, complete=False)
 

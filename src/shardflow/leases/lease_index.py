@@ -128,6 +128,25 @@ class LeaseIndex:
         if key in self.active:
             self.active[key] = lease
 
+    def renew_all(self, leases: Iterable[Lease]) -> list[Lease]:
+        """:meth:`renew` for each of ``leases`` known here with the same owner and a counter
+        not older than the one kept (renewals read from the table's stream); the others are
+        returned, for :meth:`put`. One loop over plain dicts: a worker of a per-lease fleet
+        reads every renewal of every worker."""
+        known = self.leases
+        active = self.active
+        odd: list[Lease] = []
+        for lease in leases:
+            key = lease.lease_key
+            kept = known.get(key)
+            if kept is None or kept.lease_owner != lease.lease_owner:
+                odd.append(lease)
+            elif lease.lease_counter >= kept.lease_counter:
+                known[key] = lease
+                if key in active:
+                    active[key] = lease
+        return odd
+
     def owned_by(self, owner: str) -> list[Lease]:
         """Active leases naming ``owner`` as ``leaseOwner``."""
         active = self.active

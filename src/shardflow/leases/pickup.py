@@ -345,6 +345,24 @@ class StreamChanges:
             for record in answer.get("Records", []):
                 change = record.get("dynamodb", {})
                 image = change.get("NewImage")
+                old = change.get("OldImage")
+                if (
+                    old is not None
+                    and image is not None
+                    and _renewal_only(old, image)
+                    and is_lease_item(image)
+                ):
+                    # The commonest record by far (every renewal of every worker): straight
+                    # to the renewals, without the general path's look-ups.
+                    lease = _parsed(image)
+                    if lease is None:
+                        continue
+                    key = lease.lease_key
+                    if key in leases:  # changed otherwise earlier in this read: stays so
+                        leases[key] = lease
+                    else:
+                        renewed[key] = lease
+                    continue
                 key = change.get("Keys", {}).get("leaseKey", {}).get("S")
                 if record.get("eventName") == "REMOVE" or image is None:
                     if key == MODE_KEY:
@@ -368,14 +386,10 @@ class StreamChanges:
                 lease = _lease_of(image)
                 if lease is None:
                     continue
-                key = lease.lease_key
-                # The latest image of each lease wins; a renewal after another change of the
-                # same lease in this read keeps the lease among the changed ones.
-                if key not in leases and _renewal_only(change.get("OldImage"), image):
-                    renewed[key] = lease
-                else:
-                    renewed.pop(key, None)
-                    leases[key] = lease
+                # The latest image of each lease wins (renewals went above; one after another
+                # change of the same lease in this read keeps the lease among the changed).
+                renewed.pop(lease.lease_key, None)
+                leases[lease.lease_key] = lease
         return LeaseView(
             tuple(leases.values()),
             complete=False,
@@ -420,6 +434,11 @@ def _renewal_only(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
 def _lease_of(image: dict[str, Any]) -> Lease | None:
     if not is_lease_item(image):
         return None
+    return _parsed(image)
+
+
+def _parsed(image: dict[str, Any]) -> Lease | None:
+    """The lease of ``image``, a lease item (see :func:`is_lease_item`); None if malformed."""
     try:
         return lease_from_item(image)
     except MalformedLeaseError as exc:

@@ -25,10 +25,12 @@ CONFIG = replace(
     rolling_batch=1,
     crash=1,
     steady=20.0,
+    idle=10.0,
     brownout=20.0,
     outage=12.0,
     settle=10.0,
     max_phase=300.0,
+    modes=("per-lease",),
 )
 
 
@@ -105,3 +107,68 @@ def test_after_a_brownout_no_handoff_is_left_stranded_in_the_heartbeat_mode() ->
     assert brownout["converged"], report
     assert brownout["still_without_owner"] == 0, report
     assert brownout["two_owners"] == 0, report
+
+
+def _phase(name: str, seconds: float, leases: int, **figures: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "name": name,
+        "seconds": seconds,
+        "leases": leases,
+        "worker_seconds": seconds * 10,
+        "requests": {},
+        "write_units": 0,
+        "read_units": 0.0,
+        "write_units_per_hour": 0.0,
+        "read_units_per_hour": 0.0,
+    }
+    return {**base, **figures}
+
+
+def test_the_costs_table_of_a_run_whose_idle_phase_read_nothing_does_not_divide_by_zero() -> None:
+    # A tiny configuration's idle phase may make no read at all (render_costs divided by it).
+    result = {
+        "config": {**simulate.asdict(CONFIG), "shards": 4, "workers": 1},
+        "settings": {"pickup": "stream", "failover_time": 10, "renew_every": 3.3, "take_every": 20},
+        "commit": "test",
+        "machine": "test",
+        "runs": [
+            {
+                "mode": mode,
+                "phases": [_phase("steady", 20.0, 4)],
+                "simulated_seconds": 20,
+                "wall_seconds": 1,
+            }
+            for mode in ("per-lease", "heartbeat")
+        ],
+    }
+    table = simulate.render_costs(result)
+    assert "| heartbeat | 0 | 0 | — | — |" in table, table
+
+
+def test_a_day_runs_every_event_and_extrapolates_only_the_quiet_rest_from_a_same_sized_table() -> (
+    None
+):
+    phases = [
+        _phase("startup", 30.0, 100, write_units=300, requests={"UpdateItem": 300}),
+        _phase("steady", 60.0, 100, write_units=600, requests={"UpdateItem": 600}),
+        _phase("crash", 40.0, 100, write_units=500, requests={"UpdateItem": 500}),
+        _phase("split", 50.0, 200, write_units=900, requests={"UpdateItem": 900}),
+        _phase("idle", 20.0, 200, write_units=400, requests={"UpdateItem": 400}),
+    ]
+    day = simulate.day_totals(phases, day=1200.0)
+    assert day is not None
+    assert day["run_seconds"] == 200.0
+    assert day["extrapolated"]
+    assert day["extrapolated_seconds"] == 1000.0
+    # Three events (startup, crash, split), each followed by a third of the quiet 1,000 s:
+    # after the start-up and the crash at the steady phase's 10 units/s, after the split at
+    # the idle phase's 20 units/s (the doubled table).
+    assert [(g["after"], g["rate_from"]) for g in day["gaps"]] == [
+        ("startup", "steady"),
+        ("crash", "steady"),
+        ("split", "idle"),
+    ]
+    quiet = 1000.0 / 3
+    assert day["write_units_run"] == 2700
+    assert day["write_units"] == round(2700 + quiet * 10 * 2 + quiet * 20)
+    assert simulate.day_totals(phases[:1], day=1200.0) is None, "nothing to extrapolate from"

@@ -510,3 +510,34 @@ async def test_a_handoff_seen_begun_is_claimed_once_handed_over_without_another_
         await settle()
         assert owned.lease_key in b.owned(), "claimed on sight of the begin"
         assert b.owned()[owned.lease_key].lease.lease_counter == handed.lease_counter + 1
+
+
+async def test_a_workers_first_scans_are_not_paced_by_the_tables_size(monkeypatch: Any) -> None:
+    # Scans that free leases call for are paced by the table's size (one pick-up interval per
+    # SCAN_PACE leases). A worker starting on a table of free leases takes its share over a
+    # few cycles, and paced from its first scan on, the start-up of 100 workers on 10,000
+    # shards left a shard without an owner for 8.3 s (4.0 s before the pace). Its first
+    # UNPACED_SCANS scans now go at once; the pace holds after them.
+    from shardflow.leases import taker
+
+    monkeypatch.setattr(taker, "SCAN_PACE", 4)  # 40 leases: one scan per 10 pick-up intervals
+    async with world([shard(i) for i in range(40)]) as w:
+        calls = Failing()
+        settings = LeaseSettings(max_leases_per_worker=1)  # free leases stay: scans called for
+        gap = settings.pickup_poll_interval * 40 / 4
+        a = await w.start(
+            "a",
+            settings=settings,
+            store=w.store(fault=calls),
+            lease_streams=InMemoryLeaseStreams(w.tables),
+        )
+        assert len(a.owned()) == 1
+        await run_for(8.0, w.clock)
+        early = calls.calls.get("Scan", 0)
+        # Woken a second after each cycle that left free leases: 8 s, 8 scans or more (paced:
+        # one every 2.5 s, 4).
+        assert early >= 7, f"{early} scans in the first 8 s: paced from the start"
+        await run_for(60.0, w.clock)
+        later = calls.calls.get("Scan", 0) - early
+        # After the unpaced ones: one a gap at most (and the periodic take cycle's).
+        assert later <= 60.0 / gap + 60.0 / settings.take_every + 2, later

@@ -12,8 +12,9 @@ from shardflow.clock import ManualClock
 from shardflow.errors import AccessDeniedError
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
 from shardflow.leases.entities import Heartbeat, heartbeat_item
+from shardflow.leases.memory import InMemoryLeaseStreams
 from shardflow.leases.model import lease_to_item
-from shardflow.leases.pickup import LeaseView, PollingChanges
+from shardflow.leases.pickup import LeaseView, PollingChanges, StreamChanges
 
 INTERVAL = 0.25
 FULL_EVERY = 3.0
@@ -205,3 +206,45 @@ async def test_a_large_table_is_scanned_at_most_scan_rate_leases_a_second() -> N
             await writer.take(await writer.create_if_absent(Lease.new(f"shardId-{i:04d}")), "a")
     assert await scans_in(small, 5.0) >= 19  # every 0.25 s
     assert 5 <= await scans_in(large, 5.0) <= 6  # every 1 s: 1,000 leases a second
+
+
+async def test_a_stream_read_keeps_renewals_apart_and_any_other_change_of_the_same_lease_whole() -> (
+    None
+):
+    # Renewals take a path of their own through a stream read (the commonest record by far);
+    # a lease changed otherwise in the same read, before or after its renewal, must still
+    # come out among the changed leases, as its latest image.
+    tables = InMemoryLeaseTables()
+    store = InMemoryLeaseStore("app", tables=tables)
+    status = await store.ensure_table(stream_view=True)
+    assert status.stream_arn is not None
+    leases: dict[str, Lease] = {}
+    for key in ("only-renewed", "taken-then-renewed", "renewed-then-released"):
+        created = await store.create_if_absent(Lease(lease_key=key))
+        leases[key] = await store.take(created, "a")
+    clock = ManualClock()
+    changes = StreamChanges(
+        InMemoryLeaseStreams(tables), status.stream_arn, interval=INTERVAL, clock=clock
+    )
+    views = changes.views()
+    first = await anext(views)
+    assert first.resumed
+    renewed = await store.renew(leases["only-renewed"], "a")
+    taken = await store.take(leases["taken-then-renewed"], "b")
+    taken = await store.renew(taken, "b")
+    before = await store.renew(leases["renewed-then-released"], "a")
+    released = await store.release(before, "a")
+    task = asyncio.ensure_future(anext(views))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    if not task.done():
+        await clock.advance(INTERVAL)
+    view = await task
+    assert [lease.lease_key for lease in view.renewed] == ["only-renewed"]
+    assert view.renewed[0].lease_counter == renewed.lease_counter
+    changed = {lease.lease_key: lease for lease in view.leases}
+    assert set(changed) == {"taken-then-renewed", "renewed-then-released"}
+    assert changed["taken-then-renewed"].lease_counter == taken.lease_counter
+    assert changed["taken-then-renewed"].lease_owner == "b"
+    assert changed["renewed-then-released"].lease_owner is None
+    assert released.lease_owner is None
