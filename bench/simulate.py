@@ -297,6 +297,12 @@ class Tally:
     lost: Counter[str] = field(default_factory=Counter)
 
 
+def moves_counter(seen: LeaseWriteSeen) -> bool:
+    """Whether a landed write created, deleted or changed ``leaseCounter`` of its item."""
+    before, after = seen.before, seen.after
+    return before is None or after is None or after.lease_counter != before.lease_counter
+
+
 class Ledger:
     """Who holds what, from the table's writes alone (a :meth:`InMemoryLeaseTables.watch`er)."""
 
@@ -331,9 +337,19 @@ class Ledger:
             return
         if key.startswith("_shardflow#"):
             return  # the mode item, a fence or a deleted heartbeat: no lease
-        self.last_write[key, worker] = now
         before = self.holder.get(key)
         after_lease = seen.after
+        if moves_counter(seen):
+            # Only a write that moves leaseCounter keeps a lease: it is what a taker's
+            # conditional take proves it saw, and the only kind that moves the writer's own
+            # deadline (OwnedLease: a renewal, a checkpoint, its take or claim). A decline, a
+            # handoff's start, a request or a leaving mark leaves the counter as it was: the
+            # holder's deadline stays where its last counted write put it, and so do the
+            # others' expiry clocks. Counting them too reported two owners where neither the
+            # protocol nor the workers' processing had any (the default run's brownout, c71ae2b:
+            # 2 takes "5.5 s early", each after the old owner declined the taker's request
+            # while its renewals failed).
+            self.last_write[key, worker] = now
         if after_lease is None:  # deleted
             self._forget(key)
             return
