@@ -47,8 +47,10 @@ worker <= 1) and stayed so for ``--settle`` s, or ``--max-phase`` s. Per phase:
   was processed by no worker, by the workers' own start/stop of processing;
 - two owners at once: judged from the table's write history alone (every landed or refused
   write, by which worker, when): a worker whose lease was taken by another may process until
-  its last landed write on that lease + failover_time - safety_margin (the deadline every
-  worker keeps, the protocol's rule); a take by another before that moment is two owners.
+  its last landed write on that lease that moved its leaseCounter + failover_time -
+  safety_margin (the deadline every worker keeps, the protocol's rule: a decline of a handoff
+  request or a handoff's start moves neither the counter nor the deadline); a take by another
+  before that moment is two owners.
   Must be 0. (Also checked from the workers' processing: two at once on one shard.)
 - lease-table requests per worker per minute: every call a worker made to the lease table
   and its stream, by operation; a Scan counts its pages (1 MB each, as DynamoDB pages them).
@@ -377,7 +379,7 @@ class Ledger:
             del self.holder[key]
             if worker != before and after is not None:
                 # Taken from `before` by another worker's write: `before` may go on processing
-                # until its last landed write + failover_time - safety_margin.
+                # until its last landed counter move + failover_time - safety_margin.
                 allowed = (
                     max(
                         self.last_write.get((key, before), -math.inf),
