@@ -47,8 +47,10 @@ worker <= 1) and stayed so for ``--settle`` s, or ``--max-phase`` s. Per phase:
   was processed by no worker, by the workers' own start/stop of processing;
 - two owners at once: judged from the table's write history alone (every landed or refused
   write, by which worker, when): a worker whose lease was taken by another may process until
-  its last landed write on that lease + failover_time - safety_margin (the deadline every
-  worker keeps, the protocol's rule); a take by another before that moment is two owners.
+  its last landed write on that lease that moved its leaseCounter + failover_time -
+  safety_margin (the deadline every worker keeps, the protocol's rule: a decline of a handoff
+  request or a handoff's start moves neither the counter nor the deadline); a take by another
+  before that moment is two owners.
   Must be 0. (Also checked from the workers' processing: two at once on one shard.)
 - lease-table requests per worker per minute: every call a worker made to the lease table
   and its stream, by operation; a Scan counts its pages (1 MB each, as DynamoDB pages them).
@@ -297,6 +299,12 @@ class Tally:
     lost: Counter[str] = field(default_factory=Counter)
 
 
+def moves_counter(seen: LeaseWriteSeen) -> bool:
+    """Whether a landed write created, deleted or changed ``leaseCounter`` of its item."""
+    before, after = seen.before, seen.after
+    return before is None or after is None or after.lease_counter != before.lease_counter
+
+
 class Ledger:
     """Who holds what, from the table's writes alone (a :meth:`InMemoryLeaseTables.watch`er)."""
 
@@ -331,9 +339,19 @@ class Ledger:
             return
         if key.startswith("_shardflow#"):
             return  # the mode item, a fence or a deleted heartbeat: no lease
-        self.last_write[key, worker] = now
         before = self.holder.get(key)
         after_lease = seen.after
+        if moves_counter(seen):
+            # Only a write that moves leaseCounter keeps a lease: it is what a taker's
+            # conditional take proves it saw, and the only kind that moves the writer's own
+            # deadline (OwnedLease: a renewal, a checkpoint, its take or claim). A decline, a
+            # handoff's start, a request or a leaving mark leaves the counter as it was: the
+            # holder's deadline stays where its last counted write put it, and so do the
+            # others' expiry clocks. Counting them too reported two owners where neither the
+            # protocol nor the workers' processing had any (the default run's brownout, c71ae2b:
+            # 2 takes "5.5 s early", each after the old owner declined the taker's request
+            # while its renewals failed).
+            self.last_write[key, worker] = now
         if after_lease is None:  # deleted
             self._forget(key)
             return
@@ -361,7 +379,7 @@ class Ledger:
             del self.holder[key]
             if worker != before and after is not None:
                 # Taken from `before` by another worker's write: `before` may go on processing
-                # until its last landed write + failover_time - safety_margin.
+                # until its last landed counter move + failover_time - safety_margin.
                 allowed = (
                     max(
                         self.last_write.get((key, before), -math.inf),
