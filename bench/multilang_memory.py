@@ -11,9 +11,7 @@ depend on a drain's timing, each measured rather than guessed.
   times the records one shard may hold (``prefetch_records``: the next GetRecords waits for
   room);
 - one ``processRecords`` batch of ``maxRecords`` records: the peak while it is encoded whole
-  (one line) and in the pieces the daemon writes;
-- the floor: the daemon as it runs (glibc's malloc, heaps trimmed) after its imports and
-  clients, before any record, by kind of mapping (shared libraries, heap, anonymous).
+  (one line) and in the pieces the daemon writes.
 
 bench/multilang.py gives the daemon's and processors' RSS at the end of a real drain; this says
 what that RSS is made of. Prints only (no JSON, no table).
@@ -111,75 +109,6 @@ def peak_of(make: Any) -> float:
     return (tracemalloc.get_traced_memory()[1] - before) / MIB
 
 
-FLOOR = r"""
-import asyncio, gc, sys
-sys.path.insert(0, sys.argv[1])
-from multilang_memory import smaps_mib
-from shardflow.multilang.memory import release_large_buffers, trim
-release_large_buffers()
-import shardflow.cli.multilang_run
-from shardflow.aws.clients import ClientFactory
-from shardflow.aws.settings import AwsSettings
-
-async def opened():
-    factory = ClientFactory(AwsSettings(region="us-east-1", endpoint_url="http://127.0.0.1:9"))
-    async with factory.kinesis(), factory.dynamodb(), factory.dynamodbstreams():
-        gc.collect()
-        trim()
-        print(" ".join(f"{k}={v:.1f}" for k, v in smaps_mib().items()))
-
-asyncio.run(opened())
-"""
-
-
-def smaps_mib() -> dict[str, float]:
-    """This process's RSS by kind of mapping: shared libraries, the heap, other anonymous."""
-    kinds = {"so": 0, "heap": 0, "anon": 0, "other": 0}
-    kind = "other"
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            parts = line.split()
-            if "-" in parts[0] and not parts[0].endswith(":"):
-                path = parts[5] if len(parts) > 5 else ""
-                kind = (
-                    "so"
-                    if ".so" in path
-                    else "heap"
-                    if path == "[heap]"
-                    else "anon"
-                    if not path
-                    else "other"
-                )
-            elif parts[0] == "Rss:":
-                kinds[kind] += int(parts[1])
-    total = sum(kinds.values())
-    return {"rss": total / 1024, **{k: v / 1024 for k, v in kinds.items()}}
-
-
-def floor() -> str:
-    """The daemon before its first record, as it runs (glibc's malloc, heaps trimmed): RSS
-    after its imports and its three clients, by kind of mapping."""
-    import subprocess
-
-    env = dict(os.environ, PYTHONMALLOC="malloc")
-    done = subprocess.run(
-        [sys.executable, "-c", FLOOR, os.path.dirname(os.path.abspath(__file__))],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if done.returncode:
-        return f"failed: {done.stderr.strip()[-200:]}"
-    parts = dict(item.split("=") for item in done.stdout.split())
-    return (
-        f"{float(parts['rss']):.1f} MiB RSS: shared libraries {float(parts['so']):.1f}, "
-        f"heap {float(parts['heap']):.1f}, other anonymous {float(parts['anon']):.1f}, "
-        f"other {float(parts['other']):.1f}"
-    )
-
-
 def main() -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
@@ -211,7 +140,6 @@ def main() -> None:
         f"batch   processRecords of {RECORDS:,}: {whole:.1f} MiB peak as one line, "
         f"{peak_of(pieces):.1f} MiB in pieces of {messages.RECORDS_PER_PIECE}"
     )
-    print(f"floor   imports + clients on the system malloc, trimmed: {floor()}")
     left_out = [name for name in ("typer", "click", "rich", "pydantic", "google.protobuf")]
     loaded = [name for name in left_out if name in sys.modules]
     print(f"not imported on the daemon's path: {', '.join(n for n in left_out if n not in loaded)}")

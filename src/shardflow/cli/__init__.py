@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["multilang"]:
-        from shardflow.cli.system_malloc import use_system_malloc
-
-        use_system_malloc()  # executes the command again on glibc's malloc (see its module)
         from shardflow.cli.multilang_run import run_without_typer
 
         code = run_without_typer(argv[1:])

@@ -28,14 +28,9 @@ from shardflow.leases.dynamodb import DynamoDBLeaseStore
 from shardflow.leases.store import LeaseStore
 from shardflow.multilang.config import MultiLangConfig
 from shardflow.multilang.errors import PropertiesError
-from shardflow.multilang.memory import trim
 from shardflow.multilang.shard import DriverSettings, ShardDriver
 
 log = logging.getLogger("shardflow.multilang")
-
-TRIM_EVERY = 0.2
-"""At most one trim of the heaps per this many seconds: the first checkpoint that lets records
-go after a quiet while is followed by a trim at once, the ones in the next 0.2 s share one."""
 
 
 def require_executable(command: tuple[str, ...]) -> None:
@@ -69,8 +64,6 @@ class MultiLangDaemon:
         self._drivers: set[asyncio.Task[None]] = set()
         # Shard id -> its session now (a shard taken again replaces its old session).
         self._sessions: dict[str, ShardSession] = {}
-        self._released = asyncio.Event()
-        self.trims = 0
 
     @property
     def worker_id(self) -> str | None:
@@ -90,16 +83,6 @@ class MultiLangDaemon:
         config = self.config
         require_executable(config.command)
         kinesis_clients = ClientFactory(config.kinesis_aws())
-        trimmer = asyncio.create_task(self._trim_released(), name="shardflow-multilang-trim")
-        try:
-            await self._run(kinesis_clients)
-        finally:
-            trimmer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await trimmer
-
-    async def _run(self, kinesis_clients: ClientFactory) -> None:
-        config = self.config
         async with self._lease_store() as store:
             consumer = Consumer(
                 config.stream,
@@ -132,7 +115,6 @@ class MultiLangDaemon:
                         stopping=self._stopping,
                         lag_of=self._lag_of,
                         shard_ended=shard_ended,
-                        released=self._released.set,
                     )
                     task = asyncio.create_task(
                         driver.run(), name=f"shardflow-multilang-{session.shard_id}"
@@ -145,17 +127,6 @@ class MultiLangDaemon:
                 if close is not None:
                     await close()  # stops the consumer (a generator left early)
                 await self._wait_drivers()
-
-    async def _trim_released(self) -> None:
-        """Give the heaps' free pages back after checkpoints let records go (see
-        :func:`~shardflow.multilang.memory.trim`); waits, without waking, while none do."""
-        while True:
-            await self._released.wait()
-            self._released.clear()
-            if not trim():
-                return  # not glibc: nothing to trim, ever
-            self.trims += 1
-            await asyncio.sleep(TRIM_EVERY)
 
     async def _wait_drivers(self) -> None:
         """Let every driver say its last word to its processor; bounded by the grace."""

@@ -1,5 +1,4 @@
-"""The daemon process's allocator: large buffers go back to the system when freed, and the
-free pages of its heaps once processors checkpoint (:func:`trim`).
+"""The daemon process's allocator: large buffers go back to the system when freed.
 
 A drain moves GetRecords answers of megabytes through the daemon (10,000 records of 100 B are a
 3.3 MiB body, then its parsed form). glibc's malloc serves a block that large by mmap at first,
@@ -23,46 +22,20 @@ DEFAULT_THRESHOLD: Final = 128 * 1024
 """glibc's own starting value: blocks of 128 KiB or more are mapped on their own."""
 
 
-def _glibc() -> ctypes.CDLL | None:
-    """The C library when it is glibc on Linux, else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        version = os.confstr("CS_GNU_LIBC_VERSION")
-    except (OSError, ValueError):
-        return None  # not glibc (musl names no such confstr)
-    if not version or not version.startswith("glibc"):
-        return None
-    return libc
-
-
-def trim() -> bool:
-    """Give the free pages of glibc malloc's heaps back to the system (``malloc_trim(0)``: each
-    whole free page, wherever it is, not only the heap's top); True when done. The daemon
-    runs it after processors checkpoint, when their records are freed: on the system's malloc
-    (:mod:`shardflow.cli.system_malloc`) that is a drain's memory; a call takes ~1.5 ms on a
-    heap of 70 MiB with 20 MiB free in pieces."""
-    libc = _glibc()
-    if libc is None:
-        return False
-    malloc_trim = libc.malloc_trim
-    malloc_trim.argtypes = (ctypes.c_size_t,)
-    malloc_trim.restype = ctypes.c_int
-    malloc_trim(0)
-    return True
-
-
 def release_large_buffers(threshold: int = DEFAULT_THRESHOLD) -> bool:
     """Fix glibc malloc's mmap threshold at ``threshold`` bytes for this process; True when
     done. Nothing is changed (False) off Linux, under another C library, or when the
     process was started with ``MALLOC_MMAP_THRESHOLD_`` (the user's own setting wins)."""
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
-    libc = _glibc()
-    if libc is None:
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        version = os.confstr("CS_GNU_LIBC_VERSION")
+    except (AttributeError, OSError, ValueError):
+        return False  # not glibc (musl names no such confstr; others have no mallopt)
+    if not version or not version.startswith("glibc"):
         return False
-    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, threshold))

@@ -83,7 +83,6 @@ class ShardDriver:
         stopping: asyncio.Event,
         lag_of: LagOf,
         shard_ended: ShardEndProbe,
-        released: Callable[[], None] | None = None,
     ) -> None:
         self.session = session
         self.shard_id = session.shard_id
@@ -91,8 +90,6 @@ class ShardDriver:
         self._stopping = stopping
         self._lag_of = lag_of
         self._shard_ended = shard_ended
-        self._released = released
-        """Called when a checkpoint lets records go (the daemon then trims its heap)."""
         self._child: ChildProcess | None = None
         self._phase = "initialize"
         self._last: ExtendedSequenceNumber | None = session.checkpointer.last_written
@@ -329,8 +326,6 @@ class ShardDriver:
             return "KinesisClientLibDependencyException"
         self._last = target
         self._forget_through(target)
-        if self._released is not None:
-            self._released()
         return None
 
     def _target(

@@ -7,7 +7,6 @@ read those logs and the lease table, never the daemon's internals.
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 import time
@@ -389,51 +388,3 @@ def test_a_processor_that_cannot_be_started_is_refused_at_once_by_name(tmp_path:
     assert "property 'executableName': the record processor 'no-such-processor' is not an" in (
         run.log()
     )
-
-
-def _environment(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
-    return {key.decode(): value.decode(errors="replace") for key, value in pairs}
-
-
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
-def test_the_daemon_runs_on_the_system_malloc_and_its_processors_get_its_environment(
-    moto_url: str, stream_name: str, tmp_path: Path
-) -> None:
-    import psutil
-
-    from shardflow.cli.system_malloc import MARKER
-
-    if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
-        pytest.skip("glibc only")
-    python = kclpy_or_skip()
-    written = _write(moto_url, stream_name, 1)
-    out = tmp_path / "w1.handled"
-    run = start_worker(
-        tmp_path,
-        "w1",
-        processor=f"{python} {BEHAVING} --out {out} --worker w1 --checkpoint-batches",
-        stream=stream_name,
-        kinesis=moto_url,
-        dynamodb=moto_url,
-    )
-    try:
-        keys = {key for records in written.values() for key, _ in records}
-        wait_until(
-            lambda: {h.key for h in read_handled([out])} >= keys, 60, "every record handled", run
-        )
-        # /proc/PID/environ is the environment a process was executed with: the daemon's is
-        # its second start's; the processor's is the one the daemon was given.
-        daemon = _environment(run.pid)
-        assert daemon.get("PYTHONMALLOC") == "malloc"
-        assert daemon.get(MARKER) == "1"
-        processors = psutil.Process(run.pid).children()
-        assert processors
-        for processor in processors:
-            environment = _environment(processor.pid)
-            assert "PYTHONMALLOC" not in environment
-            assert MARKER not in environment
-            assert environment.get("PATH") == daemon.get("PATH")
-    finally:
-        assert run.stop() == 0, run.log_tail()
