@@ -568,15 +568,7 @@ def spread_of(values: list[float]) -> dict[str, float]:
 def renewal_lateness(renewals: dict[str, list[float]], interval: float) -> dict[str, float]:
     """How much later than ``interval`` after its previous one each renewal of a lease came:
     p50, p99 and max over every lease, in seconds."""
-    late = lateness(renewals, interval)
-    if not late:
-        return {"p50": 0.0, "p99": 0.0, "max": 0.0, "count": 0}
-    return {
-        "p50": percentile(late, 50),
-        "p99": percentile(late, 99),
-        "max": max(late),
-        "count": len(late),
-    }
+    return spread_of(lateness(renewals, interval))
 
 
 # --- time to first record (a program of its own, run with python -c) --------------------------
