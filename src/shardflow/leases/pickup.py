@@ -336,6 +336,13 @@ class StreamChanges:
                 await self._describe(first=True)
                 resumed = True
                 continue
+            except AwsError as exc:
+                # The shards read before this one have moved their iterators on: what they
+                # showed must be handed on now, or it is gone. This shard keeps its iterator
+                # and the ones after it wait too (a child shard holds later changes of the
+                # same leases than its parent), so the next read goes on from here in order.
+                log.warning("reading the lease table's stream failed, tried again: %s", exc)
+                break
             following = answer.get("NextShardIterator")
             if following:
                 self._iterators[shard_id] = following

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
 from shardflow.clock import ManualClock
 from shardflow.errors import AccessDeniedError
@@ -248,3 +249,68 @@ async def test_a_stream_read_keeps_renewals_apart_and_any_other_change_of_the_sa
     assert changed["taken-then-renewed"].lease_owner == "b"
     assert changed["renewed-then-released"].lease_owner is None
     assert released.lease_owner is None
+
+
+class TwoShardStream:
+    """The table's stream as :class:`InMemoryLeaseStreams` shows it, with a second stream
+    shard listed after it whose reads fail while ``failing`` is set (a stream whose later
+    shard answers errors for a while)."""
+
+    def __init__(self, tables: InMemoryLeaseTables) -> None:
+        self._real = InMemoryLeaseStreams(tables)
+        self.failing = True
+
+    async def describe_stream(self, **params: Any) -> dict[str, Any]:
+        answer = await self._real.describe_stream(**params)
+        shards = answer["StreamDescription"]["Shards"]
+        shards.append(
+            {"ShardId": "shard-later", "SequenceNumberRange": {"StartingSequenceNumber": "9"}}
+        )
+        return answer
+
+    async def get_shard_iterator(self, **params: Any) -> dict[str, Any]:
+        if params["ShardId"] == "shard-later":
+            return {"ShardIterator": "later"}
+        return await self._real.get_shard_iterator(**params)
+
+    async def get_records(self, **params: Any) -> dict[str, Any]:
+        if params["ShardIterator"] == "later":
+            if self.failing:
+                raise AccessDeniedError("not allowed", operation="GetRecords", code="AccessDenied")
+            return {"Records": [], "NextShardIterator": "later"}
+        return await self._real.get_records(**params)
+
+
+async def test_a_failed_read_of_a_later_stream_shard_keeps_what_the_earlier_shards_showed() -> None:
+    # The earlier shard's iterator has moved past its records when a later shard's read fails:
+    # a view thrown away with the error would lose those changes for good.
+    tables = InMemoryLeaseTables()
+    store = InMemoryLeaseStore("app", tables=tables)
+    status = await store.ensure_table(stream_view=True)
+    assert status.stream_arn is not None
+    created = await store.create_if_absent(Lease(lease_key="shardId-1"))
+    clock = ManualClock()
+    stream = TwoShardStream(tables)
+    views = StreamChanges(stream, status.stream_arn, interval=INTERVAL, clock=clock).views()
+    assert (await anext(views)).resumed
+
+    async def next_view() -> LeaseView:
+        task = asyncio.ensure_future(anext(views))
+        for _ in range(3):
+            for _ in range(10):
+                await asyncio.sleep(0)
+            if task.done():
+                break
+            await clock.advance(INTERVAL)
+        if not task.done():
+            task.cancel()
+            raise AssertionError("no view came in three intervals")
+        return task.result()
+
+    taken = await store.take(created, "a")
+    view = await next_view()
+    assert [lease.lease_counter for lease in view.leases] == [taken.lease_counter]
+    stream.failing = False
+    released = await store.release(taken, "a")
+    view = await next_view()
+    assert [lease.lease_owner for lease in view.leases] == [released.lease_owner]
