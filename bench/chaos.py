@@ -651,6 +651,7 @@ class Soak:
             lease_events=chaos_check.read_lease_events(self.dir.glob("w*.tsv")),
             sent=chaos_check.read_sent(self.dir / "produced.tsv"),
             failover=FAILOVER,
+            guarded=self.guard,
         )
 
     def throughput(self) -> dict[str, Any]:

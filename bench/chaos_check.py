@@ -29,7 +29,7 @@ import itertools
 import json
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -292,9 +292,12 @@ def check(
     progress_slack: float = 5.0,
     stretch_gap: float = 2.0,
     examples: int = 5,
+    guarded: bool = True,
 ) -> Report:
     """Every check over one run's logs. ``sent`` (the producer's own log) turns on the
-    reconciliation, ``failover`` the progress goal (``failover + progress_slack`` seconds)."""
+    reconciliation, ``failover`` the progress goal (``failover + progress_slack`` seconds).
+    ``guarded``: the workers ran the idempotency guard (without it, a record runs again when
+    no checkpoint covered it, and the checkpoints in ``lease_events`` date that)."""
     report = Report(written=len(acked), producer_gave_up=gave_up, calls=len(calls))
     report.workers = len({c.worker for c in calls})
     report.poison_written = len(poison)
@@ -302,7 +305,8 @@ def check(
     _order(report, acked, calls, examples)
     _overlaps(report, calls, faults, examples)
     _interleaving(report, calls, stretch_gap, examples)
-    _duplicates(report, acked, calls, faults, examples)
+    written = None if guarded else checkpoints_by_shard(lease_events)
+    _duplicates(report, acked, calls, faults, examples, written)
     _frozen_calls(report, calls, faults, lease_events, failover)
     if sent is not None:
         _reconcile(report, sent, examples)
@@ -545,6 +549,7 @@ def _duplicates(
     calls: Sequence[Call],
     faults: Sequence[Fault],
     examples: int,
+    written: Mapping[str, list[tuple[float, tuple[int, int]]]] | None = None,
 ) -> None:
     per_record: dict[tuple[str, str], list[Call]] = defaultdict(list)
     for c in calls:
@@ -561,7 +566,7 @@ def _duplicates(
         handled.sort(key=lambda c: c.start)
         for earlier, later in itertools.pairwise(handled):
             report.duplicates += 1
-            cause = _cause(earlier, later, faults)
+            cause = _cause(earlier, later, faults, written)
             causes[cause] += 1
             depth = _replay_depth(earlier, later, faults, cause)
             if depth is not None:
@@ -588,7 +593,42 @@ def _replay_depth(earlier: Call, later: Call, faults: Sequence[Fault], cause: st
     return max(0.0, max(starts) - end) if starts else None
 
 
-def _cause(earlier: Call, later: Call, faults: Sequence[Fault]) -> str:
+_COVERS_ALL = (1 << 200, 0)  # SHARD_END: every record of the shard is done
+
+
+def checkpoints_by_shard(
+    lease_events: Sequence[LeaseEvent],
+) -> dict[str, list[tuple[float, tuple[int, int]]]]:
+    """Per shard, the checkpoints the workers wrote (``CheckpointWritten`` lines whose detail
+    is ``sequence:sub``), as (when, position), in time order."""
+    written: dict[str, list[tuple[float, tuple[int, int]]]] = defaultdict(list)
+    for e in lease_events:
+        if e.event != "CheckpointWritten" or ":" not in e.detail:
+            continue
+        number, _, sub = e.detail.rpartition(":")
+        if number == "SHARD_END":
+            written[e.shard].append((e.at, _COVERS_ALL))
+        elif number.isdigit() and sub.isdigit():
+            written[e.shard].append((e.at, (int(number), int(sub))))
+    return dict(written)
+
+
+def _covered(
+    written: Mapping[str, list[tuple[float, tuple[int, int]]]], call: Call, by: float
+) -> bool:
+    """Whether a checkpoint written by ``by`` covered the record of ``call``."""
+    if not call.sequence_number.isdigit():
+        return False
+    position = (int(call.sequence_number), call.sub)
+    return any(at <= by and mark >= position for at, mark in written.get(call.shard, ()))
+
+
+def _cause(
+    earlier: Call,
+    later: Call,
+    faults: Sequence[Fault],
+    written: Mapping[str, list[tuple[float, tuple[int, int]]]] | None = None,
+) -> str:
     """The fault that explains handling a record twice, or ``unexplained``.
 
     With the idempotency guard a record runs again only when its claim was left open: its
@@ -600,6 +640,12 @@ def _cause(earlier: Call, later: Call, faults: Sequence[Fault]) -> str:
       (a call frozen by SIGSTOP ends after SIGCONT, hence ``_FREEZE_MARGIN``);
     - a DynamoDB brownout refused the completion for longer than the claim's TTL: the call
       ended inside the brownout (``_BROWNOUT_MARGIN`` either side).
+
+    Without the guard (``written``: the checkpoints per shard), a brownout also explains a
+    record whose call ended earlier, if no checkpoint written before the brownout began
+    covered it before the later call began: a checkpoint late on a loaded machine was then
+    refused by the brownout, and the lease's next owner began before the record, as
+    at-least-once allows. A record a checkpoint had covered is never explained by it.
 
     The later call must begin after the fault began. A duplicate outside these windows (a
     lease lapse on a loaded machine, a re-take by the same worker) is ``unexplained``: a bug.
@@ -617,10 +663,16 @@ def _cause(earlier: Call, later: Call, faults: Sequence[Fault]) -> str:
         ):
             return f.kind
     for f in faults:
+        if f.kind != "dynamodb_brownout" or later.start < f.start:
+            continue
+        if f.start - _BROWNOUT_MARGIN <= end <= f.end + _BROWNOUT_MARGIN:
+            return f.kind
         if (
-            f.kind == "dynamodb_brownout"
-            and f.start - _BROWNOUT_MARGIN <= end <= f.end + _BROWNOUT_MARGIN
-            and f.start <= later.start
+            written is not None
+            and end <= f.start
+            # Dated by the write's event (after it landed): one on record before the later
+            # call began had landed before the next owner's take, which would have read it.
+            and not _covered(written, earlier, later.start)
         ):
             return f.kind
     return "unexplained"

@@ -234,6 +234,7 @@ async def work(args: argparse.Namespace) -> None:
     )
     from shardflow.aws import ClientFactory
     from shardflow.consumer.lifecycle.signals import install_stop_signals
+    from shardflow.events import CheckpointWritten
     from shardflow.leases import DynamoDBLeaseStore
 
     out = LineLog(args.out)
@@ -244,6 +245,8 @@ async def work(args: argparse.Namespace) -> None:
         shard = getattr(event, "shard_id", "") or ""
         # How a lease was taken / why it ended: the ownership checker needs both.
         detail = getattr(event, "how", None) or getattr(event, "why", None) or ""
+        if isinstance(event, CheckpointWritten):  # the checker dates what each one covers
+            detail = f"{event.position.sequence_number}:{event.position.sub_sequence_number}"
         out.line("L", worker, type(event).__name__, shard, f"{time.time():.6f}", detail)
 
     def decode(record: Any) -> bytes:

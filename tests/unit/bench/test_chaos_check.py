@@ -124,6 +124,34 @@ def test_a_duplicate_around_a_lease_table_brownout_is_attributed(kind: str) -> N
     assert report.duplicates_by_cause == {kind: 1}
 
 
+def unguarded(calls: list[object], faults: list[object], events: list[object]) -> object:
+    """A run without the idempotency guard, whose workers logged their checkpoints."""
+    return cc.check(
+        [acked("k", 0)], [], 0, calls, Counter(), faults, lease_events=events, guarded=False
+    )
+
+
+def test_without_the_guard_a_replay_of_a_record_no_checkpoint_covered_is_the_brownouts() -> None:
+    # Handled 4.1 s before the brownout; the checkpoint due 2 s later was late (a loaded
+    # machine) and then refused: the next owner began before the record.
+    calls = [call("w1", "k", 0, 10.0), call("w2", "k", 0, 20.0)]
+    brownout = cc.Fault("dynamodb_brownout", "", 14.1, 18.0)
+    written = [cc.LeaseEvent("w1", "CheckpointWritten", SHARD, 9.0, "999:0")]
+    report = unguarded(calls, [brownout], written)
+    assert report.duplicates_by_cause == {"dynamodb_brownout": 1}
+    # With the guard the same duplicate stays unexplained (its completion was not refused).
+    assert run([acked("k", 0)], calls, [brownout]).duplicates_by_cause == {"unexplained": 1}
+
+
+def test_without_the_guard_a_replay_of_a_checkpointed_record_is_never_the_brownouts() -> None:
+    calls = [call("w1", "k", 0, 10.0), call("w2", "k", 0, 20.0)]
+    brownout = cc.Fault("dynamodb_brownout", "", 14.1, 18.0)
+    for detail, at in (("1000:0", 12.0), ("SHARD_END:0", 12.0), ("1000:0", 15.0)):
+        written = [cc.LeaseEvent("w1", "CheckpointWritten", SHARD, at, detail)]
+        report = unguarded(calls, [brownout], written)
+        assert report.duplicates_by_cause == {"unexplained": 1}, (detail, at)
+
+
 def test_the_same_record_written_twice_is_a_producer_copy() -> None:
     acks = [acked("k", 0), cc.Acked("k", 0, SHARD, "2000", 0, 0.0)]
     calls = [call("w1", "k", 0, 1.0), call("w1", "k", 0, 2.0, number="2000")]
