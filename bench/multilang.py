@@ -20,6 +20,12 @@ The KCL 2.5.8 drain starts on a lease table seeded as a previous run leaves it (
 bench/consumer.py); KCL 3.1.3 and shardflow make their own. Daemons run in turn, the order
 rotated each round; medians over the rounds; ratios are shardflow's over each KCL's, measured
 in the same run. ``--short`` (``make bench``): 20k records, one round, no first-record runs.
+
+``--variant NAME=REV`` (repeatable) adds ``shardflow multilang`` as of another git revision to
+the same run, as one more daemon in the rotation: REV's ``src/`` is exported to a temporary
+folder and put first on the daemon's ``PYTHONPATH`` (the rest, the processor and the harness,
+stay the checkout's). A same-run A/B of changes to the daemon: their rows sit beside the
+checkout's and the KCL's, measured round by round against the same stream and emulators.
 Results: ``$SHARDFLOW_BENCH_RESULTS/multilang.json`` (default bench/results).
 """
 
@@ -57,11 +63,13 @@ KCL = {"KCL 2.5.8 MultiLangDaemon": "KCL_2", "KCL 3.1.3 MultiLangDaemon": "KCL_3
 
 class ShardflowDaemon:
     """``shardflow multilang`` with the KCL harness's processor and properties (no h2c proxy:
-    shardflow speaks HTTP/1.1 to kinesalite directly)."""
+    shardflow speaks HTTP/1.1 to kinesalite directly); ``source``: another ``src/`` folder
+    to run the daemon from (a ``--variant``), else the checkout's."""
 
-    def __init__(self, kcl: KclBench, work: Path) -> None:
+    def __init__(self, kcl: KclBench, work: Path, source: Path | None = None) -> None:
         self.kcl = kcl
         self.work = work
+        self.source = source
 
     def _start(self, application: str) -> tuple[subprocess.Popen[bytes], HandledLog]:
         from support.kcl import KclWorker, KclWorkerConfig
@@ -83,6 +91,10 @@ class ShardflowDaemon:
         env = dict(os.environ, AWS_DEFAULT_REGION=REGION)
         env.setdefault("AWS_ACCESS_KEY_ID", "bench")
         env.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+        if self.source is not None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(self.source), *filter(None, [os.environ.get("PYTHONPATH")])]
+            )
         with worker.log_path.open("ab") as log:
             process = subprocess.Popen(
                 [
@@ -187,6 +199,50 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+class VariantError(Exception):
+    """A ``--variant`` that is not ``NAME=REV``, names no revision, or does not run its own
+    source."""
+
+
+def parse_variant(text: str) -> tuple[str, str]:
+    """``NAME=REV`` -> (NAME, REV)."""
+    name, _, rev = text.partition("=")
+    if not name.strip() or not rev.strip():
+        raise VariantError(f"--variant {text!r}: expected NAME=REV (a git revision)")
+    return name.strip(), rev.strip()
+
+
+def export_source(rev: str, into: Path) -> tuple[Path, str]:
+    """``git archive REV src`` unpacked under ``into``: (its ``src`` folder, REV's short hash).
+    Checked: a Python with that folder on its path imports shardflow from it."""
+    root = Path(__file__).resolve().parents[1]
+    short = subprocess.run(
+        ["git", "rev-parse", "--short", f"{rev}^{{commit}}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if short.returncode:
+        raise VariantError(f"--variant: no revision {rev!r}: {short.stderr.strip()}")
+    into.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev, "src"], cwd=root, capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    source = into / "src"
+    where = subprocess.run(
+        [sys.executable, "-c", "import shardflow; print(shardflow.__file__)"],
+        env=dict(os.environ, PYTHONPATH=str(source)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if not where.stdout.strip().startswith(str(source)):
+        raise VariantError(f"--variant {rev}: shardflow imported from {where.stdout.strip()!r}")
+    return source, short.stdout.strip()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from shardflow.local import KinesaliteServer, MotoServer
 
@@ -195,7 +251,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     code = commit()  # the code that runs: taken before the first round
     releases = {name: KCL[name] for name in KCL if name[4] in args.releases.split(",")}
-    contenders = [SHARDFLOW, *releases]
+    variants = dict(parse_variant(text) for text in args.variant)
+    contenders = [SHARDFLOW, *(f"{SHARDFLOW} @ {name}" for name in variants), *releases]
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     first: dict[str, Any] = {}
     with (
@@ -216,13 +273,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"preloaded {args.records:,} records of {args.size} B ({rate:,.0f}/s)", flush=True)
         kcl = KclBench(kinesis, dynamodb, STREAM)
         ours = ShardflowDaemon(kcl, Path(work))
+        daemons = {SHARDFLOW: ours}
+        revisions: dict[str, str] = {}
+        for name, rev in variants.items():
+            source, revisions[name] = export_source(rev, Path(work) / "variants" / name)
+            daemons[f"{SHARDFLOW} @ {name}"] = ShardflowDaemon(kcl, Path(work), source)
+            print(f"variant {name}: {rev} = {revisions[name]}", flush=True)
         try:
             for round_ in range(args.repeat):
                 turn = round_ % len(contenders)
                 for name in contenders[turn:] + contenders[:turn]:
                     application = f"bench-ml-{os.getpid()}-{round_}-{contenders.index(name)}"
-                    if name == SHARDFLOW:
-                        m = ours.drain(application, args.records, args.start_timeout)
+                    if name in daemons:
+                        m = daemons[name].drain(application, args.records, args.start_timeout)
                     else:
                         m = kcl.drain(
                             releases[name],
@@ -256,6 +319,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "medians": {name: median(runs, args.records) for name, runs in rounds.items()},
         "rounds": rounds,
         "first_record": first,
+        "variants": {
+            f"{SHARDFLOW} @ {name}": {"rev": rev, "commit": revisions.get(name)}
+            for name, rev in variants.items()
+        },
         "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
         "commit": code,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -346,22 +413,28 @@ def render(result: dict[str, Any]) -> str:
             f"| {name} | {m['records_per_second']:,.0f} | {m['cpu_per_100k']:.2f} | "
             f"{m['rss_mib']:,.0f} | {parts} | {pss} | {m['duplicates']} |"
         )
-    ours = medians.get(SHARDFLOW, {})
     ratio_rows = []
-    for name in KCL:
-        theirs = medians.get(name)
-        if theirs is None or theirs.get("error") or ours.get("error") or not ours:
-            continue
-        pss = (
-            f"{ours['pss_mib'] / theirs['pss_mib']:.2f}x"
-            if "pss_mib" in ours and "pss_mib" in theirs
-            else "-"
-        )
-        ratio_rows.append(
-            f"| vs {name} | {ours['records_per_second'] / theirs['records_per_second']:.2f}x | "
-            f"{ours['cpu_per_100k'] / theirs['cpu_per_100k']:.2f}x | "
-            f"{ours['rss_mib'] / theirs['rss_mib']:.2f}x | {pss} |"
-        )
+    shardflows = [name for name in medians if name.startswith(SHARDFLOW)]
+    for mine in shardflows:
+        ours = medians[mine]
+        for name in KCL:
+            theirs = medians.get(name)
+            if theirs is None or theirs.get("error") or ours.get("error") or not ours:
+                continue
+            pss = (
+                f"{ours['pss_mib'] / theirs['pss_mib']:.2f}x"
+                if "pss_mib" in ours and "pss_mib" in theirs
+                else "-"
+            )
+            against = (
+                f"vs {name}" if mine == SHARDFLOW else f"{mine[len(SHARDFLOW) + 3 :]} vs {name}"
+            )
+            ratio_rows.append(
+                f"| {against} | "
+                f"{ours['records_per_second'] / theirs['records_per_second']:.2f}x | "
+                f"{ours['cpu_per_100k'] / theirs['cpu_per_100k']:.2f}x | "
+                f"{ours['rss_mib'] / theirs['rss_mib']:.2f}x | {pss} |"
+            )
     if ratio_rows:
         rows += [
             "",
@@ -370,6 +443,10 @@ def render(result: dict[str, Any]) -> str:
             "|---|---:|---:|---:|---:|",
             *ratio_rows,
         ]
+    if result.get("variants"):
+        rows += ["", "| variant (same run) | revision |", "|---|---|"]
+        for name, variant in result["variants"].items():
+            rows.append(f"| {name} | {variant['rev']} = {variant['commit']} |")
     if result["first_record"]:
         rows += ["", "| first record of a new application, from the daemon's spawn | seconds |"]
         rows.append("|---|---:|")
@@ -405,6 +482,13 @@ def main() -> None:
         help="measure the first record of a brand-new application",
     )
     parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=REV",
+        help="also run shardflow multilang as of git revision REV (repeatable)",
+    )
     parser.add_argument("--short", action="store_true", help="20k records, one round, no --first")
     args = parser.parse_args()
     if args.short:

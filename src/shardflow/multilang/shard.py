@@ -99,6 +99,9 @@ class ShardDriver:
         self._pending: deque[list[ConsumedRecord[Any]]] = deque()
         """Batches delivered since the processor's last checkpoint (records after it only)."""
         self._last_record: ConsumedRecord[Any] | None = None
+        self._next: asyncio.Future[list[ConsumedRecord[Any]] | None] | None = None
+        """The read of the next batch, while it is awaited (and no longer: a done read holds
+        its batch as its result)."""
         self._failures = 0
         self.restarts = 0
 
@@ -110,42 +113,54 @@ class ShardDriver:
         # The shard is read from now on, while the processor starts and initializes (the KCL
         # too starts its prefetch before it calls initialize): its first batch is ready, or
         # on its way, when initialize is answered, instead of only asked for then.
-        first = asyncio.ensure_future(anext(self.session.batches, None))
+        self._next = asyncio.ensure_future(anext(self.session.batches, None))
         try:
             await self._deliver(None)  # start the processor and initialize it
-            await self._batches(first)
+            await self._batches()
             await self._end()
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("shard %s: the multilang driver failed", self.shard_id)
         finally:
-            await _abandon(first)
+            if self._next is not None:
+                await _abandon(self._next)
             await self._close_child()
 
-    async def _batches(self, first: asyncio.Future[list[ConsumedRecord[Any]] | None]) -> None:
+    async def _batches(self) -> None:
         batches = self.session.batches
-        waiting: asyncio.Future[list[ConsumedRecord[Any]] | None] | None = first
         try:
             while True:
-                if waiting is None:
-                    waiting = asyncio.ensure_future(anext(batches, None))
-                if self.settings.empty_batches and not waiting.done():
-                    done, _ = await asyncio.wait({waiting}, timeout=self.settings.idle_time)
-                    if not done:
-                        await self._deliver([])
-                        continue
+                if self._next is None:
+                    self._next = asyncio.ensure_future(anext(batches, None))
+                waiting = self._next
+                if self.settings.empty_batches and not await self._ready(waiting):
+                    await self._deliver([])
+                    continue
                 batch = await waiting
-                waiting = None
+                self._next = None
+                del waiting  # a done read holds its batch: see _next
                 if batch is None:
                     return
                 self._pending.append(batch)
                 self._last_record = batch[-1]
                 self._largest = batch[-1].position
                 await self._deliver(batch)
+                # Kept from here by _pending alone, which lets it go at the checkpoint: this
+                # name would hold it until the next batch came (a drain's last, for good).
+                batch = None
         finally:
-            if waiting is not None:
-                await _abandon(waiting)
+            if self._next is not None:
+                await _abandon(self._next)
+                self._next = None
+
+    async def _ready(self, waiting: asyncio.Future[Any]) -> bool:
+        """Whether the read is done within ``idle_time`` (its done set is not kept: it would
+        hold the read, so its batch)."""
+        if waiting.done():
+            return True
+        done, _ = await asyncio.wait({waiting}, timeout=self.settings.idle_time)
+        return bool(done)
 
     async def _end(self) -> None:
         """The ending the KCL would send (see the module doc)."""

@@ -711,16 +711,24 @@ async def delivered(
     try:
         async with contextlib.aclosing(reader.chunks(worker.may_deliver)) as chunks:
             async for chunk in chunks:
-                for piece in await deliver(chunk.items, tracker, deserializer):
+                pieces = await deliver(chunk.items, tracker, deserializer)
+                chunk_records, chunk_size = len(chunk.items), chunk.size
+                # Nothing here names a chunk or a piece while the next chunk is awaited: it
+                # would keep a handled batch of records alive until then (see reader.chunks).
+                del chunk
+                pieces.reverse()
+                while pieces:
+                    piece = pieces.pop()
                     timed: tuple[int, int, float] | None = None
                     if metrics is not None and isinstance(piece, list):
                         # The chunk's own count when the piece is all of it (the usual case).
-                        whole = len(piece) == len(chunk.items)
-                        size = chunk.size if whole else sum(r.size for r in piece)
+                        whole = len(piece) == chunk_records
+                        size = chunk_size if whole else sum(r.size for r in piece)
                         metrics.records_handled(stream, len(piece), size)
                         if metrics.batch_observer is not None:
                             timed = (len(piece), size, clock.monotonic())
                     yield piece
+                    del piece
                     if timed is not None and metrics is not None:
                         observe = metrics.batch_observer
                         if observe is not None:

@@ -82,6 +82,7 @@ class ShardSession:
                         worker.fail(piece.error)
                         return
                     yield piece
+                    del piece  # not kept alive while the next is awaited (see reader.chunks)
         finally:
             self._closed.set()
 

@@ -65,6 +65,9 @@ class ShardReader:
         one is asked for (or the iteration ends), so ask only once the previous chunk is
         handled. Raises what reading failed with, once the chunks before it are out."""
         buffer = self._buffer
+        # The chunk handed out is named only here, and forgotten once released: a local that
+        # still held it while the next one is awaited would keep a whole chunk of records
+        # alive beyond the buffer's bound (the last one of a drain until the shard's next).
         previous: Chunk | None = None
         try:
             while True:
@@ -73,14 +76,13 @@ class ShardReader:
                     previous = None
                 if not may_go_on():
                     return
-                chunk = await buffer.get()
-                if chunk is None:
+                previous = await buffer.get()
+                if previous is None:
                     self.ended = buffer.finished
                     return
-                previous = chunk
                 if not may_go_on():
                     return
-                yield chunk
+                yield previous
         finally:
             if previous is not None:
                 await buffer.release(previous)
