@@ -493,17 +493,22 @@ async def test_a_worker_that_leaves_gracefully_keeps_its_peers_on_the_heartbeat(
         await leave(w, c)
         await run_for(1.0, w.clock, step=0.1)
         await c.stop(release=True)
-        assert c._keeper is not None and c._keeper.heartbeat is None, "c deleted its heartbeat"
+        assert c._keeper is not None
+        assert c._keeper.heartbeat is None, "c deleted its heartbeat"
         left = w.clock.monotonic()
         per_lease: list[tuple[float, str]] = []
         while w.clock.monotonic() - left < HB.failover_time * 2:
             await run_for(0.1, w.clock, step=0.1)
-            per_lease += [(w.clock.monotonic(), x.worker_id) for x in (a, b) if x.lease_mode != "heartbeat"]
+            per_lease += [
+                (w.clock.monotonic(), x.worker_id) for x in (a, b) if x.lease_mode != "heartbeat"
+            ]
         for helper in helpers:
             helper.cancel()
         assert not per_lease, f"a peer fell back to renewals lease by lease: {per_lease[:3]}"
         renewals = [
-            seen.write.operation for at, seen in writes.seen if at > left and seen.write.operation == "renew"
+            seen.write.operation
+            for at, seen in writes.seen
+            if at > left and seen.write.operation == "renew"
         ]
         assert not renewals, f"{len(renewals)} renewals after c left"
         assert len(a.owned()) + len(b.owned()) == 9
