@@ -447,6 +447,7 @@ def scale_child(args: argparse.Namespace) -> None:
                 await asyncio.sleep(args.scale_max_idle or 0.0)
                 calls.clear()
                 gc_times.clear()
+                profiler = start_profiler(args.scale_profile, args.scale_quiet)
                 quiet0, quiet_at = time.process_time(), time.perf_counter()
                 # The window in parts: a spread (and a median) from one run.
                 part = args.scale_quiet / SCALE_QUIET_PARTS
@@ -458,6 +459,8 @@ def scale_child(args: argparse.Namespace) -> None:
                     )
                 quiet_cpu = time.process_time() - quiet0
                 quiet_window = time.perf_counter() - quiet_at
+                if profiler is not None:
+                    profiler.wait(timeout=60)
                 quiet_calls = dict(calls)
                 quiet_gc = {
                     str(gen): {"count": len(spans), "cpu_seconds": sum(spans)}
@@ -524,6 +527,19 @@ def scale_child(args: argparse.Namespace) -> None:
 
     result = asyncio.run(main())
     print(json.dumps(result | collector.verdict()))
+
+
+def start_profiler(path: str | None, seconds: float) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling this process for ``seconds`` into ``path`` (``--scale-profile``: where
+    the quiet window's CPU goes); None without a path. py-spy is not a dependency: it must be
+    installed in the venv (``.venv/bin/pip install py-spy``). Its own CPU is its process's,
+    not the one measured."""
+    if not path:
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    command = [str(spy), "record", "--pid", str(os.getpid()), "--duration", f"{seconds:.0f}"]
+    command += ["--rate", "200", "--format", "raw", "--output", path, "--nonblocking"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def put_flow(
@@ -919,6 +935,7 @@ def run_scale(args: argparse.Namespace, kinesis: str, dynamodb: str) -> dict[str
         "--scale-quiet",
         str(args.scale_quiet),
         *(["--scale-max-idle", str(args.scale_max_idle)] if args.scale_max_idle else []),
+        *(["--scale-profile", args.scale_profile] if args.scale_profile else []),
     ]
     timeout = args.scale_timeout + args.scale_observe + args.scale_quiet + 400
     m = run_child(command, stack_env(kinesis, dynamodb), timeout=timeout)
@@ -1296,6 +1313,11 @@ def main() -> None:
         choices=("per-lease", "heartbeat"),
         default="per-lease",
         help="the scale part's lease mode (heartbeat: one heartbeat item per worker)",
+    )
+    parser.add_argument(
+        "--scale-profile",
+        help="sample the scale child with py-spy over its quiet window into this file (raw "
+        "collapsed stacks; py-spy must be installed in the venv)",
     )
     parser.add_argument(
         "--merge",

@@ -1751,6 +1751,22 @@ def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
     return combined
 
 
+def merge_modes(earlier: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with the runs of ``earlier`` (the results file as it was) for lease modes it
+    did not run, in :data:`LEASE_MODES` order: the two modes measured one after the other, each
+    in a run of its own. Each run keeps its own settings; the top-level figures are this run's,
+    with the earlier run's time added and its moment kept under ``merged``."""
+    runs = {**runs_of(earlier), **runs_of(result)}
+    merged = copy.deepcopy(result)
+    merged["runs"] = {mode: runs[mode] for mode in LEASE_MODES if mode in runs}
+    merged["lease_modes"] = list(merged["runs"])
+    kept = [mode for mode in runs_of(earlier) if mode not in runs_of(result)]
+    if kept:
+        merged["seconds"] = result["seconds"] + earlier.get("seconds", 0)
+        merged["merged"] = [{"when": earlier.get("when"), "lease_modes": kept}]
+    return merged
+
+
 def rounds_notes(result: dict[str, Any]) -> list[str]:
     """For a run of several rounds: what the table's medians are made of."""
     if result.get("repeat", 1) <= 1:
@@ -1860,6 +1876,12 @@ def main() -> None:
         help="write the result to bench/results/NAME (e.g. fleet-128-moves.json, rendered as "
         "fleet@128-moves) whatever the settings",
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other lease mode's run of the results file (one mode per run, e.g. "
+        "each under its own hold of the bench lock; see merge_modes)",
+    )
     parser.add_argument("--child-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stream", help=argparse.SUPPRESS)
     parser.add_argument("--application", help=argparse.SUPPRESS)
@@ -1909,9 +1931,11 @@ def main() -> None:
             say(f"round {round_no} of {args.repeat}")
         results.append(run(config, say=say))
     result = combine(results)
+    name = args.results_name or "fleet.json"
+    if args.merge and (RESULTS / name).exists():
+        result = merge_modes(json.loads((RESULTS / name).read_text()), result)
     print("\n" + render(result))
     full = config == DEFAULT
-    name = args.results_name or "fleet.json"
     if os.environ.get("SHARDFLOW_BENCH_RESULTS") or full or args.results_name:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")

@@ -68,10 +68,15 @@ class ExpiryTracker:
         self._blind_since: float | None = None
         self._failed_at: float | None = None
         self._beats: dict[str, _Beat] = {}
+        """Worker id -> its heartbeat as last seen, and since when it looks so."""
         self._kept: dict[str, float] = {}
         """Worker id -> when it was last seen writing a lease it already held (a renewal or a
         checkpoint): how a worker that keeps no heartbeat shows itself."""
-        """Worker id -> its heartbeat as last seen, and since when it looks so."""
+        self._beat_gone: dict[str, float] = {}
+        """Worker id -> when its heartbeat item was seen gone (deleted by a worker that left,
+        or that went back to the per-lease mode): it is of a version with the heartbeat mode,
+        so its last lease writes do not make it one without (see
+        :meth:`lease_keepers_without_heartbeat`)."""
 
     @property
     def is_blind(self) -> bool:
@@ -136,21 +141,32 @@ class ExpiryTracker:
             self._beats[worker] = _Beat(heartbeat, now)
         if complete:
             for worker in self._beats.keys() - present:
-                del self._beats[worker]
+                self.forget_heartbeat(worker, now)
 
     def lease_keepers_without_heartbeat(self, now: float, seconds: float) -> set[str]:
         """Workers seen renewing or checkpointing a lease they hold within ``seconds``, that
         keep no heartbeat: KCL 2.x workers, or shardflow versions without the heartbeat mode
         (both judge expiry lease by lease, and would take a heartbeat worker's leases)."""
+        gone = self._beat_gone
+        for worker, at in list(gone.items()):
+            # Forgotten once its lease writes no longer count either (bounded memory).
+            if now - at > seconds and now - self._kept.get(worker, -math.inf) > seconds:
+                del gone[worker]
+        # A worker whose heartbeat was seen and then deleted is not one of them: a graceful
+        # leaver checkpoints its last records and says on a lease that it leaves, then deletes
+        # its heartbeat once it holds nothing. Counted as a worker without the heartbeat mode,
+        # every leave put the whole fleet on renewals lease by lease (and on a scan every
+        # poll) for a failover time: throughout a rolling restart (bench/fleet.py, 128 shards).
         return {
             worker
             for worker, at in self._kept.items()
-            if now - at <= seconds and worker not in self._beats
+            if now - at <= seconds and worker not in self._beats and worker not in gone
         }
 
-    def forget_heartbeat(self, worker_id: str) -> None:
-        """The worker's heartbeat item was deleted."""
-        self._beats.pop(worker_id, None)
+    def forget_heartbeat(self, worker_id: str, now: float) -> None:
+        """The worker's heartbeat item was seen deleted at ``now``."""
+        if self._beats.pop(worker_id, None) is not None:
+            self._beat_gone[worker_id] = now
 
     def heartbeat_of(self, worker_id: str) -> Heartbeat | None:
         """The worker's heartbeat as last seen; None: it keeps none (as far as seen)."""

@@ -180,9 +180,10 @@ class LeaseTaker:
         """shardflow's own items as a read showed them: the heartbeats (for expiry) and the
         table's lease mode (``mode_seen``: the read showed the mode item or its absence;
         a complete scan always does)."""
-        self._tracker.observe_heartbeats(heartbeats, self._clock.monotonic(), complete=complete)
+        now = self._clock.monotonic()
+        self._tracker.observe_heartbeats(heartbeats, now, complete=complete)
         for worker in removed_heartbeats:
-            self._tracker.forget_heartbeat(worker)
+            self._tracker.forget_heartbeat(worker, now)
         if complete or mode_seen:
             self.table_mode = mode or "per-lease"
             self.on_mode(self.table_mode)
@@ -562,7 +563,7 @@ class LeaseTaker:
             # Deleted (its worker retired it, or a peer removed it once fenced): the lease
             # is judged lease by lease from now on, and it was: expired.
             assert holder is not None
-            self._tracker.forget_heartbeat(holder)
+            self._tracker.forget_heartbeat(holder, now)
             return True
         except ShardflowError as exc:
             log.warning("fencing the heartbeat of %s failed: %s", holder, exc)
@@ -588,7 +589,7 @@ class LeaseTaker:
         for heartbeat in doomed:
             with contextlib.suppress(ShardflowError):
                 await store.delete_heartbeat(heartbeat)
-            self._tracker.forget_heartbeat(heartbeat.worker_id)
+            self._tracker.forget_heartbeat(heartbeat.worker_id, self._clock.monotonic())
 
     async def _resume(self, view: LeaseIndex, *, how: AcquiredHow) -> list[OwnedLease]:
         """Hold the leases that name this worker already and are not held here: at start

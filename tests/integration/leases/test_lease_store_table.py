@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 
 import pytest
@@ -91,3 +92,33 @@ async def test_connect_opens_and_closes_its_own_client(backend: DynamoBackend) -
         lease = await store.create_if_absent(Lease.new("shardId-000000000000"))
         assert status.created
         assert await store.list_leases() == [lease]
+
+
+async def test_a_scan_of_an_unchanged_table_leaves_no_young_copies_of_its_items(
+    backend: DynamoBackend,
+) -> None:
+    # Whatever a scan keeps lives until the next one (seconds): kept fresh every scan, 1,000
+    # leases' item copies reached the oldest generation each time and set off a full garbage
+    # collection about once a minute in an idle 1,000-lease worker (bench/consumer.py).
+    store = await backend.store()
+    await store.ensure_table()
+    for i in range(60):
+        await store.create_if_absent(Lease.new(f"shardId-{i:012d}"))
+    first = await store.scan_table()
+    gc.collect()
+    gc.disable()
+    try:
+        again = await store.scan_table()
+        young = [o for o in gc.get_objects(generation=0) if isinstance(o, dict) and "leaseKey" in o]
+    finally:
+        gc.enable()
+    assert [lease.lease_key for lease in again.leases] == [
+        lease.lease_key for lease in first.leases
+    ]
+    assert all(a is b for a, b in zip(first.leases, again.leases, strict=True))
+    assert not young, f"{len(young)} item copies kept from the second scan"
+    # A changed lease is read again, and kept as read.
+    changed = await store.take(again.leases[0], "w1")
+    third = await store.scan_table()
+    assert third.leases[0] == changed
+    assert third.leases[0] is not again.leases[0]

@@ -30,6 +30,7 @@ from shardflow.leases.store import LeaseStoreBase, TableScan
 from shardflow.leases.writes import LeaseWrite
 from shardflow.records import ExtendedSequenceNumber
 from support.coordinator_fakes import run_for, shard, sid, world
+from unit.leases.test_coordinator_handoff import complete_handoffs, leave
 
 # Pick-up by polling the table (the in-memory store has a stream, but the fakes give no
 # streams client); handoffs on, as by default.
@@ -469,3 +470,45 @@ async def test_a_worker_polling_a_table_with_a_stream_scans_every_poll() -> None
         await run_for(30.0, w.clock, step=0.5)
         assert calls.counted["Scan"] >= 55, calls.counted  # every 0.5 s poll
         assert calls.counted["BatchGetItem"] == 0, calls.counted
+
+
+async def test_a_worker_that_leaves_gracefully_keeps_its_peers_on_the_heartbeat() -> None:
+    # A leaver checkpoints and says on a lease that it leaves (its own writes to leases it
+    # holds), then deletes its heartbeat item once it holds nothing. Its peers saw it write
+    # leases within the failover time and then saw no heartbeat for it: they took it for a
+    # worker without the heartbeat mode and renewed every lease one by one for a failover
+    # time after each leave (bench/fleet.py at 128 shards: through a whole rolling restart,
+    # the fleet renewed lease by lease and scanned on every poll).
+    async with world([shard(i) for i in range(9)]) as w:
+        writes = Writes(w.tables)
+        writes.now = w.clock.monotonic
+        a = await w.start("a", settings=HB)
+        b = await w.start("b", settings=HB)
+        c = await w.start("c", settings=HB)
+        helpers = [complete_handoffs(worker) for worker in (a, b, c)]
+        await run_for(25.0, w.clock, step=0.5)
+        await _in_heartbeat_mode(w, a, b, c)
+        await run_for(HB.renew_every * 2, w.clock, step=0.5)
+        assert len(c.owned()) >= 2
+        await leave(w, c)
+        await run_for(1.0, w.clock, step=0.1)
+        await c.stop(release=True)
+        assert c._keeper is not None
+        assert c._keeper.heartbeat is None, "c deleted its heartbeat"
+        left = w.clock.monotonic()
+        per_lease: list[tuple[float, str]] = []
+        while w.clock.monotonic() - left < HB.failover_time * 2:
+            await run_for(0.1, w.clock, step=0.1)
+            per_lease += [
+                (w.clock.monotonic(), x.worker_id) for x in (a, b) if x.lease_mode != "heartbeat"
+            ]
+        for helper in helpers:
+            helper.cancel()
+        assert not per_lease, f"a peer fell back to renewals lease by lease: {per_lease[:3]}"
+        renewals = [
+            seen.write.operation
+            for at, seen in writes.seen
+            if at > left and seen.write.operation == "renew"
+        ]
+        assert not renewals, f"{len(renewals)} renewals after c left"
+        assert len(a.owned()) + len(b.owned()) == 9
