@@ -298,7 +298,11 @@ class AckTracker:
             # compaction, the prefix held up to ~4,096 handled records per shard (half a
             # GetRecords answer when a processor checkpoints every 1,000): a multilang drain
             # of 100k records ended with 10k of them alive, their arenas mapped.
-            records[self._head : head] = [None] * (head - self._head)
+            old = self._head
+            if head - old == 1:  # a record acked in order: the common case, without a list
+                records[old] = None
+            else:
+                records[old:head] = [None] * (head - old)
         self._head = head
 
     def _notify(self) -> None:
