@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 from unittest.mock import patch
 
@@ -154,6 +155,34 @@ def test_many_records_in_random_order_with_compaction() -> None:
     assert tracker.safe_position == records[-1].position
     # The acked prefix was dropped from memory, not kept around.
     assert len(tracker._records) < len(records)
+
+
+def test_records_the_acked_prefix_covers_are_let_go_before_a_compaction() -> None:
+    """A shard checkpointed every 1,000 records of a 3,000-record batch: the tracker keeps
+    none of the 2,000 checkpointed (but the last, the safe position), though it has not
+    compacted (under 4,096 slots); before, it kept all of them until the compaction."""
+    base = 10**30
+    tracker = AckTracker()
+    for i in range(3_000):
+        tracker.deliver(plain(base + i))
+    for through in (999, 1_999):
+        tracker.ack_through(ExtendedSequenceNumber(str(base + through)))
+
+    gc.collect()
+    kept = {
+        int(thing.sequence_number) - base
+        for thing in gc.get_objects()
+        if type(thing) is Record and thing.sequence_number.startswith("1000000")
+    }
+    assert kept & set(range(2_000)) == {1_999}, len(kept & set(range(2_000)))
+    assert kept >= set(range(2_000, 3_000))
+    assert tracker.safe_position == ExtendedSequenceNumber(str(base + 1_999))
+    assert tracker.prefix_count == 2_000
+    # What is not in the prefix is still found by position, acked and reported.
+    tracker.ack(ExtendedSequenceNumber(str(base + 2_500)))
+    assert tracker.completed_beyond_prefix() == [ExtendedSequenceNumber(str(base + 2_500))]
+    tracker.ack_through(ExtendedSequenceNumber(str(base + 2_999)))
+    assert tracker.all_acked
 
 
 def test_aggregate_sub_records_each_count() -> None:
