@@ -541,3 +541,40 @@ async def test_a_workers_first_scans_are_not_paced_by_the_tables_size(monkeypatc
         later = calls.calls.get("Scan", 0) - early
         # After the unpaced ones: one a gap at most (and the periodic take cycle's).
         assert later <= 60.0 / gap + 60.0 / settings.take_every + 2, later
+
+
+async def test_a_cycle_put_off_until_a_scan_is_not_rerun_at_once_when_nothing_is_free(
+    monkeypatch: Any,
+) -> None:
+    # A cycle woken by the stream while leases were free, before the scan pace allowed a scan,
+    # is put off until the next scan is due (next_wake: the last scan + the gap). When the
+    # free leases were taken by others meanwhile, the cycle at that moment ran on the view
+    # (nothing free: no scan needed) and left the deferral set: next_wake kept answering the
+    # moment just passed, and the take loop ran the cycle again at once, without end (on a
+    # virtual clock, 50 workers on 5,000 shards, bench/simulate.py seed 1: the start-up never
+    # came to rest; on a real clock, a worker's loop spinning until its next periodic cycle).
+    from shardflow.leases import taker
+
+    monkeypatch.setattr(taker, "UNPACED_SCANS", 0)  # paced from the first scan on
+    monkeypatch.setattr(taker, "SCAN_PACE", 4)  # 8 leases: a scan per 2 pick-up intervals
+    async with world([shard(i) for i in range(8)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        for i in range(8):
+            await store.create_if_absent(Lease(sid(i), shard_id=sid(i)))
+        settings = LeaseSettings(max_leases_per_worker=1)  # free leases stay after a's cycle
+        cycles = w.worker("a", settings=settings)._taker
+        mine = await cycles.take_cycle()  # a scan
+        assert len(mine) == 1
+        cycles.observe([owned.lease for owned in mine], [])  # as the stream shows the take
+        gap = settings.pickup_poll_interval * 8 / 4
+        await w.clock.advance(gap / 4)
+        assert await cycles.take_cycle(from_view=True) == [], "put off: a scan is not due"
+        others = w.store()
+        free = [lease for lease in (await w.leases()).values() if lease.lease_owner is None]
+        cycles.observe([await others.take(lease, "b") for lease in free], [])
+        await w.clock.advance(gap)  # past the moment the put-off cycle waited for
+        assert await cycles.take_cycle(from_view=True) == []  # on the view: nothing free
+        now = w.clock.monotonic()
+        wake = cycles.next_wake()
+        assert wake is None or wake > now, f"woken again at {wake} (now {now}): a spin"
