@@ -587,17 +587,16 @@ class LeaseTaker:
     async def _drop_fenced(self, leases: list[Lease]) -> None:
         """Delete fenced heartbeats of workers that hold no lease any more (dead workers'
         items would pile up otherwise); conditional on the heartbeat as seen."""
-        holders = {lease.actual_owner for lease in leases}
-        doomed = [
+        fenced = [
             heartbeat
             for heartbeat in self._tracker.heartbeats
-            if heartbeat.fenced_by is not None
-            and heartbeat.worker_id not in holders
-            and heartbeat.worker_id != self._worker_id
+            if heartbeat.fenced_by is not None and heartbeat.worker_id != self._worker_id
         ]
         store = self._store
-        if not doomed or not isinstance(store, LeaseStoreBase):
-            return
+        if not fenced or not isinstance(store, LeaseStoreBase):
+            return  # as a rule: no pass over every lease of the scan
+        holders = {lease.actual_owner for lease in leases}
+        doomed = [heartbeat for heartbeat in fenced if heartbeat.worker_id not in holders]
         for heartbeat in doomed:
             with contextlib.suppress(ShardflowError):
                 await store.delete_heartbeat(heartbeat)
