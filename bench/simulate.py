@@ -1237,6 +1237,8 @@ def render_day(result: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in result["runs"]:
+        if run.get("unfinished"):
+            continue  # not every phase ran: no day to extrapolate (see the run's "stopped")
         day = run.get("day") or day_totals(run["phases"])
         if day is None:
             continue
