@@ -1013,12 +1013,16 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def describe(phase: dict[str, Any]) -> str:
-    converged = (
-        f"converged after {phase['converged_after']:.1f} s"
-        if phase["converged"]
-        else "NOT converged"
-        + (" (cut at the wall limit)" if phase.get("cut_at_wall_limit") else "")
-    )
+    if phase["converged"]:
+        converged = f"converged after {phase['converged_after']:.1f} s"
+    elif phase.get("cut_at_wall_limit") and phase.get("converged_after") is not None:
+        converged = (
+            f"converged after {phase['converged_after']:.1f} s, settle cut at the wall limit"
+        )
+    else:
+        converged = "NOT converged" + (
+            " (cut at the wall limit)" if phase.get("cut_at_wall_limit") else ""
+        )
     return (
         f"  {phase['name']:<10} {phase['seconds']:>7.1f} s simulated ({phase['wall_seconds']} s "
         f"wall): {phase['live_workers']} workers, {phase['leases']:,} leases, {converged}; "
@@ -1081,6 +1085,9 @@ def render(result: dict[str, Any]) -> str:
                 converged = "—"
             elif phase["converged"]:
                 converged = f"{phase['converged_after']:.1f} s"
+            elif phase.get("cut_at_wall_limit") and phase.get("converged_after") is not None:
+                # Converged, then cut during the settle (the fleet stayed converged until then).
+                converged = f"{phase['converged_after']:.1f} s (settle cut: wall limit)"
             else:
                 converged = f"not in {phase['seconds']:.0f} s" + (
                     " (cut: wall limit)" if phase.get("cut_at_wall_limit") else ""
@@ -1230,6 +1237,8 @@ def render_day(result: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in result["runs"]:
+        if run.get("unfinished"):
+            continue  # not every phase ran: no day to extrapolate (see the run's "stopped")
         day = run.get("day") or day_totals(run["phases"])
         if day is None:
             continue

@@ -254,15 +254,21 @@ def decide(
     if wanted <= 0:
         return plan([])
     if free or expired:
-        chooser.shuffle(free)
-        chooser.shuffle(expired)
-        takes = [PlannedTake(lease, "free") for lease in free]
-        takes += [PlannedTake(lease, "expired") for lease in expired]
-        chosen = takes[: max(need, 0)]
-        # Beyond the target, expired leases only (see above).
-        chosen += [t for t in takes[len(chosen) :] if t.how == "expired"][: wanted - len(chosen)]
-        limit = len(chosen) if max_takes is None else min(len(chosen), max(max_takes, 1))
-        return plan(chosen[:limit])
+        # Free leases first, then expired ones: up to the target, and expired ones beyond it
+        # up to what is wanted (see above); at most ``max_takes``. Drawn at random, and only
+        # as many as are taken: after a split wave 20,000 leases are free, and shuffling them
+        # all (and a planned take each) in every worker's cycle was a tenth of a simulated
+        # fleet's time (bench/simulate.py, 100 workers, profiled).
+        from_free = min(len(free), max(need, 0))
+        from_expired = min(len(expired), max(wanted - from_free, 0))
+        if max_takes is not None:
+            limit = max(max_takes, 1)
+            from_free = min(from_free, limit)
+            from_expired = min(from_expired, limit - from_free)
+        takes = [PlannedTake(lease, "free") for lease in chooser.sample(free, from_free)]
+        chooser.shuffle(expired)  # few, as a rule: a stopped worker's
+        takes += [PlannedTake(lease, "expired") for lease in expired[:from_expired]]
+        return plan(takes)
     if need <= 0:
         return plan([])
     if even_out:

@@ -53,7 +53,9 @@ class LeaseIndex:
         self.leases: dict[str, Lease] = {}
         self.loads: Counter[str] = Counter()
         self.free_anywhere = 0
-        """Free leases of any stream."""
+        """Free leases of unfinished shards, of any stream (a finished lease is never taken:
+        counted, every worker scanned the table at the scan pace for as long as the parents
+        of a split stayed in it, see :meth:`LeaseTaker.take_cycle`)."""
         self.active: dict[str, Lease] = {}
         self.free: dict[str, None] = {}
         self.by_owner: dict[str, dict[str, None]] = {}
@@ -167,7 +169,8 @@ class LeaseIndex:
         key = lease.lease_key
         owner = lease.lease_owner
         if owner is None:
-            self.free_anywhere += 1
+            if lease.checkpoint.sequence_number != SHARD_END:
+                self.free_anywhere += 1
         else:
             self.loads[owner] += 1
         if not self._ours(lease):
@@ -201,7 +204,8 @@ class LeaseIndex:
         key = lease.lease_key
         owner = lease.lease_owner
         if owner is None:
-            self.free_anywhere -= 1
+            if lease.checkpoint.sequence_number != SHARD_END:
+                self.free_anywhere -= 1
         else:
             self.loads[owner] -= 1
             if not self.loads[owner]:

@@ -95,6 +95,10 @@ class LeaseTaker:
         self._tracker = ExpiryTracker(settings.failover_time, worker_id=worker_id)
         self._peers: frozenset[str] = frozenset()
         self._sync_asked: set[str] = set()  # finished leases that already asked for a sync
+        self._children_missing: dict[str, float] = {}
+        """Finished leases seen without their children's leases -> when first seen so (in
+        that order): a sync is asked for those still lacking them ``failover_time`` later
+        (see :meth:`_look_at_finished`)."""
         self._resume_own = True  # the first cycle picks up leases that already name us
         self._book = HandoffBook(worker_id, settings.handoff_timeout)
         self._lock = asyncio.Lock()
@@ -202,6 +206,9 @@ class LeaseTaker:
                 moments.append(deadline if deadline > after else after + 1.0)
         if self._free_left:
             moments.append(after + max(1.0, self._settings.pickup_poll_interval))
+        for since in self._children_missing.values():
+            moments.append(since + self._settings.failover_time)  # the first seen: the earliest
+            break
         wake = min((m for m in moments if m is not None), default=None)
         if self._scan_deferred and self._last_scan is not None:
             # A cycle was put off until a scan is due (see take_cycle): then, not before.
@@ -246,6 +253,12 @@ class LeaseTaker:
             view = self._view
             if from_view and leases is None and view is not None and not self._tracker.is_blind:
                 if not view.free_anywhere:
+                    # Nothing free any more: the scan a deferred cycle waited for is not
+                    # needed. Left set, next_wake kept answering that past moment (the last
+                    # scan + the gap) and the take loop ran this cycle again at once, without
+                    # end: 50 workers starting on 5,000 shards, one worker's loop spun at one
+                    # instant (bench/simulate.py, seed 1: the start-up never came to rest).
+                    self._scan_deferred = False
                     return await self._cycle(None, fresh=False)
                 scanned = self._last_scan
                 if (
@@ -292,7 +305,7 @@ class LeaseTaker:
                 )
                 self._cleanable = {}
             view.refresh(leases)
-        self._look_at_finished(view)
+        self._look_at_finished(view, now)
         taken: list[OwnedLease] = []
         resumed = self._resume_own
         if resumed or self._settings.handoff:
@@ -575,17 +588,16 @@ class LeaseTaker:
     async def _drop_fenced(self, leases: list[Lease]) -> None:
         """Delete fenced heartbeats of workers that hold no lease any more (dead workers'
         items would pile up otherwise); conditional on the heartbeat as seen."""
-        holders = {lease.actual_owner for lease in leases}
-        doomed = [
+        fenced = [
             heartbeat
             for heartbeat in self._tracker.heartbeats
-            if heartbeat.fenced_by is not None
-            and heartbeat.worker_id not in holders
-            and heartbeat.worker_id != self._worker_id
+            if heartbeat.fenced_by is not None and heartbeat.worker_id != self._worker_id
         ]
         store = self._store
-        if not doomed or not isinstance(store, LeaseStoreBase):
-            return
+        if not fenced or not isinstance(store, LeaseStoreBase):
+            return  # as a rule: no pass over every lease of the scan
+        holders = {lease.actual_owner for lease in leases}
+        doomed = [heartbeat for heartbeat in fenced if heartbeat.worker_id not in holders]
         for heartbeat in doomed:
             with contextlib.suppress(ShardflowError):
                 await store.delete_heartbeat(heartbeat)
@@ -677,20 +689,32 @@ class LeaseTaker:
         finally:
             self._claiming.discard(key)
 
-    def _look_at_finished(self, view: LeaseIndex) -> None:
+    def _look_at_finished(self, view: LeaseIndex, now: float) -> None:
         """Finished leases (SHARD_END) whose item or children changed since the last cycle:
         each is reported (``on_finished``); one whose children lack leases asks for a shard
-        sync (once; the periodic sync keeps trying); one whose children all have leases that
-        started is left for :meth:`_clean_up` (as KCL)."""
+        sync once they still lack them ``failover_time`` after this worker first saw it so
+        (once; the periodic sync keeps trying); one whose children all have leases that
+        started is left for :meth:`_clean_up` (as KCL).
+
+        Why not at once: the owner that wrote SHARD_END creates the children's leases with
+        its next writes (:meth:`LeaseCoordinator.shard_ended`), and a peer's read often falls
+        between the two. Asking then made every worker list the whole stream once per read
+        while shards ended: a split wave of 10,000 shards under 100 workers ran 1,600 syncs
+        (each listing 30,000 shards) in 2 simulated seconds, 95 % of the simulation's time
+        (bench/simulate.py, profiled), and a fleet as many ListShards calls. A sync is needed
+        only when that owner stopped in between; by ``failover_time`` its lease would have
+        lapsed too."""
+        missing = self._children_missing
         for key in view.take_touched():
             self.on_finished(key)
             kids = view.children.get(key)
             known = kids is not None and all(
                 kid in view.active or kid in view.finished for kid in kids
             )
-            if not known and key not in self._sync_asked:
-                self._sync_asked.add(key)
-                self._want_sync()
+            if known:
+                missing.pop(key, None)
+            elif key not in self._sync_asked:
+                missing.setdefault(key, now)
             started = kids is not None and all(
                 (kid_lease := view.get(kid)) is not None
                 and kid_lease.checkpoint.sequence_number not in _NOT_STARTED
@@ -700,6 +724,20 @@ class LeaseTaker:
                 self._cleanable[key] = None
             else:
                 self._cleanable.pop(key, None)
+        # In order of first sight: only the overdue head of the dict is looked at.
+        due = []
+        for key, since in missing.items():
+            if now - since < self._settings.failover_time:
+                break
+            due.append(key)
+        asked = False
+        for key in due:
+            del missing[key]
+            if key in view.finished:  # children seen since would have removed it above
+                self._sync_asked.add(key)
+                asked = True
+        if asked:
+            self._want_sync()
 
     async def _clean_up(self, view: LeaseIndex) -> None:
         """Delete finished leases whose children all have leases that started (as KCL)."""

@@ -541,3 +541,101 @@ async def test_a_workers_first_scans_are_not_paced_by_the_tables_size(monkeypatc
         later = calls.calls.get("Scan", 0) - early
         # After the unpaced ones: one a gap at most (and the periodic take cycle's).
         assert later <= 60.0 / gap + 60.0 / settings.take_every + 2, later
+
+
+async def test_a_cycle_put_off_until_a_scan_is_not_rerun_at_once_when_nothing_is_free(
+    monkeypatch: Any,
+) -> None:
+    # A cycle woken by the stream while leases were free, before the scan pace allowed a scan,
+    # is put off until the next scan is due (next_wake: the last scan + the gap). When the
+    # free leases were taken by others meanwhile, the cycle at that moment ran on the view
+    # (nothing free: no scan needed) and left the deferral set: next_wake kept answering the
+    # moment just passed, and the take loop ran the cycle again at once, without end (on a
+    # virtual clock, 50 workers on 5,000 shards, bench/simulate.py seed 1: the start-up never
+    # came to rest; on a real clock, a worker's loop spinning until its next periodic cycle).
+    from shardflow.leases import taker
+
+    monkeypatch.setattr(taker, "UNPACED_SCANS", 0)  # paced from the first scan on
+    monkeypatch.setattr(taker, "SCAN_PACE", 4)  # 8 leases: a scan per 2 pick-up intervals
+    async with world([shard(i) for i in range(8)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        for i in range(8):
+            await store.create_if_absent(Lease(sid(i), shard_id=sid(i)))
+        settings = LeaseSettings(max_leases_per_worker=1)  # free leases stay after a's cycle
+        cycles = w.worker("a", settings=settings)._taker
+        mine = await cycles.take_cycle()  # a scan
+        assert len(mine) == 1
+        cycles.observe([owned.lease for owned in mine], [])  # as the stream shows the take
+        gap = settings.pickup_poll_interval * 8 / 4
+        await w.clock.advance(gap / 4)
+        assert await cycles.take_cycle(from_view=True) == [], "put off: a scan is not due"
+        others = w.store()
+        free = [lease for lease in (await w.leases()).values() if lease.lease_owner is None]
+        cycles.observe([await others.take(lease, "b") for lease in free], [])
+        await w.clock.advance(gap)  # past the moment the put-off cycle waited for
+        assert await cycles.take_cycle(from_view=True) == []  # on the view: nothing free
+        now = w.clock.monotonic()
+        wake = cycles.next_wake()
+        assert wake is None or wake > now, f"woken again at {wake} (now {now}): a spin"
+
+
+async def test_a_shard_seen_ended_asks_for_a_sync_only_if_its_children_still_lack_leases() -> None:
+    # The owner that writes SHARD_END creates the children's leases with its next writes, and
+    # a peer's read often falls between the two. Every worker asked for a shard sync (a listing
+    # of the whole stream) at that sight: a split wave of 10,000 shards under 100 workers ran
+    # 1,600 syncs of 30,000 shards in 2 simulated seconds (bench/simulate.py, profiled). A
+    # sync is asked for only when the children still lack leases failover_time later.
+    async with world([shard(i) for i in range(4)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        for parent in (sid(0), sid(3)):
+            await store.create_if_absent(Lease.new(parent, checkpoint=SHARD_END))
+        a = w.worker("a", settings=LeaseSettings())
+        cycles = a._taker
+        await cycles.take_cycle()  # both ended, no children's leases yet
+        assert not a._sync_wanted.is_set(), "asked at first sight: the owner creates them"
+        # sid(0)'s owner creates its children (as shard_ended does); sid(3)'s stopped before.
+        children = [
+            await store.create_if_absent(Lease.new(sid(i), parent_shard_ids=[sid(0)]))
+            for i in (1, 2)
+        ]
+        cycles.observe(children, [])
+        await w.clock.advance(LeaseSettings().failover_time / 2)
+        await cycles.take_cycle(from_view=True)
+        assert not a._sync_wanted.is_set()
+        await w.clock.advance(LeaseSettings().failover_time / 2)
+        await cycles.take_cycle(from_view=True)
+        assert a._sync_wanted.is_set(), "sid(3)'s children still lack leases: a sync"
+        a._sync_wanted.clear()
+        await w.clock.advance(LeaseSettings().failover_time)
+        await cycles.take_cycle()
+        assert not a._sync_wanted.is_set(), "asked once per ended shard"
+
+
+async def test_a_finished_lease_left_free_does_not_make_a_worker_scan(monkeypatch: Any) -> None:
+    # A cycle woken by the stream plans on its view unless leases are free (then it scans,
+    # paced). Released parents of a split stay in the table, free, until their children have
+    # started: they counted as free, and every worker scanned the whole table at the scan pace
+    # for as long as they stayed (bench/simulate.py, idle after the split of 10,000 shards:
+    # 118 Scan pages per worker per minute against 9 before the split). A finished lease is
+    # never taken, so it calls for no scan.
+    from shardflow.leases import taker
+
+    monkeypatch.setattr(taker, "UNPACED_SCANS", 0)
+    async with world([shard(0, closed=True), shard(1, 0), shard(2, 0)]) as w:
+        calls = Failing()
+        store = w.store(fault=calls)
+        await store.ensure_table()
+        await store.create_if_absent(Lease.new(sid(0), checkpoint=SHARD_END))
+        for child in (1, 2):
+            await store.create_if_absent(Lease.new(sid(child), parent_shard_ids=[sid(0)]))
+        cycles = w.worker("a", settings=LeaseSettings(), store=store)._taker
+        mine = await cycles.take_cycle()  # a scan: takes both children
+        assert len(mine) == 2
+        cycles.observe([owned.lease for owned in mine], [])
+        scans = calls.calls["Scan"]
+        for _ in range(8):
+            await w.clock.advance(1.0)
+            await cycles.take_cycle(from_view=True)
+        assert calls.calls["Scan"] == scans, "scanned for a finished lease nobody may take"
