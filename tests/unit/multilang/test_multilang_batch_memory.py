@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from shardflow.consumer import ConsumedRecord
-from shardflow.multilang.shard import DriverSettings, ShardDriver
-from shardflow.records import ExtendedSequenceNumber
+from shardflow.multilang.shard import DriverSettings
+from support.multilang_standins import StandInSession, stand_in_driver
 from support.waiting import until
 
 BATCH = 300
@@ -34,30 +34,11 @@ for line in sys.stdin:
 """
 
 
-class Checkpointer:
-    """Notes the sequence numbers written (never the records: they would be kept alive)."""
-
-    last_written = ExtendedSequenceNumber("TRIM_HORIZON")
-
-    def __init__(self) -> None:
-        self.written: list[str] = []
-
-    async def checkpoint(self, record: Any) -> ExtendedSequenceNumber:
-        self.written.append(record.sequence_number)
-        return ExtendedSequenceNumber(record.sequence_number)
-
-
-class Session:
+class Session(StandInSession):
     """Two batches, then a shard that has nothing more (its next read never answers)."""
 
-    shard_id = "shardId-000000000000"
-    stream = "s"
-    lost = False
-    shard_ended = False
-    millis_behind_latest = 0
-
     def __init__(self) -> None:
-        self.checkpointer = Checkpointer()
+        super().__init__()
         self.batches = self._batches()
         self.reading_third = asyncio.Event()
 
@@ -81,15 +62,10 @@ async def test_checkpointed_batches_are_let_go_while_the_next_is_awaited() -> No
     session = Session()
     stopping = asyncio.Event()
 
-    async def never(*_: Any) -> bool:
-        return False
-
-    driver = ShardDriver(
-        session,  # type: ignore[arg-type]
+    driver = stand_in_driver(
+        session,
         DriverSettings(command=(sys.executable, "-c", CHECKPOINTS_EACH_BATCH), shutdown_grace=5.0),
         stopping=stopping,
-        lag_of=lambda _: None,
-        shard_ended=never,
     )
     run = asyncio.create_task(driver.run())
     try:

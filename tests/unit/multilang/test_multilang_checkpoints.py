@@ -3,7 +3,6 @@ a stand-in session: no child process, no AWS)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -13,28 +12,7 @@ from shardflow.errors import AwsError, ShardLeaseLost, ThrottledError
 from shardflow.multilang.messages import CheckpointRequest
 from shardflow.multilang.shard import SHARD_END_POSITION, DriverSettings, ShardDriver
 from shardflow.records import ExtendedSequenceNumber
-
-
-class Checkpointer:
-    def __init__(self) -> None:
-        self.last_written: ExtendedSequenceNumber | None = ExtendedSequenceNumber("TRIM_HORIZON")
-        self.written: list[ExtendedSequenceNumber] = []
-        self.fail_with: Exception | None = None
-
-    async def checkpoint(self, record: Any) -> ExtendedSequenceNumber:
-        if self.fail_with is not None:
-            raise self.fail_with
-        self.written.append(record.position)
-        return record.position
-
-
-class Session:
-    shard_id = "shardId-000000000000"
-    stream = "s"
-    lost = False
-
-    def __init__(self) -> None:
-        self.checkpointer = Checkpointer()
+from support.multilang_standins import StandInSession, stand_in_driver
 
 
 def records(*positions: tuple[int, int]) -> list[ConsumedRecord[Any]]:
@@ -42,16 +20,7 @@ def records(*positions: tuple[int, int]) -> list[ConsumedRecord[Any]]:
 
 
 def driver(*batches: list[ConsumedRecord[Any]], phase: str = "processRecords") -> ShardDriver:
-    async def never(*_: Any) -> bool:
-        return False
-
-    made = ShardDriver(
-        Session(),  # type: ignore[arg-type]
-        DriverSettings(command=("true",)),
-        stopping=asyncio.Event(),
-        lag_of=lambda _: None,
-        shard_ended=never,
-    )
+    made = stand_in_driver(StandInSession(), DriverSettings(command=("true",)))
     for batch in batches:
         made._pending.append(batch)
         made._last_record = batch[-1]

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from shardflow.consumer import ConsumedRecord
-from shardflow.multilang.shard import DriverSettings, ShardDriver
-from shardflow.records import ExtendedSequenceNumber
+from shardflow.multilang.shard import DriverSettings
+from support.multilang_standins import StandInSession, stand_in_driver
 
 # A processor that takes its time over initialize, answers every action, and says (on stderr,
 # which the daemon logs) when it answered initialize.
@@ -26,22 +26,9 @@ for line in sys.stdin:
 """
 
 
-class Checkpointer:
-    last_written = ExtendedSequenceNumber("TRIM_HORIZON")
-
-    async def checkpoint(self, record: Any) -> ExtendedSequenceNumber:
-        return ExtendedSequenceNumber(record.sequence_number)
-
-
-class Session:
-    shard_id = "shardId-000000000000"
-    stream = "s"
-    lost = False
-    shard_ended = False
-    millis_behind_latest = 0
-
+class Session(StandInSession):
     def __init__(self) -> None:
-        self.checkpointer = Checkpointer()
+        super().__init__()
         self.first_asked: float | None = None
         self.batches = self._batches()
 
@@ -55,15 +42,10 @@ async def test_the_first_batch_is_asked_for_before_the_processor_answers_initial
     stopping = asyncio.Event()
     initialized: list[float] = []
 
-    async def never(*_: Any) -> bool:
-        return False
-
-    made = ShardDriver(
-        session,  # type: ignore[arg-type]
+    made = stand_in_driver(
+        session,
         DriverSettings(command=(sys.executable, "-c", SLOW_START), shutdown_grace=5.0),
         stopping=stopping,
-        lag_of=lambda _: None,
-        shard_ended=never,
     )
     exchange = made._exchange
 
