@@ -92,8 +92,7 @@ LONG_SCHEDULE: list[tuple[float, str, float]] = [
     (452, "kill", 0),
     (480, "split", 0),
     (500, "rolling", 0),
-    (540, "kinesis_brownout", 10),
-    (540, "dynamodb_brownout", 10),
+    (540, "both_brownouts", 10),
 ]
 SHORT_SCHEDULE: list[tuple[float, str, float]] = [
     (8, "throttle", 6),
@@ -110,7 +109,15 @@ SHORT_SCHEDULE: list[tuple[float, str, float]] = [
 
 def schedule_for(duration: float, skip: frozenset[str]) -> list[tuple[float, str, float]]:
     base, length = (SHORT_SCHEDULE, 120.0) if duration < 300 else (LONG_SCHEDULE, 600.0)
-    return [(at * duration / length, action, d) for at, action, d in base if action not in skip]
+    out = []
+    for at, action, lasting in base:
+        if action == "both_brownouts":
+            # Either half may be left out (--skip): the other then runs alone.
+            left = [b for b in ("kinesis_brownout", "dynamodb_brownout") if b not in skip]
+            action = action if len(left) == 2 else left[0] if left else ""
+        if action and action not in skip:
+            out.append((at * duration / length, action, lasting))
+    return out
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -137,6 +144,11 @@ class Fleet:
     every: list[subprocess.Popen[bytes]] = field(default_factory=list)
     history: list[Incarnation] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    claimed: set[str] = field(default_factory=set)
+    """Incarnations a kill or a SIGSTOP has chosen and not let go of. Faults run in threads
+    and may aim at once (the long schedule's two kills 2 s apart): without a claim both can
+    pick the same process, the second kill then hits nothing, and each starts a replacement,
+    two workers in one slot, one of which nobody stops."""
 
     def start(self, slot: int) -> Incarnation:
         with self.lock:
@@ -169,6 +181,27 @@ class Fleet:
         if inc is None or inc.process.poll() is not None or inc.frozen:
             return None
         return inc
+
+    def claim(self, inc: Incarnation) -> bool:
+        """Take ``inc`` for one fault; False if another fault holds it or it is gone."""
+        with self.lock:
+            if inc.name in self.claimed or inc.process.poll() is not None:
+                return False
+            self.claimed.add(inc.name)
+            return True
+
+    def replace(self, slot: int, gone: Incarnation) -> Incarnation | None:
+        """Start ``slot``'s next process if ``gone`` still holds it (None if something else,
+        a rolling restart, has replaced it meanwhile)."""
+        with self.lock:
+            if self.slots.get(slot) is not gone:
+                return None
+        return self.start(slot)
+
+    def let_go(self, inc: Incarnation) -> None:
+        """``inc`` may be chosen again (a SIGSTOP's victim once it runs again)."""
+        with self.lock:
+            self.claimed.discard(inc.name)
 
     def kill_all(self) -> None:
         """SIGCONT and SIGKILL every process still running (by its PID)."""
@@ -365,6 +398,7 @@ class Soak:
             "throttle": self.throttle,
             "kinesis_brownout": self.kinesis_brownout,
             "dynamodb_brownout": self.dynamodb_brownout,
+            "both_brownouts": self.both_brownouts,
             "kill": lambda _: self.kill(),
             "stop": self.stop,
             "rolling": lambda _: self.rolling(),
@@ -400,9 +434,37 @@ class Soak:
         proxy = self.dynamodb_proxy
         fault = ErrorResponse("InternalServerError", status=500, message="Internal server error")
         assert self.fleet is not None
-        self.aim(self.fleet.live())
+        self.aim(self.fleet.live(), claim=False)
         rule = proxy.add(fault, service="DynamoDB", probability=0.9)
         self._hold([rule], proxy, "dynamodb_brownout", lasting)
+
+    def both_brownouts(self, lasting: float) -> None:
+        """Kinesis and the lease table brown out together, from one aimed moment. Two actions
+        at one time would each wait on their own: the lease-table one aims at a handler call
+        in flight, and while Kinesis fails 90 % of reads few calls start, so it waited out
+        its --aim and began as Kinesis recovered, with no call in flight (a run that could
+        not show what it is for: 'uninterrupting')."""
+        from shardflow.testing.faults import INTERNAL_FAILURE, ErrorResponse
+
+        assert self.fleet is not None
+        self.aim(self.fleet.live(), claim=False)
+        kinesis, dynamodb = self.kinesis_proxy, self.dynamodb_proxy
+        kinesis_rule = kinesis.add(ErrorResponse(INTERNAL_FAILURE, status=500), probability=0.9)
+        dynamodb_fault = ErrorResponse(
+            "InternalServerError", status=500, message="Internal server error"
+        )
+        dynamodb_rule = dynamodb.add(dynamodb_fault, service="DynamoDB", probability=0.9)
+        began = time.time()
+        time.sleep(lasting)
+        kinesis.remove(kinesis_rule)
+        dynamodb.remove(dynamodb_rule)
+        ended = time.time()
+        time.sleep(0.5)  # requests the proxies still hold are logged once answered
+        for kind, proxy, rule in (
+            ("kinesis_brownout", kinesis, kinesis_rule),
+            ("dynamodb_brownout", dynamodb, dynamodb_rule),
+        ):
+            self.faults.add(kind, "", began, ended, injected=proxy.injected_count(rule))
 
     def _hold(self, rules: list[int], proxy: Any, kind: str, lasting: float) -> None:
         began = time.time()
@@ -438,18 +500,30 @@ class Soak:
                 open_calls.pop(tuple(f[1:5]), None)
         return max((end - time.time() for end in open_calls.values()), default=0.0)
 
-    def aim(self, victims: list[tuple[int, Incarnation]]) -> tuple[int, Incarnation] | None:
+    def aim(
+        self, victims: list[tuple[int, Incarnation]], *, claim: bool = True
+    ) -> tuple[int, Incarnation] | None:
         """Wait (at most --aim seconds) until one of ``victims`` is inside a handler call with
         at least 20 ms of it left, and return it, so that the fault lands in a call; at the
-        deadline, a random one of them (None if there are none)."""
+        deadline, a random one of them (None if there are none). With ``claim`` the one
+        returned is the caller's alone (``Fleet.claim``) until it lets go."""
+        assert self.fleet is not None
+        fleet = self.fleet
+
+        def take(chosen: tuple[int, Incarnation]) -> bool:
+            return not claim or fleet.claim(chosen[1])
+
         deadline = time.monotonic() + self.args.aim
         while victims and time.monotonic() < deadline:
             for chosen in self.rng.sample(victims, len(victims)):
                 running = chosen[1].process.poll() is None
-                if running and self.time_left_in_call(chosen[1].name) >= 0.02:
+                if running and self.time_left_in_call(chosen[1].name) >= 0.02 and take(chosen):
                     return chosen
             time.sleep(0.002)
-        return self.rng.choice(victims) if victims else None
+        for chosen in self.rng.sample(victims, len(victims)):
+            if take(chosen):
+                return chosen
+        return None
 
     def kill(self) -> None:
         assert self.fleet is not None
@@ -466,7 +540,7 @@ class Soak:
         victim.process.wait(10)
         self.faults.add("kill", victim.name, at, at, pid=victim.process.pid)
         time.sleep(3.0)
-        self.fleet.start(slot)
+        self.fleet.replace(slot, victim)
 
     def stop(self, lasting: float) -> None:
         assert self.fleet is not None
@@ -480,10 +554,12 @@ class Soak:
             os.kill(victim.process.pid, signal.SIGSTOP)
         except ProcessLookupError:
             victim.frozen = False
+            self.fleet.let_go(victim)
             return
         time.sleep(lasting)
         os.kill(victim.process.pid, signal.SIGCONT)
         victim.frozen = False
+        self.fleet.let_go(victim)
         self.faults.add("stop", victim.name, began, time.time(), pid=victim.process.pid)
 
     def rolling(self) -> None:
@@ -493,8 +569,8 @@ class Soak:
             # replaced the process (or will, 3 s after it), and SIGTERM to the dead one plus a
             # start here left two workers in one slot, one of them untracked.
             victim = self.fleet.current(slot)
-            if victim is None:
-                continue
+            if victim is None or not self.fleet.claim(victim):
+                continue  # a kill holds it (and starts its replacement) or it is gone
             began = time.time()
             self.signalled.add(victim.name)
             victim.process.send_signal(signal.SIGTERM)

@@ -35,3 +35,49 @@ def test_a_slot_is_held_by_its_latest_live_process_and_by_none_between_a_kill_an
         assert fleet.current(0) is None, "a frozen worker is the SIGSTOP fault's, not a restart's"
     finally:
         fleet.kill_all()
+
+
+def test_two_faults_aiming_at_once_never_get_the_same_process_and_a_kill_restarts_only_its_own(
+    tmp_path: Path,
+) -> None:
+    # The long schedule's two kills 2 s apart both waited for a handler call and both picked
+    # w2.2: the second hit nothing and each started a replacement (two workers in slot 2, one
+    # left running unwatched and later counted as "failed on its own").
+    fleet = chaos.Fleet(
+        run_dir=tmp_path,
+        command=lambda name: [sys.executable, "-c", "import time; time.sleep(30)"],
+        env={},
+    )
+    try:
+        first = fleet.start(0)
+        other = fleet.start(1)
+        assert fleet.claim(first)
+        assert not fleet.claim(first), "a process held by one fault is not another's"
+        assert fleet.claim(other)
+        fleet.let_go(other)
+        assert fleet.claim(other), "a SIGSTOP's victim may be chosen again once let go"
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(10)
+        fleet.let_go(first)
+        assert not fleet.claim(first), "a dead process is nobody's victim"
+        # A rolling restart replaced slot 1 meanwhile: the kill must not start a second one.
+        newer = fleet.start(1)
+        assert fleet.replace(1, other) is None
+        assert fleet.current(1) is newer
+        replacement = fleet.replace(0, first)
+        assert replacement is not None
+        assert fleet.current(0) is replacement
+    finally:
+        fleet.kill_all()
+
+
+def test_the_long_schedule_browns_out_kinesis_and_the_lease_table_from_one_aimed_moment() -> None:
+    # Two actions at one second each aimed on their own: the lease-table one waited for a
+    # handler call while Kinesis failed 90 % of reads, and began with none in flight.
+    full = chaos.schedule_for(600.0, frozenset())
+    at_540 = [action for at, action, _ in full if at == 540]
+    assert at_540 == ["both_brownouts"]
+    alone = chaos.schedule_for(600.0, frozenset({"kinesis_brownout"}))
+    assert [a for at, a, _ in alone if at == 540] == ["dynamodb_brownout"]
+    neither = chaos.schedule_for(600.0, frozenset({"kinesis_brownout", "dynamodb_brownout"}))
+    assert [a for at, a, _ in neither if at == 540] == []
