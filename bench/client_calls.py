@@ -7,11 +7,13 @@ CPU-seconds of 1,000 such calls in this process (the emulators run in their own 
 their CPU is not counted), for each layer of the path a consumer takes:
 
 - GetRecords of an empty shard on kinesalite: ``plain`` (an aiobotocore client with nothing
-  configured: the baseline), ``client`` (the client shardflow's ``ClientFactory`` makes),
+  configured: the baseline), ``validated`` (shardflow's client with botocore's parameter
+  validation of every call, as before shardflow skipped it for its own requests: ``Config(
+  parameter_validation=True)``), ``client`` (the client shardflow's ``ClientFactory`` makes),
   ``fetcher`` (a ``PollingFetcher`` on that client, ``idle_time`` 0: the fetch path, its call
   limiter, backoff bookkeeping and batch building included).
 - A lease renewal on dynalite: ``plain`` (the same conditional UpdateItem through a plain
-  client), ``client`` (through shardflow's client), ``store`` (``DynamoDBLeaseStore.renew``:
+  client), ``validated`` and ``client`` (through shardflow's client, as above), ``store`` (``DynamoDBLeaseStore.renew``:
   the write rendered, sent and its answer read into a ``Lease``).
 
 Calls are made the way an idle consumer makes them: ``--concurrency`` shards (leases) at once,
@@ -44,8 +46,8 @@ STREAM = "bench-client-calls"
 OWNER = "bench-worker"
 WARM_UP = 20  # calls per variant before each measurement (connections open, caches filled)
 
-GETRECORDS = ("plain", "client", "fetcher")
-RENEWAL = ("plain", "client", "store")
+GETRECORDS = ("plain", "validated", "client", "fetcher")
+RENEWAL = ("plain", "validated", "client", "store")
 
 Call = Callable[[int], Awaitable[None]]
 """One call on behalf of task ``i`` (a shard, a lease)."""
@@ -69,8 +71,8 @@ async def measure(call: Call, tasks: int, calls: int) -> float:
 class GetRecordsCalls:
     """Empty GetRecords calls on ``shards`` shards, one iterator per shard and variant."""
 
-    def __init__(self, plain: Any, client: Any, shard_ids: list[str]) -> None:
-        self.clients = {"plain": plain, "client": client}
+    def __init__(self, clients: dict[str, Any], shard_ids: list[str]) -> None:
+        self.clients = clients
         self.shard_ids = shard_ids
         self.iterators: dict[tuple[str, int], str] = {}
         self.fetchers: dict[int, Any] = {}
@@ -117,11 +119,11 @@ class GetRecordsCalls:
 class RenewalCalls:
     """Conditional renewals of ``leases`` leases (owner and counter checked, counter bumped)."""
 
-    def __init__(self, plain: Any, client: Any, leases: int, application: str) -> None:
+    def __init__(self, clients: dict[str, Any], leases: int, application: str) -> None:
         from shardflow.leases import DynamoDBLeaseStore
 
-        self.clients = {"plain": plain, "client": client}
-        self.store = DynamoDBLeaseStore(client, application)
+        self.clients = clients
+        self.store = DynamoDBLeaseStore(clients["client"], application)
         self.count = leases
         self.leases: list[Any] = []
 
@@ -168,6 +170,7 @@ def plain_client(session: Any, service: str, endpoint: str) -> Any:
 
 async def run(args: argparse.Namespace, kinesis_url: str, dynamodb_url: str) -> dict[str, Any]:
     from aiobotocore.session import get_session
+    from botocore.config import Config
 
     from shardflow.aws import AwsSettings, ClientFactory
 
@@ -175,10 +178,14 @@ async def run(args: argparse.Namespace, kinesis_url: str, dynamodb_url: str) -> 
     os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = dynamodb_url
     # As a consumer builds them: endpoints from the environment (bench/consumer.py does too).
     factory = ClientFactory(AwsSettings(region=REGION))
+    every_call = Config(parameter_validation=True)
+    validating = ClientFactory(AwsSettings(region=REGION, botocore_config=every_call))
     session = get_session()
     async with (
         factory.kinesis() as kinesis,
         factory.dynamodb() as dynamodb,
+        validating.kinesis() as validated_kinesis,
+        validating.dynamodb() as validated_dynamodb,
         plain_client(session, "kinesis", kinesis_url) as plain_kinesis,
         plain_client(session, "dynamodb", dynamodb_url) as plain_dynamodb,
     ):
@@ -191,9 +198,14 @@ async def run(args: argparse.Namespace, kinesis_url: str, dynamodb_url: str) -> 
         listed = await kinesis.list_shards(StreamName=STREAM)
         shard_ids = [shard["ShardId"] for shard in listed["Shards"]]
         suites: dict[str, Any] = {
-            "getrecords": GetRecordsCalls(plain_kinesis, kinesis, shard_ids),
+            "getrecords": GetRecordsCalls(
+                {"plain": plain_kinesis, "validated": validated_kinesis, "client": kinesis},
+                shard_ids,
+            ),
             "renewal": RenewalCalls(
-                plain_dynamodb, dynamodb, args.concurrency, f"bench-calls-{os.getpid()}"
+                {"plain": plain_dynamodb, "validated": validated_dynamodb, "client": dynamodb},
+                args.concurrency,
+                f"bench-calls-{os.getpid()}",
             ),
         }
         for suite in suites.values():
@@ -246,9 +258,11 @@ def summarize(rounds: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 LAYERS = {
     "getrecords:plain": "aiobotocore client, nothing configured (baseline)",
+    "getrecords:validated": "shardflow's client, every call validated (as before)",
     "getrecords:client": "shardflow's client (ClientFactory)",
     "getrecords:fetcher": "PollingFetcher on it (the fetch path)",
     "renewal:plain": "aiobotocore client, nothing configured (baseline)",
+    "renewal:validated": "shardflow's client, every call validated (as before)",
     "renewal:client": "shardflow's client (ClientFactory)",
     "renewal:store": "DynamoDBLeaseStore.renew on it (the lease path)",
 }
