@@ -3,9 +3,9 @@
 Before serializing a request botocore walks its parameters against the operation's input
 shape. For a request shardflow makes from its own typed values (an iterator the service
 handed out, a lease write rendered from a :class:`~shardflow.leases.writes.LeaseWrite`)
-that walk finds nothing, yet it is paid on every call: ~4% of the CPU of an empty GetRecords
-and ~7% of a conditional lease UpdateItem (bench/client_calls.py), the two calls an idle
-consumer makes most (one per idle shard every ``max_idle_time``; ~300 a second for 1,000
+that walk finds nothing, yet it is paid on every call: 2% of the CPU of an empty GetRecords
+and 5% of a conditional lease UpdateItem (bench/client_calls.py, 5 rounds, within their
+spread), the two calls an idle consumer makes most (one per idle shard every ``max_idle_time``; ~300 a second for 1,000
 leases in the per-lease mode). :func:`validate_only_foreign_requests` keeps the walk for every
 other operation (a producer's PutRecords, whose entries are the user's; anything a user calls
 on a shardflow client), where it turns a wrong value into a ``ParamValidationError`` before
