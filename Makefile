@@ -58,6 +58,7 @@ SHORT := SHARDFLOW_BENCH_RESULTS=.bench/short
 bench: setup
 	@mkdir -p .bench/short
 	$(SHORT) $(HEAVY) $(BIN)/python bench/producer.py --records 20000
+	$(SHORT) $(HEAVY) $(BIN)/python bench/client_calls.py --rounds 1 --calls 500
 	$(SHORT) $(HEAVY) $(BIN)/python bench/consumer.py --records 20000 --repeat 1 --first-repeat 1 --scale-shards 100 --scale-observe 10 --aggregates 1 --idle 5
 	$(SHORT) $(HEAVY) $(BIN)/python bench/parallel.py --records 2000 --keys 200
 	$(SHORT) $(HEAVY) $(BIN)/python bench/handoff.py --scenarios a
@@ -71,6 +72,7 @@ bench: setup
 bench-full: setup
 	$(HEAVY) $(BIN)/python bench/producer.py --repeat 2
 	$(HEAVY) $(BIN)/python bench/consumer.py
+	$(HEAVY) $(BIN)/python bench/client_calls.py
 	$(HEAVY) $(BIN)/python bench/parallel.py --repeat 2
 	$(HEAVY) $(BIN)/python bench/handoff.py
 	$(HEAVY) $(BIN)/python bench/handoff.py --shards 64 --rate-per-shard 5 --modes handoff --lease-server dynalite

@@ -18,6 +18,7 @@ from shardflow.aws.redaction import register_secret
 from shardflow.aws.roles import role_credentials, serve_credentials
 from shardflow.aws.settings import AssumeRole, AwsSettings
 from shardflow.aws.user_agent import cache_user_agent
+from shardflow.aws.validation import validate_only_foreign_requests
 from shardflow.errors import MissingRegionError, UnknownRegionError
 
 NO_REGION = (
@@ -93,6 +94,9 @@ class ClientFactory:
         return kwargs
 
     def config(self, **overrides: Any) -> AioConfig:
+        """The clients' botocore config: shardflow's settings, then what
+        ``AwsSettings.botocore_config`` sets (it wins), then ``overrides`` (a client's own
+        purpose, e.g. a fan-out client's read timeout)."""
         s = self.settings
         options: dict[str, Any] = {
             "connect_timeout": s.connect_timeout,
@@ -101,8 +105,20 @@ class ClientFactory:
             "retries": {"total_max_attempts": s.sdk_max_attempts, "mode": "standard"},
             "user_agent_extra": "shardflow",
         }
-        options.update(overrides)
-        return AioConfig(**options)
+        config = AioConfig(**options)
+        if s.botocore_config is not None:
+            # AioConfig.merge keeps what the other config set over its own (botocore's rule).
+            config = config.merge(s.botocore_config)
+        if overrides:
+            config = config.merge(AioConfig(**overrides))
+        return config
+
+    def validates_every_call(self) -> bool:
+        """Whether the user asked for botocore's validation of every call
+        (``parameter_validation=True`` set in ``AwsSettings.botocore_config``)."""
+        user = self.settings.botocore_config
+        provided = getattr(user, "_user_provided_options", {}) if user is not None else {}
+        return bool(provided.get("parameter_validation", False))
 
     @asynccontextmanager
     async def client(
@@ -133,6 +149,9 @@ class ClientFactory:
                 client = await stack.enter_async_context(session.create_client(service, **kwargs))
             except NoRegionError:
                 raise MissingRegionError(NO_REGION) from None
+            if not self.validates_every_call():
+                # Before the PutRecords writer wraps it: PutRecords (user data) stays validated.
+                validate_only_foreign_requests(client)
             if service == "kinesis":
                 serialize_put_records_in_one_pass(client)
             cache_user_agent(client)  # made once, not twice per request (see user_agent)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from shardflow.aws.arns import is_arn, parse_stream_arn
+
+if TYPE_CHECKING:
+    from botocore.config import Config
 
 DEFAULT_REFRESH_BEFORE = 15 * 60.0
 """botocore's own advisory refresh window for assumed-role credentials (15 minutes)."""
@@ -110,6 +114,14 @@ class AwsSettings:
     sdk_max_attempts: int = 1
     """botocore's own attempts per call. Its retries are off by default: shardflow classifies
     every failure itself and retries with jittered backoff, so nothing is retried twice over."""
+    botocore_config: Config | None = None
+    """botocore options of your own for every client (a ``botocore.config.Config`` or
+    aiobotocore's ``AioConfig``), merged over shardflow's: each option it sets wins over
+    shardflow's setting of it (the timeouts and pool size above, the SDK's retries, ...), the
+    others keep shardflow's. ``parameter_validation=True`` in it validates every call; by
+    default the calls shardflow builds itself skip botocore's validation (see
+    :mod:`shardflow.aws.validation`). A client shardflow opens for a purpose of its own
+    (fan-out subscriptions: their read timeout and pool) keeps that purpose's settings."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.stream_roles, StreamRoles):
