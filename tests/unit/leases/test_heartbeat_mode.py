@@ -232,28 +232,6 @@ async def test_every_beat_is_an_event_with_its_lateness_and_the_leases_it_kept()
         assert not w.recorders["a"].of(LeaseLost)
 
 
-async def test_an_unanswered_beat_is_tried_again_within_a_quarter_interval() -> None:
-    # At one try a renew interval, a table failing half of all calls let three beats in a row
-    # fail for one worker in eight: its peers fenced its heartbeat and took its leases
-    # (bench/simulate.py's brownout, heartbeat mode: 26 of 100 workers fenced). A beat is one
-    # write for the whole worker: an unanswered one is tried again soon.
-    async with world([shard(i) for i in range(4)]) as w:
-        flaky = FlakyHeartbeats("app", tables=w.tables)
-        a = await w.start("a", settings=HB, store=flaky)
-        await _in_heartbeat_mode(w, a)
-        start = w.clock.monotonic()
-        flaky.failing = flaky.beats_only = True
-        await run_for(HB.renew_every * 1.01, w.clock, step=0.05)
-        flaky.failing = False
-        await run_for(HB.renew_every, w.clock, step=0.05)
-        beats = [(at, e.outcome) for at, e in w.recorders["a"].times(HeartbeatBeat) if at > start]
-        first = next(at for at, outcome in beats if outcome == "failed")
-        retry = next(at for at, _ in beats if at > first)
-        assert retry - first <= HB.renew_every / 4 + 0.06, beats
-        assert beats[-1][1] == "written"
-        assert not w.recorders["a"].of(LeaseLost)
-
-
 async def test_a_heartbeat_brownout_stops_the_worker_before_a_peer_takes_its_leases() -> None:
     async with world([shard(i) for i in range(4)]) as w:
         writes = Writes(w.tables)
