@@ -31,7 +31,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
-from shardflow.backoff import Backoff
 from shardflow.clock import Clock
 from shardflow.errors import AwsError
 from shardflow.events import BeatOutcome
@@ -43,13 +42,6 @@ from shardflow.leases.store import LeaseStoreBase
 from shardflow.waits import first_of
 
 log = logging.getLogger("shardflow.leases")
-
-
-def _beat_retry(interval: float) -> Backoff:
-    """Pauses before a beat that went unanswered is tried again: from a quarter of the renew
-    interval, doubling up to it, drawn from each ceiling's upper half."""
-    return Backoff(base=interval / 4, cap=interval, max_attempts=None, jitter="half")
-
 
 ESTABLISH_SLACK = 1.0
 """Seconds beyond one take interval before a new heartbeat stands in for renewals."""
@@ -85,8 +77,6 @@ class HeartbeatKeeper:
         self._failing = False
         """The last beat failed (no answer): leases are renewed one by one meanwhile, so that a
         brownout of heartbeats alone does not cost this worker its shards."""
-        self._unanswered = 0
-        """Beats in a row that went unanswered (see run)."""
         self._wake = asyncio.Event()
         self.on_lapsed: Callable[[], None] = lambda: None
         """Called when a beat was refused (the heartbeat was fenced or deleted by a peer)."""
@@ -161,13 +151,6 @@ class HeartbeatKeeper:
                 last = self._last_sent
                 now = self._clock.monotonic()
                 pause = interval if last is None else max(last + interval - now, 0.0)
-                if self._failing and self.heartbeat is not None:
-                    # Unanswered: tried again sooner (a quarter interval, doubling, jittered),
-                    # one write for the whole worker. At one try an interval, a table failing
-                    # half of all calls let three beats in a row fail for one worker in eight:
-                    # peers fenced its heartbeat and took its leases (bench/simulate.py's
-                    # brownout, heartbeat mode, 10,000 x 100: 26 fenced, 263 moves).
-                    pause = min(pause, _beat_retry(interval).delay(self._unanswered - 1))
                 await first_of(self._wake, self._clock.sleep(pause))
 
     async def round(self) -> None:
@@ -242,12 +225,10 @@ class HeartbeatKeeper:
         except (AwsError, TimeoutError) as exc:
             log.warning("heartbeat of %s failed, tried again: %r", self._worker_id, exc)
             self._failing = True
-            self._unanswered += 1
             self.on_answer(False, self._clock.monotonic())
             report("failed", heartbeat.counter + 1)
             return
         self._failing = False
-        self._unanswered = 0
         self.on_answer(True, self._clock.monotonic())
         self._last_sent_ok = sent
         established = self._established_at
