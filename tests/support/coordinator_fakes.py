@@ -20,6 +20,7 @@ from shardflow.clock import ManualClock
 from shardflow.events import DiagnosticEvent
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
 from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings, StreamSpec
 from shardflow.shards import HashKeyRange, ShardInfo
 
@@ -181,3 +182,22 @@ async def world(shards: list[ShardInfo] | None = None) -> AsyncIterator[World]:
     finally:
         for coordinator in w.started:
             await coordinator.stop(release=False)
+
+
+def honour_handoffs(coordinator: LeaseCoordinator) -> None:
+    """What the consumer does with a lease given up: release it (completing a handoff)."""
+
+    async def release(owned: OwnedLease) -> None:
+        await owned.giving_up.wait()
+        await coordinator.release(owned, why="handoff")
+
+    async def accept() -> None:
+        async for owned in coordinator.acquisitions():
+            tasks.add(asyncio.ensure_future(release(owned)))
+
+    tasks: set[asyncio.Future[None]] = {asyncio.ensure_future(accept())}
+    _KEEP.append(tasks)
+
+
+_KEEP: list[set[asyncio.Future[None]]] = []
+"""The tasks of honour_handoffs (kept referenced until the test process ends)."""

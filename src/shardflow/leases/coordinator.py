@@ -76,12 +76,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from types import MappingProxyType, TracebackType
 from typing import Any, Self
 
 from shardflow.aws.kinesis import list_shards
+from shardflow.backoff import Backoff
 from shardflow.clock import SYSTEM_CLOCK, Clock
 from shardflow.errors import AwsError, ShardflowError
 from shardflow.events import (
@@ -123,8 +125,17 @@ SYNC_BACKSTOP = 10
 """A worker that is not the fleet's sync leader lists shards every this many
 ``shard_sync_interval``s (see LeaseCoordinator._syncs_periodically)."""
 
+_RECLAIM = 3
+"""Attempts to claim a lease again within the safety margin after it lapsed here (see
+_reclaim)."""
+
+_RECLAIM_FOR = 3
+"""Failover times after a lease lapsed here during which it is claimed again once a renew
+interval (see _reclaim); later only the take cycle resumes it."""
+
 _RETRY_PAUSE = 1.0
-"""Seconds before a failed take cycle is tried again (doubling, up to failover_time / 4)."""
+"""Ceiling of the first pause after a take cycle that met a failing table (doubling with each
+such cycle, up to a quarter of failover_time; drawn from the ceiling's upper half)."""
 
 
 class LeaseCoordinator:
@@ -158,6 +169,7 @@ class LeaseCoordinator:
         self._initial = check_initial_position(initial_position or StartPosition.trim_horizon())
         self._clock = clock
         self._events = events or EventEmitter(worker_id, clock=clock, subscribers=[on_event])
+        self._rng = rng or random.Random()
         self._owned: dict[str, OwnedLease] = {}
         self.acquired: asyncio.Queue[OwnedLease] = asyncio.Queue()
         """Every lease this worker takes, as it is taken (it may be lost by the time it is read)."""
@@ -190,7 +202,7 @@ class LeaseCoordinator:
             adopt=self._adopt,
             events=self._events,
             want_sync=self._want_sync,
-            rng=rng,
+            rng=self._rng,
         )
         self._take_soon = asyncio.Event()
         self._moves = LeaseMoves(
@@ -526,10 +538,57 @@ class LeaseCoordinator:
                 self._taker.expiring.add(owned.lease_key)
             elif why == "expired" and self.running:
                 # Lapsed here (the table did not answer renewals), taken by nobody yet: claim
-                # it again as soon as the table answers (the take cycle resumes leases that
-                # name this worker) rather than leave it to expire for the others.
+                # it again at once, one conditional write (the peers judge it expired only a
+                # failover time after they saw its last renewal, a moment from now); if that
+                # fails too, the take cycle resumes it (leases that name this worker) once
+                # the take loop's pause allows, rather than leave it to expire for the others.
+                # Not a take cycle of its own: with renewals spread over the interval leases
+                # lapse one by one, and a cycle for each was a scan for each.
+                self._spawn(self._reclaim(owned.lease), f"reclaim-{owned.shard_id}")
                 self._take_soon.set()
             events.emit(LeaseLost, lease_key=owned.lease_key, why=why, new_owner=owned.new_owner)
+
+    async def _reclaim(self, lease: Lease) -> None:
+        """Claim ``lease`` (as last known here) again after it lapsed here, until it is held
+        again, moved (a refusal, or the view shows it elsewhere) or :data:`_RECLAIM_FOR`
+        passed: at once, then up to :data:`_RECLAIM` - 1 times within the safety margin
+        while other calls of this worker are answered (a brownout), then once a renew
+        interval (jittered), as its renewals were: no more writes than the lease cost
+        while held. The peers may take it as expired about one safety margin after its
+        deadline here; left to the take cycle alone (which the loop's pause holds back while
+        the table errs, and which claims with one probe first while nothing is answered), a
+        lapsed lease waited for a cycle that got through: in a brownout of half the calls,
+        shards stayed without a worker for the rest of it (bench/simulate.py)."""
+        taker = self._taker
+        tracker = taker.tracker
+        settings = self._settings
+        quick = Backoff(base=settings.margin / 4, cap=settings.margin / 2, jitter="half")
+        until = self._clock.monotonic() + _RECLAIM_FOR * settings.failover_time
+        attempt = 0
+        while True:
+            sent = self._clock.monotonic()
+            try:
+                if await taker.claim(lease, "resumed", quiet=True) is not None:
+                    return
+            except Exception:
+                log.exception("reclaiming lease %s failed", lease.lease_key)
+                return
+            attempt += 1
+            if not tracker.failed_since(sent) or not self.running or sent >= until:
+                return  # refused (the lease moved), or not a lapsed lease any more
+            if attempt < _RECLAIM and tracker.answered_since(sent):
+                pause = quick.delay(attempt - 1, self._rng)
+            else:
+                pause = settings.renew_every * self._rng.uniform(0.75, 1.0)
+            await self._clock.sleep(pause)
+            if lease.lease_key in self._owned or not self.running:
+                return  # resumed meanwhile by a take cycle
+            seen = taker.seen(lease.lease_key)
+            if seen is not None:
+                if not seen.held_by(self._worker_id) or seen.checkpoint_owner is not None:
+                    return  # moved on, as the table's stream showed
+                if seen.lease_counter > lease.lease_counter:
+                    lease = seen
 
     async def _release_quietly(self, owned: OwnedLease) -> None:
         try:
@@ -659,38 +718,58 @@ class LeaseCoordinator:
 
     async def _take_loop(self) -> None:
         """A take cycle every ``take_interval``, and sooner: when pick-up saw a lease move,
-        when an observed lease expires, when a handoff becomes overdue. A cycle that failed
-        (the table did not answer) is tried again after a pause that doubles with each
-        failure, up to a quarter of failover_time: the early moments above are planned from
-        the last scan that succeeded and lie in the past by then (once retried at once, in a
-        loop, through a whole brownout); and leases that lapsed here meanwhile are claimed
-        again by the first cycle that gets through, before the others may take them."""
-        next_cycle = self._clock.monotonic() + self._settings.take_every
+        when an observed lease expires, when a handoff becomes overdue.
+
+        While the table errs, a cycle in which any call of this worker failed (its scan, a
+        take, or a renewal meanwhile) is followed by a pause (:data:`_RETRY_PAUSE`, doubling up
+        to a quarter of failover_time, jittered so that a fleet does not retry in step), and no wake cuts the pause short. The early moments above are planned from
+        the last scan that succeeded and lie in the past by then (once retried at once, in
+        a loop, through a whole brownout); and with renewals spread over the renew interval
+        each lease that lapsed here woke the loop on its own, each wake a scan of a table
+        that failed half of all calls: a retry storm that deepens the outage (10,000 leases,
+        100 workers: 521 Scan pages per worker-minute in the brownout, bench/simulate.py).
+        Leases that lapsed here meanwhile are claimed again by the first cycle after the
+        pause, before the others may take them (they judge the lapse from their own
+        sightings, a failover time later)."""
+        settings = self._settings
+        retry = Backoff(
+            base=_RETRY_PAUSE,
+            cap=min(settings.take_every, settings.failover_time / 4),
+            max_attempts=None,
+            jitter="half",
+        )
+        next_cycle = self._clock.monotonic() + settings.take_every
         failures = 0
+        not_before = -math.inf
         while True:
             wake = next_cycle
             early = self._taker.next_wake()
             if early is not None:
                 wake = min(wake, early + 0.01)  # just after: the lease is expired by then
-            if failures:
-                pause = min(
-                    _RETRY_PAUSE * 2 ** min(failures - 1, 8),
-                    self._settings.take_every,
-                    self._settings.failover_time / 4,
-                )
-                wake = max(wake, self._clock.monotonic() + pause)
+            wake = max(wake, not_before)
             await self._sleep_unless(self._take_soon, max(wake - self._clock.monotonic(), 0.0))
+            if self._clock.monotonic() < not_before:
+                # Woken (a lease moved or lapsed) within the pause: the cycle waits for it.
+                await self._clock.sleep(not_before - self._clock.monotonic())
             self._take_soon.clear()
             if self._moves.leaving:
                 return
             # Woken early with the table's stream read: plan on what the stream showed since
             # the last scan; the table itself is scanned on the take interval.
-            periodic = self._clock.monotonic() >= next_cycle
+            started = self._clock.monotonic()
+            periodic = started >= next_cycle
             from_view = not periodic and self._moves.pickup_source == "stream"
             cycle = self._taker.take_cycle(from_view=from_view)
-            failures = 0 if await self._guarded("take cycle", cycle) else failures + 1
+            answered = await self._guarded("take cycle", cycle)
+            now = self._clock.monotonic()
+            if answered and not self._taker.tracker.failed_since(started):
+                failures = 0
+                not_before = -math.inf
+            else:
+                not_before = now + retry.delay(failures, self._rng)
+                failures += 1
             if not from_view:
-                next_cycle = self._clock.monotonic() + self._settings.take_every
+                next_cycle = now + settings.take_every
 
     async def _sync_loop(self, *, listed: bool, contended: bool) -> None:
         if contended:

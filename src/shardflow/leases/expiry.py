@@ -65,6 +65,13 @@ class ExpiryTracker:
         """Every sighting with a holder, by holder and failover moment (see
         :mod:`~shardflow.leases.expiry_schedule`)."""
         self._renewed: dict[str, float] = {}
+        self._excused = 0.0
+        """Seconds of blind stretches ended so far. Sightings, beats and proofs of life are
+        kept on the observer's clock minus this (:meth:`_tracked`), so that ending a blind
+        stretch moves every one of them on at once (:meth:`_excuse`) instead of rewriting
+        each: in a brownout a per-lease worker goes blind and sees again a few times a
+        second, and each time rewrote all 10,000 sightings and rebuilt the schedule
+        (bench/simulate.py at 10,000 leases x 100 workers: most of a brownout's wall time)."""
         self._blind_since: float | None = None
         self._failed_at: float | None = None
         self._beats: dict[str, _Beat] = {}
@@ -92,6 +99,27 @@ class ExpiryTracker:
         if self._blind_since is None:
             self._blind_since = now
 
+    def answered_since(self, moment: float) -> bool:
+        """Whether a call of this observer succeeded after ``moment`` (or none failed)."""
+        since = self._blind_since
+        return since is None or since > moment
+
+    def failed_since(self, moment: float) -> bool:
+        """Whether a call of this observer to the table failed at or after ``moment``."""
+        return self._failed_at is not None and self._failed_at >= moment
+
+    def judged_at(self, now: float) -> float:
+        """The moment expiry is judged at, asked at ``now``: ``now``, or while this observer
+        is blind the moment it went blind. What a call answered at ``now`` would excuse
+        (:meth:`answered`) counts for no lease already, so a take cycle planned on what the
+        table's stream showed need not scan first to end the blind stretch: in a brownout
+        (half of all calls failing) a worker is blind most of the time, and every cycle
+        that woke then scanned the whole table (bench/simulate.py, 10,000 leases: 521 Scan
+        pages per worker-minute in the brownout, 1,818 read units a minute steady became
+        105,197)."""
+        since = self._blind_since
+        return since if since is not None and since < now else now
+
     def failed_within(self, now: float, seconds: float) -> bool:
         """Whether a call of this observer to the table failed in the last ``seconds``."""
         return self._failed_at is not None and now - self._failed_at < seconds
@@ -102,23 +130,16 @@ class ExpiryTracker:
             self._excuse(now)
 
     def _excuse(self, now: float) -> None:
-        """The blind stretch ended at ``now``: move every sighting's clock on by its length."""
+        """The blind stretch ended at ``now``: every sighting's clock moves on by its length
+        (all at once: they are kept net of the stretches excused, see ``_excused``)."""
         since, self._blind_since = self._blind_since, None
         if since is None or now <= since:
             return
-        shift = now - since
-        self._seen = {
-            key: replace(sighting, since=sighting.since + shift)
-            for key, sighting in self._seen.items()
-        }
-        # Every moment moved on: the schedule is built again (once per blind stretch).
-        self._schedule.clear()
-        for key, sighting in sorted(self._seen.items(), key=lambda item: item[1].since):
-            self._schedule.set(key, _holder(sighting), sighting.since + self._failover)
-        self._renewed = {worker: at + shift for worker, at in self._renewed.items()}
-        self._beats = {
-            worker: replace(beat, since=beat.since + shift) for worker, beat in self._beats.items()
-        }
+        self._excused += now - since
+
+    def _tracked(self, now: float) -> float:
+        """``now`` on the clock the sightings are kept on (net of the stretches excused)."""
+        return now - self._excused
 
     def observe_heartbeats(
         self, heartbeats: Iterable[Heartbeat], now: float, *, complete: bool = True
@@ -126,6 +147,7 @@ class ExpiryTracker:
         """Record heartbeat items as read at ``now``; with ``complete`` (a whole-table scan)
         workers whose item is missing keep no heartbeat. A changed counter is proof of life."""
         present: set[str] = set()
+        at = self._tracked(now)
         for heartbeat in heartbeats:
             worker = heartbeat.worker_id
             present.add(worker)
@@ -137,8 +159,8 @@ class ExpiryTracker:
                 and previous.heartbeat.counter != heartbeat.counter
                 and heartbeat.fenced_by is None
             ):
-                self._renewed[worker] = now
-            self._beats[worker] = _Beat(heartbeat, now)
+                self._renewed[worker] = at
+            self._beats[worker] = _Beat(heartbeat, at)
         if complete:
             for worker in self._beats.keys() - present:
                 self.forget_heartbeat(worker, now)
@@ -183,11 +205,14 @@ class ExpiryTracker:
         beat = self._beats.get(worker_id)
         if beat is None:
             return False
-        return beat.heartbeat.fenced_by is not None or now - beat.since >= self._failover
+        return (
+            beat.heartbeat.fenced_by is not None
+            or self._tracked(now) >= beat.since + self._failover
+        )
 
     def _heartbeat_until(self, worker_id: str | None) -> float | None:
-        """When the worker's heartbeat expires as last seen (None: it keeps none or it is
-        fenced, which counts as expired already)."""
+        """When the worker's heartbeat expires as last seen, on the tracked clock (None: it
+        keeps none or it is fenced, which counts as expired already)."""
         beat = self._beats.get(worker_id) if worker_id is not None else None
         if beat is None or beat.heartbeat.fenced_by is not None:
             return None
@@ -201,6 +226,7 @@ class ExpiryTracker:
         """
         if complete and self._blind_since is not None:
             self._excuse(now)
+        at = self._tracked(now)
         seen = self._seen
         present: set[str] = set()
         for lease in leases:
@@ -214,7 +240,7 @@ class ExpiryTracker:
             counter = lease.lease_counter
             if previous is None:
                 self._sight(
-                    key, _Sighting(counter, lease.lease_owner, lease.checkpoint_owner, now, request)
+                    key, _Sighting(counter, lease.lease_owner, lease.checkpoint_owner, at, request)
                 )
                 continue
             if previous.counter != counter or request is not None:
@@ -225,7 +251,7 @@ class ExpiryTracker:
                 or previous.checkpoint_owner != lease.checkpoint_owner
             ):
                 self._sight(
-                    key, _Sighting(counter, lease.lease_owner, lease.checkpoint_owner, now, request)
+                    key, _Sighting(counter, lease.lease_owner, lease.checkpoint_owner, at, request)
                 )
             elif request != previous.request:
                 seen[key] = replace(previous, request=request)
@@ -245,6 +271,7 @@ class ExpiryTracker:
         per-lease fleet reads every renewal of every worker: 3,000 a second at 10,000
         leases); any lease not seen so as last time goes through :meth:`observe`."""
         seen = self._seen
+        at = self._tracked(now)
         odd: list[Lease] = []
         moved: list[str] = []
         owners: set[str] = set()
@@ -264,15 +291,15 @@ class ExpiryTracker:
                 continue
             if previous.counter != lease.lease_counter:
                 seen[key] = _Sighting(
-                    lease.lease_counter, owner, lease.checkpoint_owner, now, request
+                    lease.lease_counter, owner, lease.checkpoint_owner, at, request
                 )
                 moved.append(key)
                 owners.add(owner)
         # The same holders: only their moments move, all to the same one (read together).
-        self._schedule.renewed_at(moved, now + self._failover)
+        self._schedule.renewed_at(moved, at + self._failover)
         for owner in owners:
             self._kept[owner] = now
-            self._renewed[owner] = now
+            self._renewed[owner] = at
         if odd:
             self.observe(odd, now, complete=False)
 
@@ -280,6 +307,7 @@ class ExpiryTracker:
         """Who must have been alive for ``lease`` to change from ``previous``: proof of life
         for :meth:`renewed_within`."""
         owner = lease.lease_owner
+        at = self._tracked(now)
         if owner is not None and previous.counter != lease.lease_counter:
             same_holder = (
                 previous.owner == owner and previous.checkpoint_owner == lease.checkpoint_owner
@@ -291,41 +319,46 @@ class ExpiryTracker:
                 # The same owner wrote again (a renewal or a checkpoint), or a worker took the
                 # lease for itself. (A handover changes the checkpoint owner too, and is written
                 # by the old owner: no proof that the new one lives.)
-                self._renewed[owner] = now
+                self._renewed[owner] = at
         if request is not None and request != previous.request:
             # A joiner asked for the lease: its own write, moments ago.
             parsed = handoff_request_of(lease)
             if parsed is not None:
-                self._renewed[parsed.requester] = now
+                self._renewed[parsed.requester] = at
 
     def renewed_within(self, worker_id: str, now: float, seconds: float) -> bool:
         """Whether this observer saw ``worker_id`` write in the last ``seconds``: renew or
         checkpoint one of its leases, take one, or ask for one. Proof of life, which a
         handover to it is not."""
         last = self._renewed.get(worker_id)
-        return last is not None and now - last <= seconds
+        return last is not None and self._tracked(now) - last <= seconds
 
     def seen_writing(self, now: float, seconds: float) -> set[str]:
         """The workers :meth:`renewed_within` ``seconds`` of ``now``."""
-        return {worker for worker, at in self._renewed.items() if now - at <= seconds}
+        tracked = self._tracked(now)
+        return {worker for worker, at in self._renewed.items() if tracked - at <= seconds}
 
     def unchanged_since(self, lease_key: str) -> float | None:
         """When this observer first saw the lease as it is now (None: never seen)."""
         sighting = self._seen.get(lease_key)
-        return None if sighting is None else sighting.since
+        return None if sighting is None else sighting.since + self._excused
 
     def is_expired(self, lease: Lease, now: float) -> bool:
         """Whether ``lease`` may be taken as expired at ``now``.
 
         Free leases are expired at once. A lease this observer has never seen, or has seen
         with another counter, is not expired: its clock starts when :meth:`observe` sees it.
+        While this observer is blind, judged at the moment it went blind (:meth:`judged_at`).
         """
         if lease.is_free:
             return True
         sighting = self._seen.get(lease.lease_key)
         if sighting is None or sighting.counter != lease.lease_counter:
             return False
-        if now - sighting.since < self._failover:
+        now = self.judged_at(now)
+        # The schedule's own comparison (failover moment <= now), so that the two agree to
+        # the last bit (a silence of exactly failover_time, net of excused stretches).
+        if self._tracked(now) < sighting.since + self._failover:
             return False
         holder = lease.actual_owner
         if holder is not None and holder in self._beats:
@@ -338,7 +371,8 @@ class ExpiryTracker:
         if sighting is None or sighting.counter != lease.lease_counter:
             return None
         beat = self._heartbeat_until(lease.actual_owner)
-        return max(sighting.since + self._failover, beat if beat is not None else -math.inf)
+        moment = max(sighting.since + self._failover, beat if beat is not None else -math.inf)
+        return moment + self._excused
 
     def forget(self, lease_keys: Iterable[str]) -> None:
         """Drop what was seen of leases whose items are gone."""
@@ -356,14 +390,20 @@ class ExpiryTracker:
         schedule, in time proportional to the holders, not the leases.
         """
         schedule = self._schedule
-        if holder_not == self._me and after >= schedule.advanced_to:
-            return schedule.next_moment(
-                after, holder_not=holder_not, beat_until=self._heartbeat_until
+        tracked = self._tracked(after)
+        if holder_not == self._me and tracked >= schedule.advanced_to:
+            moment = schedule.next_moment(
+                tracked, holder_not=holder_not, beat_until=self._heartbeat_until
             )
+            return None if moment is None else moment + self._excused
         return self.next_expiry_by_scan(after, holder_not=holder_not)
 
     def next_expiry_by_scan(self, after: float, *, holder_not: str) -> float | None:
         """:meth:`next_expiry` by a pass over every sighting (the definition)."""
+        moment = self._next_by_scan(self._tracked(after), holder_not=holder_not)
+        return None if moment is None else moment + self._excused
+
+    def _next_by_scan(self, after: float, *, holder_not: str) -> float | None:
         moments = []
         for sighting in self._seen.values():
             holder = sighting.checkpoint_owner or sighting.owner
@@ -383,7 +423,8 @@ class ExpiryTracker:
         holder keeps no heartbeat or a lapsed one. Proportional to the holders and the leases
         returned, not to every lease observed."""
         keys: list[str] = []
-        for holder, due in self._schedule.due(now).items():
+        now = self.judged_at(now)
+        for holder, due in self._schedule.due(self._tracked(now)).items():
             if holder in self._beats and not self.heartbeat_lapsed(holder, now):
                 continue  # its heartbeat keeps every one of them
             keys.extend(due)

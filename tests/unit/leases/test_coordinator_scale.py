@@ -20,11 +20,10 @@ from shardflow.leases.handoff_request import handoff_request_of
 from shardflow.leases.handoffs import successors
 from shardflow.leases.memory import InMemoryLeaseStreams, LeaseWriteSeen
 from shardflow.leases.moves import HANDOFFS_IN_FLIGHT
-from shardflow.leases.owned import OwnedLease
 from shardflow.leases.pickup import LeaseView
 from shardflow.leases.settings import LeaseSettings
 from shardflow.records import SHARD_END, ExtendedSequenceNumber
-from support.coordinator_fakes import run_for, settle, shard, sid, world
+from support.coordinator_fakes import honour_handoffs, run_for, settle, shard, sid, world
 
 
 class Failing:
@@ -39,24 +38,6 @@ class Failing:
         self.calls[operation] = self.calls.get(operation, 0) + 1
         if self.on and operation in self.operations:
             raise TransientError("brownout", operation=operation, code="InternalServerError")
-
-
-def honour_handoffs(coordinator: LeaseCoordinator) -> None:
-    """What the consumer does with a lease given up: release it (completing a handoff)."""
-
-    async def release(owned: OwnedLease) -> None:
-        await owned.giving_up.wait()
-        await coordinator.release(owned, why="handoff")
-
-    async def accept() -> None:
-        async for owned in coordinator.acquisitions():
-            tasks.add(asyncio.ensure_future(release(owned)))
-
-    tasks: set[asyncio.Future[None]] = {asyncio.ensure_future(accept())}
-    KEEP.append(tasks)
-
-
-KEEP: list[set[asyncio.Future[None]]] = []
 
 
 async def test_a_failing_take_cycle_is_retried_after_a_pause_not_at_once() -> None:
