@@ -61,6 +61,10 @@ that slow (start-up of 100 workers on 10,000 shards: longest time a shard had no
 paced, 4.0 s before the pace, bench/simulate.py). Bounded: a worker's lifetime has at most
 this many unpaced scans, so a split wave later (the reason for the pace) is still paced."""
 
+SYNC_ASKED_SLACK: Final = 64
+"""Entries of ``LeaseTaker._sync_asked`` beyond twice the finished leases in view before the
+ones no longer in view are forgotten (see :meth:`LeaseTaker._look_at_finished`)."""
+
 Adopt = Callable[[PlannedTake, Lease, float], OwnedLease]
 """Turns a successful take (plan, lease after the write, send time) into a held lease."""
 
@@ -94,7 +98,9 @@ class LeaseTaker:
         self._rng = rng or random.Random()
         self._tracker = ExpiryTracker(settings.failover_time, worker_id=worker_id)
         self._peers: frozenset[str] = frozenset()
-        self._sync_asked: set[str] = set()  # finished leases that already asked for a sync
+        self._sync_asked: set[str] = set()
+        """Finished leases that asked for a shard sync (once each): forgotten once their
+        children have leases or the finished lease left the table (see _look_at_finished)."""
         self._children_missing: dict[str, float] = {}
         """Finished leases seen without their children's leases -> when first seen so (in
         that order): a sync is asked for those still lacking them ``failover_time`` later
@@ -171,6 +177,8 @@ class LeaseTaker:
                     view.put(lease)
             for key in removed:
                 view.remove(key)
+        for key in removed:
+            self._sync_asked.discard(key)  # a finished lease deleted: nothing to ask for
 
     def observe_entities(
         self,
@@ -713,6 +721,7 @@ class LeaseTaker:
             )
             if known:
                 missing.pop(key, None)
+                self._sync_asked.discard(key)  # done: nothing left to ask for
             elif key not in self._sync_asked:
                 missing.setdefault(key, now)
             started = kids is not None and all(
@@ -736,6 +745,14 @@ class LeaseTaker:
             if key in view.finished:  # children seen since would have removed it above
                 self._sync_asked.add(key)
                 asked = True
+        if len(self._sync_asked) > 2 * len(view.finished) + SYNC_ASKED_SLACK:
+            # Finished leases deleted since they asked (cleaned up once their children
+            # started) are never touched again: forgotten here, in a pass that runs only once
+            # the set has doubled past the finished leases, so it costs O(1) per entry.
+            # Without it the set grew by every shard that ever ended without its children's
+            # leases in sight, for the worker's whole life.
+            finished = view.finished
+            self._sync_asked = {key for key in self._sync_asked if key in finished}
         if asked:
             self._want_sync()
 

@@ -639,3 +639,41 @@ async def test_a_finished_lease_left_free_does_not_make_a_worker_scan(monkeypatc
             await w.clock.advance(1.0)
             await cycles.take_cycle(from_view=True)
         assert calls.calls["Scan"] == scans, "scanned for a finished lease nobody may take"
+
+
+async def test_finished_leases_that_asked_for_a_sync_are_forgotten_once_done() -> None:
+    # A finished lease whose children still lacked leases a failover time after it was seen
+    # asks for a shard sync, once: the taker kept every such key for the worker's whole life
+    # (one per shard that ever ended so), although the question is settled once the children
+    # have leases, and moot once the finished lease itself is deleted (cleaned up after its
+    # children started). Both are forgotten now.
+    ended = 200
+    async with world([shard(i) for i in range(4)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        parents = [
+            await store.create_if_absent(Lease.new(sid(i), checkpoint=SHARD_END))
+            for i in range(ended)
+        ]
+        a = w.worker("a", settings=LeaseSettings())
+        cycles = a._taker
+        await cycles.take_cycle()
+        await w.clock.advance(LeaseSettings().failover_time)
+        await cycles.take_cycle()
+        assert a._sync_wanted.is_set()
+        assert len(cycles._sync_asked) == ended
+        # The sync created the children of the first half: settled.
+        half = ended // 2
+        for i in range(half):
+            await store.create_if_absent(Lease.new(sid(10_000 + i), parent_shard_ids=[sid(i)]))
+        await cycles.take_cycle()
+        assert cycles._sync_asked == {parent.lease_key for parent in parents[half:]}
+        # The others' children came too, started, and every finished parent was cleaned up
+        # (seen by a scan, and one on the table's stream).
+        for parent in parents[:-1]:
+            await store.delete(parent)
+        await cycles.take_cycle()
+        assert cycles._sync_asked == {parents[-1].lease_key}
+        await store.delete(parents[-1])
+        cycles.observe([], [parents[-1].lease_key])
+        assert not cycles._sync_asked
