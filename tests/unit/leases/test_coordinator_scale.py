@@ -520,11 +520,13 @@ async def test_a_workers_first_scans_are_not_paced_by_the_tables_size(monkeypatc
     # UNPACED_SCANS scans now go at once; the pace holds after them.
     from shardflow.leases import taker
 
-    monkeypatch.setattr(taker, "SCAN_PACE", 4)  # 40 leases: one scan per 10 pick-up intervals
-    async with world([shard(i) for i in range(40)]) as w:
+    monkeypatch.setattr(taker, "SCAN_PACE", 40)  # 400 leases: one scan per 10 pick-up intervals
+    async with world([shard(i) for i in range(400)]) as w:
         calls = Failing()
-        settings = LeaseSettings(max_leases_per_worker=1)  # free leases stay: scans called for
-        gap = settings.pickup_poll_interval * 40 / 4
+        # One take at first, doubling with what it holds (max_takes): free leases it wants
+        # stay for more than eight cycles, so scans are called for.
+        settings = LeaseSettings(renew_concurrency=1)
+        gap = settings.pickup_poll_interval * 400 / 40
         a = await w.start(
             "a",
             settings=settings,
