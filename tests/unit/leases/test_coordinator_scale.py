@@ -679,3 +679,63 @@ async def test_finished_leases_that_asked_for_a_sync_are_forgotten_once_done() -
         await store.delete(parents[-1])
         cycles.observe([], [parents[-1].lease_key])
         assert not cycles._sync_asked
+
+
+async def test_the_last_free_leases_are_shared_out_among_the_workers_not_raced_for() -> None:
+    # Each worker below its share drew the free leases it needed at random. Planned from
+    # pictures of the same moment (each its own scan, the others' takes not in it yet), the
+    # draws overlapped: of 100 workers each needing its share of 20,000 children after a
+    # split, a third of the takes were refused (the leases drawn twice or more), and again
+    # for what was left, one scan pace (3 s at 30,000 leases) apart: the last shards waited
+    # 20 s and more (bench/simulate.py). Once the live workers seen have stayed the same a
+    # moment, each takes its own run of the free leases: disjoint when the pictures agree.
+    workers, held_each, need_each = 10, 8, 2
+    total = workers * (held_each + need_each)
+    async with world([shard(i) for i in range(total)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        for i in range(workers * held_each):
+            await store.take(await store.create_if_absent(Lease.new(sid(i))), f"w{i % workers}")
+        coordinators = [w.worker(f"w{i}", settings=LeaseSettings()) for i in range(workers)]
+        for coordinator in coordinators:
+            assert len(await coordinator.take_cycle()) == held_each  # resumes its own
+        await w.clock.advance(2.0)  # the same live workers seen for a while
+        for i in range(workers * held_each, total):  # new shards' leases
+            await store.create_if_absent(Lease.new(sid(i)))
+        picture = await store.list_leases()  # one moment, as every worker scanned it
+        taken = [len(await coordinator.take_cycle(picture)) for coordinator in coordinators]
+        assert taken == [need_each] * workers, taken
+        assert (await w.owners())[None] == 0
+
+
+async def test_a_worker_at_its_share_does_not_scan_for_free_leases(monkeypatch: Any) -> None:
+    # A cycle woken by the table's stream scans (paced) while leases are free: a picture a
+    # moment old may show too few peers to a worker that takes. A worker already at its share
+    # takes none of them whatever a scan shows, and yet scanned the whole table at the pace:
+    # after a split wave every one of 100 workers scanned 30,000 leases every 3 s until the
+    # last child was taken (bench/simulate.py, 10,000 x 100, profiled: a fifth of the
+    # split's time in those scans), and planned on its view each time, sorting every free
+    # lease. It neither scans nor plans now; a worker below its share still scans.
+    from shardflow.leases import taker
+
+    monkeypatch.setattr(taker, "UNPACED_SCANS", 0)
+    async with world([shard(i) for i in range(8)]) as w:
+        calls = Failing()
+        store = w.store(fault=calls)
+        await store.ensure_table()
+        for i in range(8):
+            lease = await store.create_if_absent(Lease.new(sid(i)))
+            if i < 7:
+                await store.take(lease, "a" if i < 4 else "b")  # b's fourth is free
+        a = w.worker("a", settings=LeaseSettings(), store=store)
+        assert len(await a.take_cycle()) == 4
+        cycles = a._taker
+        scans = calls.calls["Scan"]
+        for _ in range(8):
+            await w.clock.advance(1.0)
+            assert await cycles.take_cycle(from_view=True) == []
+        assert calls.calls["Scan"] == scans, "scanned for leases that are b's share"
+        # b, below its share, scans for it (at the pace).
+        b = w.worker("b", settings=LeaseSettings(), store=store)
+        await b.take_cycle()
+        assert len(b.owned()) == 4
