@@ -66,10 +66,6 @@ SPREAD_AFTER: Final = 1.0
 leases as its own run of them rather than at random (see
 :func:`~shardflow.leases.balance.free_share`)."""
 
-VIEW_PLAN_GAP: Final = 1.0
-"""Seconds between a worker's plans on its view while free leases are there and its live
-workers are stable (see :meth:`LeaseTaker.take_cycle`): a round of takes a second."""
-
 SYNC_ASKED_SLACK: Final = 64
 """Entries of ``LeaseTaker._sync_asked`` beyond twice the finished leases in view before the
 ones no longer in view are forgotten (see :meth:`LeaseTaker._look_at_finished`)."""
@@ -128,8 +124,6 @@ class LeaseTaker:
         self._last_scan: float | None = None
         """When the view was last rebuilt from a complete scan."""
         self._scan_deferred = False
-        self._plan_deferred = False
-        """A cycle that would plan on the view was put off (VIEW_PLAN_GAP)."""
         self._scans = 0
         """Complete scans made so far (the first :data:`UNPACED_SCANS` are not paced)."""
         self._live_seen: frozenset[str] = frozenset()
@@ -242,8 +236,6 @@ class LeaseTaker:
         if self._scan_deferred and self._last_scan is not None:
             # A cycle was put off until a scan is due (see take_cycle): then, not before.
             wake = self._last_scan + self._scan_gap()
-        elif self._plan_deferred:
-            wake = after + VIEW_PLAN_GAP  # a plan on the view put off (see take_cycle)
         return wake
 
     def _scan_gap(self) -> float:
@@ -308,13 +300,6 @@ class LeaseTaker:
                     # scans made each round of takes after a split wave wait 3 s at 30,000
                     # leases.
                     self._scan_deferred = False
-                    last = self._last_cycle
-                    if last is not None and now - last < VIEW_PLAN_GAP:
-                        # A plan at every stream read (four a second) sorted every free lease
-                        # each time: 100 workers planning on 20,000 free children slowed the
-                        # simulated split below a second of simulated time per 20 s of wall.
-                        self._plan_deferred = True  # next_wake: once the gap has passed
-                        return []
                     return await self._cycle(None, fresh=False)
                 scanned = self._last_scan
                 if (
@@ -347,7 +332,6 @@ class LeaseTaker:
             self.observe_entities(scan.heartbeats, complete=True, mode=scan.mode)
         now = self._clock.monotonic()  # after the scan: no item was read later than this
         self._last_cycle = now
-        self._plan_deferred = False
         view = self._view
         if fresh or view is None:
             self._last_scan = now
