@@ -270,14 +270,10 @@ class LeaseTaker:
         application's leases were free, every worker scanned the whole table at each stream
         read that showed a new lease, four times a second (100 workers on a 30,000-lease
         table during a split: 1,310 Scan pages per worker per minute, 40 of a simulated
-        run's 71 minutes, bench/simulate.py). No scan either for a worker that wants none of
-        the free leases (at its share), nor once the live workers it counts have stayed the
-        same for ``SPREAD_AFTER`` (its peers are known; the free leases are shared out by
-        :func:`~shardflow.leases.balance.free_share`).
+        run's 71 minutes, bench/simulate.py).
         """
         async with self._lock:
             view = self._view
-            now = self._clock.monotonic()
             if from_view and leases is None and view is not None and not self._tracker.is_blind:
                 if not view.free_anywhere:
                     # Nothing free any more: the scan a deferred cycle waited for is not
@@ -293,19 +289,11 @@ class LeaseTaker:
                     # view skips planning (see _cycle).
                     self._scan_deferred = False
                     return await self._cycle(None, fresh=False)
-                if self._live_seen and now - self._live_since >= SPREAD_AFTER:
-                    # The live workers counted have stayed the same a while: the peers are
-                    # known, and the view (the stream's changes since the last scan) is the
-                    # picture the free leases are shared out by (balance.free_share). Paced
-                    # scans made each round of takes after a split wave wait 3 s at 30,000
-                    # leases.
-                    self._scan_deferred = False
-                    return await self._cycle(None, fresh=False)
                 scanned = self._last_scan
                 if (
                     scanned is not None
                     and self._scans >= UNPACED_SCANS
-                    and now - scanned < self._scan_gap()
+                    and self._clock.monotonic() - scanned < self._scan_gap()
                 ):
                     self._free_left = True  # next_wake: a scan once the gap has passed
                     self._scan_deferred = True

@@ -521,8 +521,6 @@ async def test_a_workers_first_scans_are_not_paced_by_the_tables_size(monkeypatc
     from shardflow.leases import taker
 
     monkeypatch.setattr(taker, "SCAN_PACE", 40)  # 400 leases: one scan per 10 pick-up intervals
-    # Never planned on the view for a stable fleet (see the test below): scans called for.
-    monkeypatch.setattr(taker, "SPREAD_AFTER", 1e9)
     async with world([shard(i) for i in range(400)]) as w:
         calls = Failing()
         # One take at first, doubling with what it holds (max_takes): free leases it wants
@@ -741,34 +739,3 @@ async def test_a_worker_at_its_share_does_not_scan_for_free_leases(monkeypatch: 
         b = w.worker("b", settings=LeaseSettings(), store=store)
         await b.take_cycle()
         assert len(b.owned()) == 4
-
-
-async def test_a_stable_fleet_takes_free_leases_from_its_view_without_a_scan(
-    monkeypatch: Any,
-) -> None:
-    # Free leases called for a scan before a worker took any (paced by the table's size: 3 s
-    # at 30,000 leases), in case the view, a moment old, showed too few peers. Each round of
-    # takes after a split wave waited for that pace: the children of 10,000 shards split under
-    # 100 workers took 15.5 s to be shared out. Once the live workers counted have stayed
-    # the same a moment (SPREAD_AFTER), the view is the picture the free leases are shared
-    # out by: taken at once, no scan.
-    from shardflow.leases import taker
-
-    monkeypatch.setattr(taker, "UNPACED_SCANS", 0)
-    async with world([shard(i) for i in range(8)]) as w:
-        calls = Failing()
-        store = w.store(fault=calls)
-        await store.ensure_table()
-        leases = [await store.create_if_absent(Lease.new(sid(i))) for i in range(7)]
-        for i, lease in enumerate(leases):
-            await store.take(lease, "a" if i < 3 else "b")
-        a = w.worker("a", settings=LeaseSettings(), store=store)
-        assert len(await a.take_cycle()) == 3
-        cycles = a._taker
-        await w.clock.advance(taker.SPREAD_AFTER + 0.5)
-        new = await store.create_if_absent(Lease.new(sid(7)))  # a new shard's lease
-        cycles.observe([new], [])  # as the table's stream shows it
-        scans = calls.calls["Scan"]
-        taken = await cycles.take_cycle(from_view=True)
-        assert [owned.lease_key for owned in taken] == [sid(7)]
-        assert calls.calls["Scan"] == scans
