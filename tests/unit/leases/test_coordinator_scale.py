@@ -739,3 +739,33 @@ async def test_a_worker_at_its_share_does_not_scan_for_free_leases(monkeypatch: 
         b = w.worker("b", settings=LeaseSettings(), store=store)
         await b.take_cycle()
         assert len(b.owned()) == 4
+
+
+async def test_a_worker_that_knows_its_fleet_takes_its_share_of_new_leases_at_once() -> None:
+    # A worker took at most what it held (at least one batch of writes) per cycle, so that a
+    # fleet starting together on a new application finds its members before anyone takes
+    # too much. After a split wave every worker holds nothing (its parents finished) while
+    # the fleet is long known, and each doubled from one batch, a paced scan apart: 32, 64,
+    # 128 of its 200 children at 10,000 shards under 100 workers (bench/simulate.py: the last
+    # child waited 14.5 s). A worker running for a failover time has seen every live peer
+    # write within one: it takes up to their share at once.
+    peers = ("b", "c", "d")
+    async with world([shard(i) for i in range(700)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        held = {peer: [] for peer in peers}
+        for i in range(300):
+            lease = await store.create_if_absent(Lease.new(sid(i)))
+            peer = peers[i % 3]
+            held[peer].append(await store.take(lease, peer))
+        a = w.worker("a", settings=LeaseSettings())
+        assert await a.take_cycle() == []  # nothing free: a holds nothing
+        for _ in range(3):  # the peers renew; a's cycles see it
+            await w.clock.advance(4.0)
+            for peer in peers:
+                held[peer] = [await store.renew(lease, peer) for lease in held[peer]]
+            await a.take_cycle()
+        for i in range(300, 700):  # a new shard's leases (the children of a split)
+            await store.create_if_absent(Lease.new(sid(i)))
+        taken = await a.take_cycle()
+        assert len(taken) == 175, len(taken)  # ceil(700 / 4), not one batch of 32
