@@ -753,7 +753,7 @@ async def test_a_worker_that_knows_its_fleet_takes_its_share_of_new_leases_at_on
     async with world([shard(i) for i in range(700)]) as w:
         store = w.store()
         await store.ensure_table()
-        held = {peer: [] for peer in peers}
+        held: dict[str, list[Lease]] = {peer: [] for peer in peers}
         for i in range(300):
             lease = await store.create_if_absent(Lease.new(sid(i)))
             peer = peers[i % 3]
