@@ -62,9 +62,9 @@ paced, 4.0 s before the pace, bench/simulate.py). Bounded: a worker's lifetime h
 this many unpaced scans, so a split wave later (the reason for the pace) is still paced."""
 
 SPREAD_AFTER: Final = 1.0
-"""Seconds the live workers a worker counts must have stayed the same before it takes free
-leases as its own run of them rather than at random (see
-:func:`~shardflow.leases.balance.free_share`)."""
+"""Seconds the fleet a worker knows (the live workers it counts, and those it saw write within
+a failover time) must have stayed the same before it takes free leases as its own run of them
+rather than at random (see :func:`~shardflow.leases.balance.free_share`)."""
 
 SYNC_ASKED_SLACK: Final = 64
 """Entries of ``LeaseTaker._sync_asked`` beyond twice the finished leases in view before the
@@ -130,8 +130,8 @@ class LeaseTaker:
         """Complete scans made so far (the first :data:`UNPACED_SCANS` are not paced)."""
         self._live_seen: frozenset[str] = frozenset()
         self._live_since = 0.0
-        """The live workers the last plan counted, and since when it counted the same
-        (see SPREAD_AFTER)."""
+        """The fleet the last plan knew (the live workers it counted and those seen writing
+        within a failover time), and since when it knew the same (see SPREAD_AFTER)."""
         self._free_left = False
         """Free or expired leases were left that this worker may still want: another cycle
         soon (see next_wake)."""
@@ -371,9 +371,17 @@ class LeaseTaker:
             now=now,
             even_out=handoff and not defers,
         )
-        live = frozenset(shape.alive_counts) | shape.requesters | {self._worker_id}
-        if live != self._live_seen:
-            self._live_seen, self._live_since = live, now
+        # The fleet as this worker knows it: the live workers counted, and those it saw write
+        # within a failover time (after a split wave nobody holds a lease for a moment, while
+        # every worker of the fleet has just written).
+        fleet = (
+            frozenset(shape.alive_counts)
+            | shape.requesters
+            | {self._worker_id}
+            | self._tracker.seen_writing(now, self._settings.failover_time)
+        )
+        if fleet != self._live_seen:
+            self._live_seen, self._live_since = fleet, now
         plan = decide(
             shape,
             worker_id=self._worker_id,
