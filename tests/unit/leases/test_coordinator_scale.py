@@ -769,3 +769,31 @@ async def test_a_worker_that_knows_its_fleet_takes_its_share_of_new_leases_at_on
             await store.create_if_absent(Lease.new(sid(i)))
         taken = await a.take_cycle()
         assert len(taken) == 175, len(taken)  # ceil(700 / 4), not one batch of 32
+
+
+async def test_a_lease_released_here_is_not_claimed_from_an_older_image() -> None:
+    # A worker that finished a parent shard wrote SHARD_END, its children and its release,
+    # and then read its own earlier writes of the parent from the table's stream: an image
+    # naming it as owner of a lease it did not hold, which it claimed (a conditional renewal,
+    # refused). After a split wave of 10,000 shards under 100 workers: 72,000 such claims in
+    # 6.5 simulated seconds (bench/simulate.py, heartbeat mode, profiled). Its own release now
+    # updates its view, and a claim of an image older than the view's, or of a finished lease,
+    # is not sent.
+    async with world([shard(0, closed=True), shard(1)]) as w:
+        calls = Failing()
+        store = w.store(fault=calls)
+        await store.ensure_table()
+        for i in (0, 1):
+            await store.create_if_absent(Lease.new(sid(i)))
+        a = w.worker("a", settings=LeaseSettings(), store=store)
+        await a.take_cycle()
+        parent, other = a.owned()[sid(0)], a.owned()[sid(1)]
+        await parent.writer.write(ExtendedSequenceNumber(SHARD_END))
+        finished = parent.lease  # SHARD_END, still naming a
+        before = other.lease  # naming a, as the stream shows it after the release
+        await a.release(parent)
+        await a.release(other)
+        updates = calls.calls.get("UpdateItem", 0)
+        assert await a._taker.claim(finished, "handoff") is None
+        assert await a._taker.claim(before, "handoff") is None
+        assert calls.calls.get("UpdateItem", 0) == updates, "a claim was sent"
