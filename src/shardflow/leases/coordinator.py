@@ -529,6 +529,7 @@ class LeaseCoordinator:
         why = owned.ended_why
         if owned.released:
             assert why in ("shutdown", "shard_done", "handoff", "requested")
+            self._taker.saw_own_write(owned.lease)
             events.emit(LeaseReleased, lease_key=owned.lease_key, why=why)
         else:
             assert why in ("taken", "expired", "deleted", "handoff")

@@ -43,7 +43,7 @@ from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
 from shardflow.leases.store import LeaseStore, LeaseStoreBase, TableScan
 from shardflow.leases.streams import StreamSet
-from shardflow.records import AT_TIMESTAMP, LATEST, TRIM_HORIZON
+from shardflow.records import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON
 
 log = logging.getLogger("shardflow.leases")
 
@@ -60,6 +60,15 @@ taking at most what it already holds, and a pace of one scan a second at 10,000 
 that slow (start-up of 100 workers on 10,000 shards: longest time a shard had no owner 8.3 s
 paced, 4.0 s before the pace, bench/simulate.py). Bounded: a worker's lifetime has at most
 this many unpaced scans, so a split wave later (the reason for the pace) is still paced."""
+
+SPREAD_AFTER: Final = 1.0
+"""Seconds the fleet a worker knows (the live workers it counts, and those it saw write within
+a failover time) must have stayed the same before it takes free leases as its own run of them
+rather than at random (see :func:`~shardflow.leases.balance.free_share`)."""
+
+SYNC_ASKED_SLACK: Final = 64
+"""Entries of ``LeaseTaker._sync_asked`` beyond twice the finished leases in view before the
+ones no longer in view are forgotten (see :meth:`LeaseTaker._look_at_finished`)."""
 
 Adopt = Callable[[PlannedTake, Lease, float], OwnedLease]
 """Turns a successful take (plan, lease after the write, send time) into a held lease."""
@@ -94,7 +103,9 @@ class LeaseTaker:
         self._rng = rng or random.Random()
         self._tracker = ExpiryTracker(settings.failover_time, worker_id=worker_id)
         self._peers: frozenset[str] = frozenset()
-        self._sync_asked: set[str] = set()  # finished leases that already asked for a sync
+        self._sync_asked: set[str] = set()
+        """Finished leases that asked for a shard sync (once each): forgotten once their
+        children have leases or the finished lease left the table (see _look_at_finished)."""
         self._children_missing: dict[str, float] = {}
         """Finished leases seen without their children's leases -> when first seen so (in
         that order): a sync is asked for those still lacking them ``failover_time`` later
@@ -110,11 +121,17 @@ class LeaseTaker:
         self._cleanable: dict[str, None] = {}
         """Finished leases whose children all have leases that started (see _clean_up)."""
         self._last_cycle: float | None = None
+        self._first_cycle: float | None = None
+        """When this worker's first take cycle ran (see _max_takes)."""
         self._last_scan: float | None = None
         """When the view was last rebuilt from a complete scan."""
         self._scan_deferred = False
         self._scans = 0
         """Complete scans made so far (the first :data:`UNPACED_SCANS` are not paced)."""
+        self._live_seen: frozenset[str] = frozenset()
+        self._live_since = 0.0
+        """The fleet the last plan knew (the live workers it counted and those seen writing
+        within a failover time), and since when it knew the same (see SPREAD_AFTER)."""
         self._free_left = False
         self._mine_left = False
         """Leases naming this worker were left unclaimed by the last cycle (see _resume)."""
@@ -163,6 +180,12 @@ class LeaseTaker:
         if odd:
             self._update_view(odd, [])
 
+    def saw_own_write(self, lease: Lease) -> None:
+        """``lease`` as this worker's own write left it (a release, a handover): the view
+        takes it now, before the table's stream shows it, so that no cycle plans on the image
+        before it (a lease released here still named this worker there, and was claimed)."""
+        self._update_view([lease], [])
+
     def _update_view(self, leases: list[Lease], removed: list[str]) -> None:
         view = self._view
         if view is not None:
@@ -173,6 +196,8 @@ class LeaseTaker:
                     view.put(lease)
             for key in removed:
                 view.remove(key)
+        for key in removed:
+            self._sync_asked.discard(key)  # a finished lease deleted: nothing to ask for
 
     def observe_entities(
         self,
@@ -285,6 +310,12 @@ class LeaseTaker:
                     # instant (bench/simulate.py, seed 1: the start-up never came to rest).
                     self._scan_deferred = False
                     return await self._cycle(None, fresh=False)
+                if not self._wants_free(view):
+                    # Below no share: a scan could not give this worker anything to take (the
+                    # free leases are for the workers below theirs), and the cycle on the
+                    # view skips planning (see _cycle).
+                    self._scan_deferred = False
+                    return await self._cycle(None, fresh=False)
                 scanned = self._last_scan
                 if (
                     scanned is not None
@@ -316,6 +347,8 @@ class LeaseTaker:
             self.observe_entities(scan.heartbeats, complete=True, mode=scan.mode)
         now = self._clock.monotonic()  # after the scan: no item was read later than this
         self._last_cycle = now
+        if self._first_cycle is None:
+            self._first_cycle = now
         view = self._view
         if fresh or view is None:
             self._last_scan = now
@@ -347,6 +380,14 @@ class LeaseTaker:
         defers = self.defers()
         if defers:
             max_steal = 0  # the KCL leader balances; a steal would fight it
+        if (view.free or view.free_anywhere) and not self._wants_free(view):
+            # Free leases are there, for workers below their share, and this one is not: no
+            # take, no request (none is made while leases are free). Planning anyway sorted
+            # every free lease (20,000 after a split wave) for each worker at every read of
+            # the table's stream that showed a change, four times a second.
+            self._free_left = False
+            await self._tidy(view, scanned if fresh else None)
+            return taken
         shape = shape_from_index(
             view,
             self._tracker,
@@ -355,6 +396,17 @@ class LeaseTaker:
             now=now,
             even_out=handoff and not defers,
         )
+        # The fleet as this worker knows it: the live workers counted, and those it saw write
+        # within a failover time (after a split wave nobody holds a lease for a moment, while
+        # every worker of the fleet has just written).
+        fleet = (
+            frozenset(shape.alive_counts)
+            | shape.requesters
+            | {self._worker_id}
+            | self._tracker.seen_writing(now, self._settings.failover_time)
+        )
+        if fleet != self._live_seen:
+            self._live_seen, self._live_since = fleet, now
         plan = decide(
             shape,
             worker_id=self._worker_id,
@@ -365,6 +417,7 @@ class LeaseTaker:
             even_out=handoff and not defers,
             max_takes=self._max_takes(defers),
             asked=self._book.open_requests if handoff else 0,
+            spread=now - self._live_since >= SPREAD_AFTER,
         )
         self.last_plan = plan
         self._note_peers(plan.live_workers)
@@ -409,11 +462,16 @@ class LeaseTaker:
                 got += 1
 
         await run_bounded(plan.takes, take, concurrency=self._settings.renew_concurrency)
+        await self._tidy(view, scanned if fresh else None)
+        return taken
+
+    async def _tidy(self, view: LeaseIndex, scanned: list[Lease] | None) -> None:
+        """A cycle's last chores: finished leases deleted, and (after a scan, ``scanned``)
+        fenced heartbeats of workers that hold nothing."""
         if self._cleanable and self._settings.cleanup_finished_leases:
             await self._clean_up(view)
-        if fresh and scanned is not None:
+        if scanned is not None:
             await self._drop_fenced(scanned)
-        return taken
 
     def may_give(self, requester: str, handing: Collection[str] = ()) -> bool:
         """Whether to answer ``requester``'s request for one of this worker's leases: only
@@ -472,6 +530,17 @@ class LeaseTaker:
             if not (load > plan.target or load >= plan.held + 2):
                 self._book.forget_request(key)
 
+    def _wants_free(self, view: LeaseIndex) -> bool:
+        """Whether this worker may want a free or expired lease, judged on ``view`` in time
+        proportional to the workers: it holds fewer leases than its share among the workers
+        holding active leases (the fewest it may count, so the largest share), a lease may
+        have expired, or a KCL leader assigns (then every free lease is taken)."""
+        if self.defers() or self._tracker.expired_candidates(self._clock.monotonic()):
+            return True
+        workers = len(view.by_owner.keys() | {self._worker_id})
+        share = target_for(len(view.active), workers, self._settings.max_leases_per_worker)
+        return len(self._owned) < share
+
     def _max_takes(self, defers: bool) -> int | None:
         """At most what this worker holds (at least one batch of writes) per cycle, so that a
         hundred workers starting together do not each try every free lease (see
@@ -479,7 +548,21 @@ class LeaseTaker:
         second while leases are left), not in KCL's rhythm of a cycle per take interval."""
         if defers or self._settings.pickup == "off":
             return None
-        return max(len(self._owned), self._settings.renew_concurrency)
+        takes = max(len(self._owned), self._settings.renew_concurrency)
+        view, now = self._view, self._clock.monotonic()
+        failover = self._settings.failover_time
+        if view is None or self._first_cycle is None or now - self._first_cycle < failover:
+            return takes
+        # Running for a failover time, this worker has seen every live peer write within one
+        # (renewals, beats, takes): the fleet is known, and its share bounds what a cycle
+        # takes, not the doubling. After a split wave every worker held nothing (its parents
+        # finished) and doubled from one batch, a paced scan apart (32, 64, 128 of 200 at
+        # 10,000 shards under 100 workers: four rounds of 3 s).
+        seen = self._tracker.seen_writing(now, failover) | view.by_owner.keys()
+        share = target_for(
+            len(view.active), len(seen | {self._worker_id}), self._settings.max_leases_per_worker
+        )
+        return max(takes, share)
 
     async def _request(self, lease: Lease) -> None:
         """Ask the owner for ``lease`` instead of stealing it (see handoff_request)."""
@@ -714,8 +797,17 @@ class LeaseTaker:
         seen, or as expected), by renewing it conditionally on the counter seen; None if that
         failed (``quiet``: a refusal is expected at times and logged at debug level only)."""
         key = lease.lease_key
+        known = self._view.get(key) if self._view is not None else None
+        if known is not None and known.lease_counter > lease.lease_counter:
+            # A later image is known (this worker's own release, say, read before the stream
+            # showed it): claim that one, or nothing. Claims of such stale images were
+            # refused writes: after a split wave of 10,000 shards under 100 workers, 72,000
+            # claims of the parents each worker had just finished and released, in 6.5
+            # simulated seconds (bench/simulate.py, heartbeat mode, profiled).
+            lease = known
         if (
             not self.enabled
+            or lease.checkpoint.sequence_number == SHARD_END  # finished: never held again
             or key in self._owned
             or key in self._claiming  # one claim at a time: a second would renew ours away
             or key in self.expiring  # a handler of its shard may still run here
@@ -776,6 +868,7 @@ class LeaseTaker:
             )
             if known:
                 missing.pop(key, None)
+                self._sync_asked.discard(key)  # done: nothing left to ask for
             elif key not in self._sync_asked:
                 missing.setdefault(key, now)
             started = kids is not None and all(
@@ -799,6 +892,14 @@ class LeaseTaker:
             if key in view.finished:  # children seen since would have removed it above
                 self._sync_asked.add(key)
                 asked = True
+        if len(self._sync_asked) > 2 * len(view.finished) + SYNC_ASKED_SLACK:
+            # Finished leases deleted since they asked (cleaned up once their children
+            # started) are never touched again: forgotten here, in a pass that runs only once
+            # the set has doubled past the finished leases, so it costs O(1) per entry.
+            # Without it the set grew by every shard that ever ended without its children's
+            # leases in sight, for the worker's whole life.
+            finished = view.finished
+            self._sync_asked = {key for key in self._sync_asked if key in finished}
         if asked:
             self._want_sync()
 

@@ -501,11 +501,13 @@ async def test_a_workers_first_scans_are_not_paced_by_the_tables_size(monkeypatc
     # UNPACED_SCANS scans now go at once; the pace holds after them.
     from shardflow.leases import taker
 
-    monkeypatch.setattr(taker, "SCAN_PACE", 4)  # 40 leases: one scan per 10 pick-up intervals
-    async with world([shard(i) for i in range(40)]) as w:
+    monkeypatch.setattr(taker, "SCAN_PACE", 40)  # 400 leases: one scan per 10 pick-up intervals
+    async with world([shard(i) for i in range(400)]) as w:
         calls = Failing()
-        settings = LeaseSettings(max_leases_per_worker=1)  # free leases stay: scans called for
-        gap = settings.pickup_poll_interval * 40 / 4
+        # One take at first, doubling with what it holds (max_takes): free leases it wants
+        # stay for more than eight cycles, so scans are called for.
+        settings = LeaseSettings(renew_concurrency=1)
+        gap = settings.pickup_poll_interval * 400 / 40
         a = await w.start(
             "a",
             settings=settings,
@@ -620,3 +622,159 @@ async def test_a_finished_lease_left_free_does_not_make_a_worker_scan(monkeypatc
             await w.clock.advance(1.0)
             await cycles.take_cycle(from_view=True)
         assert calls.calls["Scan"] == scans, "scanned for a finished lease nobody may take"
+
+
+async def test_finished_leases_that_asked_for_a_sync_are_forgotten_once_done() -> None:
+    # A finished lease whose children still lacked leases a failover time after it was seen
+    # asks for a shard sync, once: the taker kept every such key for the worker's whole life
+    # (one per shard that ever ended so), although the question is settled once the children
+    # have leases, and moot once the finished lease itself is deleted (cleaned up after its
+    # children started). Both are forgotten now.
+    ended = 200
+    async with world([shard(i) for i in range(4)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        parents = [
+            await store.create_if_absent(Lease.new(sid(i), checkpoint=SHARD_END))
+            for i in range(ended)
+        ]
+        a = w.worker("a", settings=LeaseSettings())
+        cycles = a._taker
+        await cycles.take_cycle()
+        await w.clock.advance(LeaseSettings().failover_time)
+        await cycles.take_cycle()
+        assert a._sync_wanted.is_set()
+        assert len(cycles._sync_asked) == ended
+        # The sync created the children of the first half: settled.
+        half = ended // 2
+        for i in range(half):
+            await store.create_if_absent(Lease.new(sid(10_000 + i), parent_shard_ids=[sid(i)]))
+        await cycles.take_cycle()
+        assert cycles._sync_asked == {parent.lease_key for parent in parents[half:]}
+        # The others' children came too, started, and every finished parent was cleaned up
+        # (seen by a scan, and one on the table's stream).
+        for parent in parents[:-1]:
+            await store.delete(parent)
+        await cycles.take_cycle()
+        assert cycles._sync_asked == {parents[-1].lease_key}
+        await store.delete(parents[-1])
+        cycles.observe([], [parents[-1].lease_key])
+        assert not cycles._sync_asked
+
+
+async def test_the_last_free_leases_are_shared_out_among_the_workers_not_raced_for() -> None:
+    # Each worker below its share drew the free leases it needed at random. Planned from
+    # pictures of the same moment (each its own scan, the others' takes not in it yet), the
+    # draws overlapped: of 100 workers each needing its share of 20,000 children after a
+    # split, a third of the takes were refused (the leases drawn twice or more), and again
+    # for what was left, one scan pace (3 s at 30,000 leases) apart: the last shards waited
+    # 20 s and more (bench/simulate.py). Once the live workers seen have stayed the same a
+    # moment, each takes its own run of the free leases: disjoint when the pictures agree.
+    workers, held_each, need_each = 10, 8, 2
+    total = workers * (held_each + need_each)
+    async with world([shard(i) for i in range(total)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        for i in range(workers * held_each):
+            await store.take(await store.create_if_absent(Lease.new(sid(i))), f"w{i % workers}")
+        coordinators = [w.worker(f"w{i}", settings=LeaseSettings()) for i in range(workers)]
+        for coordinator in coordinators:
+            assert len(await coordinator.take_cycle()) == held_each  # resumes its own
+        await w.clock.advance(2.0)  # the same live workers seen for a while
+        for i in range(workers * held_each, total):  # new shards' leases
+            await store.create_if_absent(Lease.new(sid(i)))
+        picture = await store.list_leases()  # one moment, as every worker scanned it
+        taken = [len(await coordinator.take_cycle(picture)) for coordinator in coordinators]
+        assert taken == [need_each] * workers, taken
+        assert (await w.owners())[None] == 0
+
+
+async def test_a_worker_at_its_share_does_not_scan_for_free_leases(monkeypatch: Any) -> None:
+    # A cycle woken by the table's stream scans (paced) while leases are free: a picture a
+    # moment old may show too few peers to a worker that takes. A worker already at its share
+    # takes none of them whatever a scan shows, and yet scanned the whole table at the pace:
+    # after a split wave every one of 100 workers scanned 30,000 leases every 3 s until the
+    # last child was taken (bench/simulate.py, 10,000 x 100, profiled: a fifth of the
+    # split's time in those scans), and planned on its view each time, sorting every free
+    # lease. It neither scans nor plans now; a worker below its share still scans.
+    from shardflow.leases import taker
+
+    monkeypatch.setattr(taker, "UNPACED_SCANS", 0)
+    async with world([shard(i) for i in range(8)]) as w:
+        calls = Failing()
+        store = w.store(fault=calls)
+        await store.ensure_table()
+        for i in range(8):
+            lease = await store.create_if_absent(Lease.new(sid(i)))
+            if i < 7:
+                await store.take(lease, "a" if i < 4 else "b")  # b's fourth is free
+        a = w.worker("a", settings=LeaseSettings(), store=store)
+        assert len(await a.take_cycle()) == 4
+        cycles = a._taker
+        scans = calls.calls["Scan"]
+        for _ in range(8):
+            await w.clock.advance(1.0)
+            assert await cycles.take_cycle(from_view=True) == []
+        assert calls.calls["Scan"] == scans, "scanned for leases that are b's share"
+        # b, below its share, scans for it (at the pace).
+        b = w.worker("b", settings=LeaseSettings(), store=store)
+        await b.take_cycle()
+        assert len(b.owned()) == 4
+
+
+async def test_a_worker_that_knows_its_fleet_takes_its_share_of_new_leases_at_once() -> None:
+    # A worker took at most what it held (at least one batch of writes) per cycle, so that a
+    # fleet starting together on a new application finds its members before anyone takes
+    # too much. After a split wave every worker holds nothing (its parents finished) while
+    # the fleet is long known, and each doubled from one batch, a paced scan apart: 32, 64,
+    # 128 of its 200 children at 10,000 shards under 100 workers (bench/simulate.py: the last
+    # child waited 14.5 s). A worker running for a failover time has seen every live peer
+    # write within one: it takes up to their share at once.
+    peers = ("b", "c", "d")
+    async with world([shard(i) for i in range(700)]) as w:
+        store = w.store()
+        await store.ensure_table()
+        held: dict[str, list[Lease]] = {peer: [] for peer in peers}
+        for i in range(300):
+            lease = await store.create_if_absent(Lease.new(sid(i)))
+            peer = peers[i % 3]
+            held[peer].append(await store.take(lease, peer))
+        a = w.worker("a", settings=LeaseSettings())
+        assert await a.take_cycle() == []  # nothing free: a holds nothing
+        for _ in range(3):  # the peers renew; a's cycles see it
+            await w.clock.advance(4.0)
+            for peer in peers:
+                held[peer] = [await store.renew(lease, peer) for lease in held[peer]]
+            await a.take_cycle()
+        for i in range(300, 700):  # a new shard's leases (the children of a split)
+            await store.create_if_absent(Lease.new(sid(i)))
+        taken = await a.take_cycle()
+        assert len(taken) == 175, len(taken)  # ceil(700 / 4), not one batch of 32
+
+
+async def test_a_lease_released_here_is_not_claimed_from_an_older_image() -> None:
+    # A worker that finished a parent shard wrote SHARD_END, its children and its release,
+    # and then read its own earlier writes of the parent from the table's stream: an image
+    # naming it as owner of a lease it did not hold, which it claimed (a conditional renewal,
+    # refused). After a split wave of 10,000 shards under 100 workers: 72,000 such claims in
+    # 6.5 simulated seconds (bench/simulate.py, heartbeat mode, profiled). Its own release now
+    # updates its view, and a claim of an image older than the view's, or of a finished lease,
+    # is not sent.
+    async with world([shard(0, closed=True), shard(1)]) as w:
+        calls = Failing()
+        store = w.store(fault=calls)
+        await store.ensure_table()
+        for i in (0, 1):
+            await store.create_if_absent(Lease.new(sid(i)))
+        a = w.worker("a", settings=LeaseSettings(), store=store)
+        await a.take_cycle()
+        parent, other = a.owned()[sid(0)], a.owned()[sid(1)]
+        await parent.writer.write(ExtendedSequenceNumber(SHARD_END))
+        finished = parent.lease  # SHARD_END, still naming a
+        before = other.lease  # naming a, as the stream shows it after the release
+        await a.release(parent)
+        await a.release(other)
+        updates = calls.calls.get("UpdateItem", 0)
+        assert await a._taker.claim(finished, "handoff") is None
+        assert await a._taker.claim(before, "handoff") is None
+        assert calls.calls.get("UpdateItem", 0) == updates, "a claim was sent"
