@@ -6,20 +6,26 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from support.bench import load_bench
 
 chaos = load_bench("chaos")
 
 
-def test_a_slot_is_held_by_its_latest_live_process_and_by_none_between_a_kill_and_its_restart(
-    tmp_path: Path,
-) -> None:
-    fleet = chaos.Fleet(
-        run_dir=tmp_path,
+def sleepers(run_dir: Path) -> Any:
+    """A chaos fleet whose workers only sleep (30 s at most): slots, kills and claims alone."""
+    return chaos.Fleet(
+        run_dir=run_dir,
         command=lambda name: [sys.executable, "-c", "import time; time.sleep(30)"],
         env={},
     )
+
+
+def test_a_slot_is_held_by_its_latest_live_process_and_by_none_between_a_kill_and_its_restart(
+    tmp_path: Path,
+) -> None:
+    fleet = sleepers(tmp_path)
     try:
         first = fleet.start(0)
         assert fleet.current(0) is first
@@ -43,11 +49,7 @@ def test_two_faults_aiming_at_once_never_get_the_same_process_and_a_kill_restart
     # The long schedule's two kills 2 s apart both waited for a handler call and both picked
     # w2.2: the second hit nothing and each started a replacement (two workers in slot 2, one
     # left running unwatched and later counted as "failed on its own").
-    fleet = chaos.Fleet(
-        run_dir=tmp_path,
-        command=lambda name: [sys.executable, "-c", "import time; time.sleep(30)"],
-        env={},
-    )
+    fleet = sleepers(tmp_path)
     try:
         first = fleet.start(0)
         other = fleet.start(1)
