@@ -81,7 +81,15 @@ async def test_records_written_after_a_getrecords_brownout_are_handled(
     events: list[DiagnosticEvent] = []
     handle = collecting(seen)
 
-    consumer = consumer_at(proxy.url, stream_name, on_event=events.append)
+    # Leases with room for a stalled event loop: this test is about GetRecords failures not
+    # restarting shards, and at failover 2 s a loop the suite's Spark JVMs starved for ~1.7 s
+    # lost both leases (a different fault: its shards then restarted, as they must).
+    leases = LeaseSettings(
+        failover_time=6.0, renew_interval=1.0, take_interval=0.5, safety_margin=0.5
+    )
+    consumer = consumer_at(
+        proxy.url, stream_name, on_event=events.append, settings={"leases": leases}
+    )
     run = asyncio.create_task(consumer.consume(handle))
     try:
         await until(lambda: len(seen) >= 20, 30.0)
