@@ -78,8 +78,9 @@ the longest brownout (20 s: its calls are retried inside it, the batch-end store
 s, then Spark retries the task), the re-run of the tasks of a lost executor elsewhere (seconds;
 Spark notices the loss at once from the Worker), and its own work (2-5 s on the busy 2-core
 machine): about 40 s, 60 s with room for the machine. The time from a driver's kill until the
-next driver's queries are started (its JVM start, 20-70 s here) does not count: no driver runs
-the batch then (that time is the driver kill's recovery, reported per fault)."""
+next driver ran its first task (its JVM start and its executors' JVMs, 20-70 s here, more in a
+loaded make test) does not count: no driver runs the batch then (that time is the driver
+kill's recovery, reported per fault)."""
 
 # (not before second, action, seconds it lasts) for a 600 s run; the short one for 120 s.
 LONG_SCHEDULE: list[tuple[float, str, float]] = [

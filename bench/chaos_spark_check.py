@@ -7,11 +7,12 @@ planted violation in a unit test (``tests/unit/bench/test_chaos_spark_check.py``
 - :func:`exactly_once`: every event the producer had acknowledged is in the file sink once;
   none twice, none that was never sent;
 - :func:`alerts_at_least_once`: every large order has an alert in the alerts stream; each
-  extra copy is attributed to the fault whose window (start .. end + ``slack``) holds its
-  arrival, else it is unexplained;
+  extra copy is attributed to the fault whose window (start .. end + its recovery + ``slack``)
+  holds its arrival, else it is unexplained: a batch caught by a fault is re-run before any
+  batch planned after the fault commits, so its copies arrive before the recovery;
 - :func:`stuck_batches`: micro-batches that took longer than the bound, not counting the time
   no driver ran the queries (a driver killed mid-batch leaves the batch to its successor,
-  whose JVM takes a while to start);
+  whose JVM and executors take a while to start);
 - :func:`per_fault`: for each fault, the micro-batches in flight during it, the tasks that
   failed in its window (executor lost, exception) or died with a killed driver, and the time
   from its end until every query committed a batch planned after it (for a split or a merge:
@@ -24,7 +25,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 PROXY_FAULTS = frozenset({"kinesis_brownout", "kinesis_throttle", "s3_brownout", "s3_throttle"})
@@ -176,16 +177,32 @@ def _overlap(start: float, end: float, windows: Iterable[tuple[float, float]]) -
     return sum(max(0.0, min(end, b) - max(start, a)) for a, b in windows)
 
 
-def downtime(drivers: Sequence[DriverRun], until: float) -> list[tuple[float, float]]:
+def serving(drivers: Sequence[DriverRun], tasks: Sequence[Task]) -> list[float | None]:
+    """Per driver (by index): when its first task started, that is when it had an executor to
+    run a batch on (None: it ran none)."""
+    first: list[float | None] = [None] * len(drivers)
+    for task in tasks:
+        if 0 <= task.driver < len(drivers):
+            known = first[task.driver]
+            first[task.driver] = task.started if known is None else min(known, task.started)
+    return first
+
+
+def downtime(
+    drivers: Sequence[DriverRun], until: float, tasks: Sequence[Task] = ()
+) -> list[tuple[float, float]]:
     """The intervals with no driver running the queries: from each driver's end until the
-    next one's queries were started (its process start, if that is not known)."""
+    next one ran its first task (its executors up; a new application's executors are new
+    JVMs), else until its queries were started, else its process start."""
     gaps = []
-    ordered = sorted(drivers, key=lambda d: d.started)
-    for previous, following in itertools.pairwise(ordered):
-        back = following.ready if following.ready is not None else following.started
+    firsts = serving(drivers, tasks)
+    ordered = sorted(range(len(drivers)), key=lambda i: drivers[i].started)
+    for before, after in itertools.pairwise(ordered):
+        previous, following = drivers[before], drivers[after]
+        back = next(t for t in (firsts[after], following.ready, following.started) if t is not None)
         if previous.ended is not None and back > previous.ended:
             gaps.append((previous.ended, back))
-    last = ordered[-1] if ordered else None
+    last = drivers[ordered[-1]] if ordered else None
     if last is not None and last.ended is not None and last.ended < until:
         gaps.append((last.ended, until))
     return gaps
@@ -199,10 +216,14 @@ def batch_seconds(batch: Batch, gaps: Sequence[tuple[float, float]], until: floa
 
 
 def stuck_batches(
-    batches: Sequence[Batch], drivers: Sequence[DriverRun], bound: float, until: float
+    batches: Sequence[Batch],
+    drivers: Sequence[DriverRun],
+    bound: float,
+    until: float,
+    tasks: Sequence[Task] = (),
 ) -> tuple[list[str], float]:
     """Batches that ran longer than ``bound`` seconds of driver time, and the longest time."""
-    gaps = downtime(drivers, until)
+    gaps = downtime(drivers, until, tasks)
     stuck, longest = [], 0.0
     for batch in batches:
         seconds = batch_seconds(batch, gaps, until)
@@ -305,16 +326,21 @@ def check(
     report.events_in_sink = sum(sink.values())
     lost, twice, unexpected = exactly_once(acked, sink, sent)
     report.lost, report.duplicated, report.unexpected = len(lost), len(twice), len(unexpected)
+    report.per_fault = per_fault(faults, batches, tasks, drivers, batch_bound)
+    # A fault's copies arrive while the batches it caught are re-run, before its recovery.
+    reach = [
+        replace(f, end=f.end + (o.recovery or 0.0))
+        for f, o in zip(faults, report.per_fault, strict=True)
+    ]
     expected = set(expected_alerts)
-    missing, extra, causes = alerts_at_least_once(expected, alert_copies, faults, batch_bound)
+    missing, extra, causes = alerts_at_least_once(expected, alert_copies, reach, batch_bound)
     report.alerts_expected = len(expected)
     report.alerts_missing = len(missing)
     report.alert_copies = len(alert_copies)
     report.alert_duplicates = extra
     report.alert_duplicates_by_cause = causes
     report.batches = dict(sorted(Counter(b.query for b in batches).items()))
-    report.stuck, report.longest_batch = stuck_batches(batches, drivers, batch_bound, until)
-    report.per_fault = per_fault(faults, batches, tasks, drivers, batch_bound)
+    report.stuck, report.longest_batch = stuck_batches(batches, drivers, batch_bound, until, tasks)
     for outcome in report.per_fault:
         name = f"{outcome.kind} at {outcome.start:.1f}"
         if outcome.kind in PROXY_FAULTS and not outcome.requests_failed:

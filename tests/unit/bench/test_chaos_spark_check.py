@@ -118,6 +118,38 @@ def test_time_without_a_driver_does_not_count_against_a_batch() -> None:
     assert report.longest_batch == 35.0
 
 
+def test_a_new_drivers_wait_for_its_first_executor_does_not_count_against_a_batch() -> None:
+    # As above, but the new driver's first task ran at 120 s (its executors are new JVMs on a
+    # busy machine): no batch could run from 100 s to 120 s either, so the batch ran 15 s.
+    drivers = [
+        cc.DriverRun(1, 0.0, 45.0, "killed", ready=1.0),
+        cc.DriverRun(2, 45.1, 190.0, "stopped", ready=100.0),
+    ]
+    faults = [cc.Fault("driver_kill", 45.0, 45.0, "1")]
+    batches = [*steady(), batch("events", 99, 40.0, 130.0)]
+    tasks = [cc.Task(0, 2.0, 3.0, "Success"), cc.Task(1, 120.0, 121.0, "Success")]
+    report = run(batches=batches, drivers=drivers, faults=faults, tasks=tasks, until=190.0)
+    assert report.longest_batch == 15.0
+    without = run(batches=batches, drivers=drivers, faults=faults, until=190.0)
+    assert without.longest_batch == 35.0
+
+
+def test_a_duplicate_alert_before_a_slow_recovery_is_the_faults() -> None:
+    # The driver killed at 45 s; the next one re-runs the caught batches and commits one
+    # planned after the kill only at 160 s (recovery 115 s): a copy at 150 s is the kill's,
+    # one at 230 s (past recovery + BOUND) is not.
+    faults = [cc.Fault("driver_kill", 45.0, 45.0, "1")]
+    batches = [*steady(40.0), *(batch(q, 50, 155.0, 160.0) for q in ("events", "alerts"))]
+    drivers = [cc.DriverRun(1, 0.0, 45.0, "killed"), cc.DriverRun(2, 45.1, 250.0, "stopped")]
+    copies = [("o1", 10.0), ("o1", 150.0)]
+    common: dict[str, Any] = {"faults": faults, "batches": batches, "drivers": drivers}
+    report = run(alert_copies=copies, until=250.0, **common)
+    assert report.per_fault[0].recovery == 115.0
+    assert report.alert_duplicates_by_cause == {"driver_kill": 1}
+    late = run(alert_copies=[*copies, ("o1", 230.0)], until=250.0, **common)
+    assert late.alert_duplicates_by_cause == {"driver_kill": 1, "unexplained": 1}
+
+
 def test_a_proxy_fault_that_failed_no_request_is_silent() -> None:
     report = run(faults=[cc.Fault("s3_brownout", 20.0, 30.0, injected=0)])
     assert report.silent_faults == ["s3_brownout at 20.0: the proxy failed no request"]
