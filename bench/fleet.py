@@ -111,6 +111,7 @@ from fleet_kit import (
     run_worker,
     stack_clients,
     stack_env,
+    stop_on_sigterm,
     wait_for,
 )
 
@@ -1900,6 +1901,7 @@ def main() -> None:
             counts=args.counts,
         )
         return
+    stop_on_sigterm()
     modes = LEASE_MODES if args.lease_mode == "both" else (args.lease_mode,)
     config = replace(
         SHORT if args.short else DEFAULT, lease_server=args.lease_server, lease_modes=modes

@@ -19,11 +19,25 @@ import asyncio
 import bisect
 import json
 import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+
+def stop_on_sigterm() -> None:
+    """A bench parent stopped with SIGTERM (``kill PID``, a CI timeout) unwinds as on Ctrl-C:
+    its ``finally`` blocks stop the workers, the producer and the emulators it started.
+    Python's default for SIGTERM ends the process at once and leaves them running."""
+
+    def unwind(signum: int, _frame: object) -> None:
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+
 
 REGION = "us-east-1"
 TICK = 0.1  # the producer sends a batch per shard this often

@@ -77,6 +77,7 @@ from fleet_kit import (
     run_worker,
     stack_clients,
     stack_env,
+    stop_on_sigterm,
     wait_for,
 )
 
@@ -723,6 +724,7 @@ def main() -> None:
     if args.child_worker:
         worker_child(args)
     else:
+        stop_on_sigterm()
         parent(args)
 
 
