@@ -169,6 +169,9 @@ class ExpiryTracker:
         """Workers seen renewing or checkpointing a lease they hold within ``seconds``, that
         keep no heartbeat: KCL 2.x workers, or shardflow versions without the heartbeat mode
         (both judge expiry lease by lease, and would take a heartbeat worker's leases)."""
+        kept = self._kept
+        for worker in [w for w, at in kept.items() if now - at > self._horizon(seconds)]:
+            del kept[worker]  # bounded memory, as in seen_writing
         gone = self._beat_gone
         for worker, at in list(gone.items()):
             # Forgotten once its lease writes no longer count either (bounded memory).
@@ -329,14 +332,32 @@ class ExpiryTracker:
     def renewed_within(self, worker_id: str, now: float, seconds: float) -> bool:
         """Whether this observer saw ``worker_id`` write in the last ``seconds``: renew or
         checkpoint one of its leases, take one, or ask for one. Proof of life, which a
-        handover to it is not."""
+        handover to it is not. ``seconds``: at most twice the failover time (older proofs are
+        forgotten, see :meth:`seen_writing`)."""
         last = self._renewed.get(worker_id)
         return last is not None and self._tracked(now) - last <= seconds
 
     def seen_writing(self, now: float, seconds: float) -> set[str]:
-        """The workers :meth:`renewed_within` ``seconds`` of ``now``."""
+        """The workers :meth:`renewed_within` ``seconds`` of ``now``. Workers last seen
+        writing longer ago than :meth:`_horizon` are forgotten on the way: every worker id a
+        fleet ever had would otherwise stay, and be walked here, for the process's life (a
+        rolling restart brings new ids each time)."""
         tracked = self._tracked(now)
-        return {worker for worker, at in self._renewed.items() if tracked - at <= seconds}
+        horizon = self._horizon(seconds)
+        renewed = self._renewed
+        for worker in [w for w, at in renewed.items() if tracked - at > horizon]:
+            del renewed[worker]
+        return {worker for worker, at in renewed.items() if tracked - at <= seconds}
+
+    def _horizon(self, seconds: float) -> float:
+        """How long proofs of life are kept: every question asks about at most a failover
+        time; twice that, or the longer ``seconds`` asked."""
+        return max(seconds, 2 * self._failover)
+
+    @property
+    def writers_remembered(self) -> int:
+        """Worker ids kept as seen writing (:meth:`seen_writing` bounds them)."""
+        return len(self._renewed.keys() | self._kept.keys())
 
     def unchanged_since(self, lease_key: str) -> float | None:
         """When this observer first saw the lease as it is now (None: never seen)."""
