@@ -79,6 +79,7 @@ class ExpiryTracker:
         self._kept: dict[str, float] = {}
         """Worker id -> when it was last seen writing a lease it already held (a renewal or a
         checkpoint): how a worker that keeps no heartbeat shows itself."""
+        self._pruned_at = -math.inf
         self._beat_gone: dict[str, float] = {}
         """Worker id -> when its heartbeat item was seen gone (deleted by a worker that left,
         or that went back to the per-lease mode): it is of a version with the heartbeat mode,
@@ -169,9 +170,7 @@ class ExpiryTracker:
         """Workers seen renewing or checkpointing a lease they hold within ``seconds``, that
         keep no heartbeat: KCL 2.x workers, or shardflow versions without the heartbeat mode
         (both judge expiry lease by lease, and would take a heartbeat worker's leases)."""
-        kept = self._kept
-        for worker in [w for w, at in kept.items() if now - at > self._horizon(seconds)]:
-            del kept[worker]  # bounded memory, as in seen_writing
+        self._prune(now)
         gone = self._beat_gone
         for worker, at in list(gone.items()):
             # Forgotten once its lease writes no longer count either (bounded memory).
@@ -229,6 +228,7 @@ class ExpiryTracker:
         """
         if complete and self._blind_since is not None:
             self._excuse(now)
+        self._prune(now)
         at = self._tracked(now)
         seen = self._seen
         present: set[str] = set()
@@ -273,6 +273,7 @@ class ExpiryTracker:
         :meth:`observe` would record for them, without its general comparisons (a worker of a
         per-lease fleet reads every renewal of every worker: 3,000 a second at 10,000
         leases); any lease not seen so as last time goes through :meth:`observe`."""
+        self._prune(now)
         seen = self._seen
         at = self._tracked(now)
         odd: list[Lease] = []
@@ -339,20 +340,28 @@ class ExpiryTracker:
 
     def seen_writing(self, now: float, seconds: float) -> set[str]:
         """The workers :meth:`renewed_within` ``seconds`` of ``now``. Workers last seen
-        writing longer ago than :meth:`_horizon` are forgotten on the way: every worker id a
-        fleet ever had would otherwise stay, and be walked here, for the process's life (a
-        rolling restart brings new ids each time)."""
+        writing longer ago than twice the failover time are forgotten here and, at most once
+        a failover time, on every read (:meth:`_prune`): every worker id a fleet ever had
+        would otherwise stay, and be walked, for the process's life (a rolling restart brings
+        new ids each time)."""
+        self._prune(now, force=True)
         tracked = self._tracked(now)
-        horizon = self._horizon(seconds)
-        renewed = self._renewed
+        return {worker for worker, at in self._renewed.items() if tracked - at <= seconds}
+
+    def _prune(self, now: float, *, force: bool = False) -> None:
+        """Forget the workers not seen writing within twice the failover time (every question
+        asks about at most one); unless ``force``d, at most once a failover time, so that the
+        reads that call it (every view) do not walk every worker each time."""
+        if not force and now - self._pruned_at < self._failover:
+            return
+        self._pruned_at = now
+        horizon = 2 * self._failover
+        tracked = self._tracked(now)
+        renewed, kept = self._renewed, self._kept
         for worker in [w for w, at in renewed.items() if tracked - at > horizon]:
             del renewed[worker]
-        return {worker for worker, at in renewed.items() if tracked - at <= seconds}
-
-    def _horizon(self, seconds: float) -> float:
-        """How long proofs of life are kept: every question asks about at most a failover
-        time; twice that, or the longer ``seconds`` asked."""
-        return max(seconds, 2 * self._failover)
+        for worker in [w for w, at in kept.items() if now - at > horizon]:
+            del kept[worker]
 
     @property
     def writers_remembered(self) -> int:
