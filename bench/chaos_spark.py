@@ -214,6 +214,19 @@ class Producer:
             self.large_orders.add(str(body["order_id"]))
 
 
+def events_to_produce(args: argparse.Namespace, faults: int) -> int:
+    """Events the producer has to give: enough to keep writing until the soak stops it (after
+    the last fault's recovery and ``--quiet``), however long the soak takes within its own
+    bounds: the queries' start (``--start-timeout``), every fault waiting out the previous
+    one's recovery (``--settle`` each), the schedule, ``--quiet``, and ``--aim`` per fault. A
+    micro-batch is planned only when there is something new to read, so once the producer
+    has run dry no fault can be seen recovering: sized for the schedule alone (duration +
+    120 s), it ran dry before the last faults whenever the queries started late (a loaded
+    machine: 145 s instead of 70 s) and the soak ran into its time limit."""
+    seconds = args.start_timeout + args.duration + faults * (args.settle + args.aim) + args.quiet
+    return int(args.rate * seconds)
+
+
 class Soak:
     """One soak on its own servers, proxies, cluster and driver processes."""
 
@@ -479,7 +492,7 @@ class Soak:
 
         self.prepare()
         rate = self.args.rate
-        total = int(rate * (self.args.duration + 120))
+        total = events_to_produce(self.args, len(self.schedule()))
         self.producer = Producer(self.kinesis_url, self.orders, rate, total)
         watcher = threading.Thread(target=self.watch_driver, name="driver-watch", daemon=True)
         with (
@@ -748,7 +761,7 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -774,10 +787,14 @@ def main() -> None:
     parser.add_argument("--skip", action="append", default=[], help="leave out a fault class")
     parser.add_argument("--results", help="JSON path (default bench/results/chaos_spark.json)")
     parser.add_argument("--keep", help="directory for the run's files (default: a temp dir)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.short:
         args.duration = min(args.duration, 120.0)
+    return args
 
+
+def main() -> None:
+    args = parse_args()
     # SIGTERM to this script: unwind (the finally blocks stop every process it started).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     for name, value in (
