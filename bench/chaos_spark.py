@@ -251,6 +251,8 @@ class Soak:
         self.began = time.time()
         self.faults = FaultLog(run_dir / "faults.jsonl", self.began)
         self.drivers: list[check.DriverRun] = []
+        self.running_since: float | None = None
+        """When every query had committed a batch (the start-up's end)."""
         self.driver: subprocess.Popen[bytes] | None = None
         self.killing = False  # set while this script kills the driver: its exit is expected
         self.driver_failures: list[str] = []
@@ -511,7 +513,8 @@ class Soak:
                         f"the queries committed nothing in {self.args.start_timeout:g} s; "
                         f"see {self.dir / 'driver.log'}"
                     )
-                print(f"queries running after {time.time() - self.began:.0f} s", flush=True)
+                self.running_since = time.time()
+                print(f"queries running after {self.running_since - self.began:.0f} s", flush=True)
                 self.play(self.schedule())
                 self.quiet(self.args.quiet)
                 self.producer.stop()
@@ -656,6 +659,7 @@ class Soak:
             drivers=self.drivers,
             batch_bound=self.args.batch_bound,
             until=stopped,
+            running_since=self.running_since,
         )
         if self.actions_failed:
             report.failures.append(f"{len(self.actions_failed)} faults could not be injected")
