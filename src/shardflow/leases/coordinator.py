@@ -232,9 +232,8 @@ class LeaseCoordinator:
         """Lease writers without a heartbeat seen in a heartbeat-mode table."""
         self._moves.kcl_workers = self._live_kcl_workers
         self._parent_waiters: dict[str, dict[asyncio.Event, None]] = {}
-        """Parent lease key -> the waits of its children (a dict as an ordered set: they are
-        woken in the order they began, the same in every run of bench/simulate.py)."""
-        """Parent lease key -> the waits of its children here (see wait_parents_done)."""
+        """Parent lease key -> the waits of its children here (see wait_parents_done); a dict
+        as an ordered set: woken in the order they began, alike in every simulated run."""
         self._taker.on_finished = self._shard_ended_seen
         self._moves.on_finished = self._shard_ended_seen
         self._sync_wanted = asyncio.Event()

@@ -114,15 +114,21 @@ def test_a_batch_never_committed_is_stuck_once_the_bound_passed() -> None:
     assert report.stuck == ["alerts batch 99: 70.0 s (never committed)"]
 
 
+def killed_at_45(ended: float) -> tuple[list[Any], list[Any], list[Any]]:
+    """A driver killed at 45 s mid-batch (the batch planned at 40 s, committed by the next
+    driver at 130 s); the next driver started at once, its queries at 100 s."""
+    drivers = [
+        cc.DriverRun(1, 0.0, 45.0, "killed", ready=1.0),
+        cc.DriverRun(2, 45.1, ended, "stopped", ready=100.0),
+    ]
+    faults = [cc.Fault("driver_kill", 45.0, 45.0, "1")]
+    return drivers, faults, [*steady(), batch("events", 99, 40.0, 130.0)]
+
+
 def test_time_without_a_driver_does_not_count_against_a_batch() -> None:
     # The batch planned at 40 s is committed by the next driver at 130 s; that driver started
     # at once, its queries at 100 s: none ran from 45 s to 100 s, so the batch ran 35 s.
-    drivers = [
-        cc.DriverRun(1, 0.0, 45.0, "killed", ready=1.0),
-        cc.DriverRun(2, 45.1, 140.0, "stopped", ready=100.0),
-    ]
-    faults = [cc.Fault("driver_kill", 45.0, 45.0, "1")]
-    batches = [*steady(), batch("events", 99, 40.0, 130.0)]
+    drivers, faults, batches = killed_at_45(ended=140.0)
     report = run(batches=batches, drivers=drivers, faults=faults, until=140.0)
     assert report.stuck == []
     assert report.longest_batch == 35.0
@@ -131,12 +137,7 @@ def test_time_without_a_driver_does_not_count_against_a_batch() -> None:
 def test_a_new_drivers_wait_for_its_first_executor_does_not_count_against_a_batch() -> None:
     # As above, but the new driver's first task ran at 120 s (its executors are new JVMs on a
     # busy machine): no batch could run from 100 s to 120 s either, so the batch ran 15 s.
-    drivers = [
-        cc.DriverRun(1, 0.0, 45.0, "killed", ready=1.0),
-        cc.DriverRun(2, 45.1, 190.0, "stopped", ready=100.0),
-    ]
-    faults = [cc.Fault("driver_kill", 45.0, 45.0, "1")]
-    batches = [*steady(), batch("events", 99, 40.0, 130.0)]
+    drivers, faults, batches = killed_at_45(ended=190.0)
     tasks = [cc.Task(0, 2.0, 3.0, "Success"), cc.Task(1, 120.0, 121.0, "Success")]
     report = run(batches=batches, drivers=drivers, faults=faults, tasks=tasks, until=190.0)
     assert report.longest_batch == 15.0

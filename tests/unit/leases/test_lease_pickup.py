@@ -258,6 +258,16 @@ async def test_a_stream_read_keeps_renewals_apart_and_any_other_change_of_the_sa
     assert released.lease_owner is None
 
 
+async def streamed_table() -> tuple[InMemoryLeaseTables, InMemoryLeaseStore, str, Lease]:
+    """A lease table with its stream on, and one free lease in it."""
+    tables = InMemoryLeaseTables()
+    store = InMemoryLeaseStore("app", tables=tables)
+    status = await store.ensure_table(stream_view=True)
+    assert status.stream_arn is not None
+    created = await store.create_if_absent(Lease(lease_key="shardId-1"))
+    return tables, store, status.stream_arn, created
+
+
 class TwoShardStream:
     """The table's stream as :class:`InMemoryLeaseStreams` shows it, with a second stream
     shard listed after it whose reads fail while ``failing`` is set (a stream whose later
@@ -291,14 +301,10 @@ class TwoShardStream:
 async def test_a_failed_read_of_a_later_stream_shard_keeps_what_the_earlier_shards_showed() -> None:
     # The earlier shard's iterator has moved past its records when a later shard's read fails:
     # a view thrown away with the error would lose those changes for good.
-    tables = InMemoryLeaseTables()
-    store = InMemoryLeaseStore("app", tables=tables)
-    status = await store.ensure_table(stream_view=True)
-    assert status.stream_arn is not None
-    created = await store.create_if_absent(Lease(lease_key="shardId-1"))
+    tables, store, stream_arn, created = await streamed_table()
     clock = ManualClock()
     stream = TwoShardStream(tables)
-    views = StreamChanges(stream, status.stream_arn, interval=INTERVAL, clock=clock).views()
+    views = StreamChanges(stream, stream_arn, interval=INTERVAL, clock=clock).views()
     assert (await anext(views)).resumed
 
     async def next_view() -> LeaseView:
@@ -327,11 +333,7 @@ async def test_a_throttled_stream_is_read_less_and_less_often_then_as_before() -
     # DynamoDB Streams throttles a stream shard read by more than about two processes, and
     # every worker of a fleet reads every shard of its lease table's stream: each throttled
     # worker kept reading four times a second (and retrying each read), logging every time.
-    tables = InMemoryLeaseTables()
-    store = InMemoryLeaseStore("app", tables=tables)
-    status = await store.ensure_table(stream_view=True)
-    assert status.stream_arn is not None
-    created = await store.create_if_absent(Lease(lease_key="shardId-1"))
+    tables, store, stream_arn, created = await streamed_table()
     throttled = {"on": False}
     reads: list[float] = []
     clock = ManualClock()
@@ -345,7 +347,7 @@ async def test_a_throttled_stream_is_read_less_and_less_often_then_as_before() -
                 )
 
     changes = StreamChanges(
-        InMemoryLeaseStreams(tables, fault=fault), status.stream_arn, interval=INTERVAL, clock=clock
+        InMemoryLeaseStreams(tables, fault=fault), stream_arn, interval=INTERVAL, clock=clock
     )
     seen: list[LeaseView] = []
 
