@@ -92,12 +92,10 @@ class Connections:
             )
         self._fetch_kinesis_of = dict(self._kinesis_of)
         if self.store is None:
-            dynamodb = await stack.enter_async_context(factory.dynamodb(own_requests=True))
+            dynamodb = await stack.enter_async_context(factory.dynamodb())
             self.store = DynamoDBLeaseStore(dynamodb, self._application_name, streams=self._streams)
             if self._settings.leases.pickup in ("stream", "auto"):
-                self.lease_streams = await stack.enter_async_context(
-                    factory.dynamodbstreams(own_requests=True)
-                )
+                self.lease_streams = await stack.enter_async_context(factory.dynamodbstreams())
         if isinstance(self._settings.fetch, FanOut):
             await self._register_fanout(stack, factory, self._settings.fetch)
         return self.kinesis, self.store
@@ -111,9 +109,7 @@ class Connections:
         for stream in self._streams:
             key = (settings.role_for(stream), stream_region(stream, settings.region))
             if key not in opened:
-                opened[key] = await stack.enter_async_context(
-                    factory.kinesis(stream=stream, own_requests=True)
-                )
+                opened[key] = await stack.enter_async_context(factory.kinesis(stream=stream))
             of[stream] = opened[key]
         return of
 

@@ -39,9 +39,7 @@ class LoopRunner:
         client = self._clients.get(key)
         if client is None:
             factory = ClientFactory(settings)
-            opening = (
-                fanout_client(factory, shards=16) if fanout else factory.kinesis(own_requests=True)
-            )
+            opening = fanout_client(factory, shards=16) if fanout else factory.kinesis()
             client = self.run(self._stack.enter_async_context(opening))
             self._clients[key] = client
         return client
