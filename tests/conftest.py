@@ -17,6 +17,8 @@ import pytest
 
 from support.ordering import group_of, known_durations, longest_first
 
+pytest_plugins = ["support.cpu_report"]
+
 DUMMY_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
