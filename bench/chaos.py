@@ -130,6 +130,19 @@ class Incarnation:
     name: str
     process: subprocess.Popen[bytes]
     frozen: bool = False
+    signals_ready: bool = False
+    """Its log says it handles SIGTERM (``Ready``): before that a SIGTERM kills it with -15."""
+
+    def ready(self, run_dir: Path) -> bool:
+        """Whether the worker has installed its stop signals (read once from its log's head,
+        where the line is: it comes before any lease is taken)."""
+        if not self.signals_ready:
+            try:
+                with (run_dir / f"{self.name}.tsv").open("rb") as log:
+                    self.signals_ready = b"\tReady\t" in log.read(16384)
+            except OSError:
+                pass
+        return self.signals_ready
 
 
 @dataclass
@@ -165,13 +178,28 @@ class Fleet:
             self.history.append(self.slots[slot])
             return self.slots[slot]
 
-    def live(self) -> list[tuple[int, Incarnation]]:
+    def running(self) -> list[tuple[int, Incarnation]]:
+        """The workers running and not frozen, ready or still starting."""
         with self.lock:
             return [
                 (slot, inc)
                 for slot, inc in sorted(self.slots.items())
                 if inc.process.poll() is None and not inc.frozen
             ]
+
+    def live(self) -> list[tuple[int, Incarnation]]:
+        """The running, unfrozen workers that are ready for a fault (see ``wait_ready``)."""
+        return [(slot, inc) for slot, inc in self.running() if inc.ready(self.run_dir)]
+
+    def wait_ready(self, inc: Incarnation, timeout: float = 60.0) -> bool:
+        """Wait until ``inc`` handles SIGTERM (a loaded machine took 7 s to start a worker, and
+        a rolling restart's SIGTERM before that ended it with -15, a worker 'failed')."""
+        deadline = time.monotonic() + timeout
+        while not inc.ready(self.run_dir):
+            if inc.process.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def current(self, slot: int) -> Incarnation | None:
         """The slot's process now, if it runs and is not frozen; None while a kill's
@@ -564,13 +592,14 @@ class Soak:
 
     def rolling(self) -> None:
         assert self.fleet is not None
-        for slot in [slot for slot, _ in self.fleet.live()]:
+        for slot in [slot for slot, _ in self.fleet.running()]:
             # Who holds the slot at its turn, not at the restart's start: a kill meanwhile
             # replaced the process (or will, 3 s after it), and SIGTERM to the dead one plus a
             # start here left two workers in one slot, one of them untracked.
             victim = self.fleet.current(slot)
             if victim is None or not self.fleet.claim(victim):
                 continue  # a kill holds it (and starts its replacement) or it is gone
+            self.fleet.wait_ready(victim)
             began = time.time()
             self.signalled.add(victim.name)
             victim.process.send_signal(signal.SIGTERM)
@@ -706,8 +735,9 @@ class Soak:
 
     def stop_workers(self) -> None:
         assert self.fleet is not None
-        live = self.fleet.live()
+        live = self.fleet.running()
         for _, inc in live:
+            self.fleet.wait_ready(inc)
             inc.process.send_signal(signal.SIGTERM)
         for _, inc in live:
             try:
@@ -862,6 +892,7 @@ FAULT_NAMES = {
     "throttle": "throttling",
     "split": "split",
     "merge": "merge",
+    chaos_check.SLOW_TABLE: "lease lapsed on a slow lease table",
 }
 
 

@@ -49,6 +49,11 @@ _COMPLETION_LAG = 5.0
 # A record handled this close before a DynamoDB brownout may have had its completion (with the
 # guard) or its checkpoint (without: the checkpoint interval, 2 s, plus the write) refused by it.
 _BROWNOUT_MARGIN = 3.0
+#: A write of a lease unanswered this long when the lease ran out: the lease table was slow
+#: (the soak's tables answer in milliseconds when the machine keeps up).
+_SLOW_TABLE = 1.0
+SLOW_TABLE = "slow_lease_table"
+"""The cause of duplicates after a lease lapsed on a slow lease table (no fault injected)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +311,8 @@ def check(
     _overlaps(report, calls, faults, examples)
     _interleaving(report, calls, stretch_gap, examples)
     written = None if guarded else checkpoints_by_shard(lease_events)
-    _duplicates(report, acked, calls, faults, examples, written)
+    lapses = slow_table_lapses(lease_events)
+    _duplicates(report, acked, calls, faults, examples, written, lapses)
     _frozen_calls(report, calls, faults, lease_events, failover)
     if sent is not None:
         _reconcile(report, sent, examples)
@@ -550,6 +556,7 @@ def _duplicates(
     faults: Sequence[Fault],
     examples: int,
     written: Mapping[str, list[tuple[float, tuple[int, int]]]] | None = None,
+    lapses: Mapping[tuple[str, str], list[float]] | None = None,
 ) -> None:
     per_record: dict[tuple[str, str], list[Call]] = defaultdict(list)
     for c in calls:
@@ -566,7 +573,7 @@ def _duplicates(
         handled.sort(key=lambda c: c.start)
         for earlier, later in itertools.pairwise(handled):
             report.duplicates += 1
-            cause = _cause(earlier, later, faults, written)
+            cause = _cause(earlier, later, faults, written, lapses)
             causes[cause] += 1
             depth = _replay_depth(earlier, later, faults, cause)
             if depth is not None:
@@ -623,11 +630,22 @@ def _covered(
     return any(at <= by and mark >= position for at, mark in written.get(call.shard, ()))
 
 
+def slow_table_lapses(lease_events: Sequence[LeaseEvent]) -> dict[tuple[str, str], list[float]]:
+    """When each (worker, shard) lease lapsed because the lease table did not answer in time
+    (:meth:`LeaseEvent.slow_table`)."""
+    lapses: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for e in lease_events:
+        if e.slow_table(_SLOW_TABLE):
+            lapses[(e.worker, e.shard)].append(e.at)
+    return dict(lapses)
+
+
 def _cause(
     earlier: Call,
     later: Call,
     faults: Sequence[Fault],
     written: Mapping[str, list[tuple[float, tuple[int, int]]]] | None = None,
+    lapses: Mapping[tuple[str, str], list[float]] | None = None,
 ) -> str:
     """The fault that explains handling a record twice, or ``unexplained``.
 
@@ -647,9 +665,14 @@ def _cause(
     refused by the brownout, and the lease's next owner began before the record, as
     at-least-once allows. A record a checkpoint had covered is never explained by it.
 
-    The later call must begin after the fault began. A duplicate outside these windows (a
-    lease lapse on a loaded machine, a re-take by the same worker) is ``unexplained``: a bug.
-    The same key/seq at two stream positions is a ``producer copy``.
+    The later call must begin after the fault began. One more cause is not injected: the
+    earlier worker's lease of the shard ran out between the two calls while a write of it
+    had been unanswered for ``_SLOW_TABLE`` seconds or its renewal had failed (the worker says
+    so in its LeaseLost event): a ``slow lease table``, as on a machine too loaded to serve
+    it, which costs replays, never overlap (checked apart), and only if no checkpoint had
+    covered the record. Any other duplicate (a lease lapse with no write unanswered, a
+    re-take by the same worker) is ``unexplained``: a bug. The same key/seq at two stream
+    positions is a ``producer copy``.
     """
     if (earlier.sequence_number, earlier.sub) != (later.sequence_number, later.sub):
         return "producer copy"
@@ -675,4 +698,9 @@ def _cause(
             and not _covered(written, earlier, later.start)
         ):
             return f.kind
+    for at in (lapses or {}).get((earlier.worker, earlier.shard), ()):
+        if earlier.start <= at <= later.start and not (
+            written is not None and _covered(written, earlier, later.start)
+        ):
+            return SLOW_TABLE
     return "unexplained"

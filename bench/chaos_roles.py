@@ -247,7 +247,12 @@ async def work(args: argparse.Namespace) -> None:
         detail = getattr(event, "how", None) or getattr(event, "why", None) or ""
         if isinstance(event, CheckpointWritten):  # the checker dates what each one covers
             detail = f"{event.position.sequence_number}:{event.position.sub_sequence_number}"
-        out.line("L", worker, type(event).__name__, shard, f"{time.time():.6f}", detail)
+        fields = [detail]
+        lapse = getattr(event, "lapse", None)
+        if lapse is not None:  # why an expired lease lapsed: the checker tells slow tables
+            in_flight = "-" if lapse.in_flight is None else f"{lapse.in_flight:.3f}"
+            fields.append(f"{in_flight}/{lapse.failed or '-'}")
+        out.line("L", worker, type(event).__name__, shard, f"{time.time():.6f}", *fields)
 
     def decode(record: Any) -> bytes:
         if record.data.startswith(UNDECODABLE):
@@ -310,6 +315,9 @@ async def work(args: argparse.Namespace) -> None:
             on_event=on_event,
         )
         uninstall = install_stop_signals(consumer.request_stop)
+        # From here a SIGTERM is a graceful stop (before, it ends the process with -15): the
+        # soak signals no worker before this line (a loaded machine takes seconds to get here).
+        out.line("L", worker, "Ready", "", f"{time.time():.6f}")
         try:
             handler = make_handler(out, worker, args.seed, args.slow_fraction)
             await consumer.consume(handler, dead_letters=letters)

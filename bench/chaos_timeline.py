@@ -47,6 +47,21 @@ class LeaseEvent:
     shard: str
     at: float
     detail: str = ""
+    lapse: str = ""
+    """On a LeaseLost line of an expired lease: ``in_flight/failed`` as the worker saw them
+    at the deadline (``-`` for none; see :class:`shardflow.events.Lapse`)."""
+
+    def slow_table(self, unanswered: float) -> bool:
+        """A lease that lapsed here because the lease table did not answer: a write of it was
+        unanswered for ``unanswered`` seconds or more, or its last renewal failed."""
+        if self.event != "LeaseLost" or self.detail != "expired" or "/" not in self.lapse:
+            return False
+        in_flight, _, failed = self.lapse.partition("/")
+        try:
+            slow = in_flight != "-" and float(in_flight) >= unanswered
+        except ValueError:
+            slow = False
+        return slow or failed not in ("", "-")
 
 
 def _lines(path: Path) -> list[str]:
@@ -66,7 +81,8 @@ def read_lease_events(paths: Iterable[Path]) -> list[LeaseEvent]:
                     at = float(f[4])
                 except ValueError:
                     continue
-                events.append(LeaseEvent(f[1], f[2], f[3], at, f[5] if len(f) > 5 else ""))
+                detail, lapse = ([*f[5:7], "", ""])[:2]
+                events.append(LeaseEvent(f[1], f[2], f[3], at, detail, lapse))
     events.sort(key=lambda e: e.at)
     return events
 

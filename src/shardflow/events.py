@@ -98,13 +98,42 @@ class HeartbeatBeat(_Event):
     leases: int
 
 
+@dataclass(frozen=True, slots=True)
+class Lapse:
+    """Why a held lease ran out here (``LeaseLost`` with why ``expired``), as the worker saw
+    it at its deadline: the operator's first question is whether the lease table was slow
+    or the worker never asked.
+
+    ``since_write``: seconds since the last write of the lease that landed was sent (its
+    deadline is that plus the usable time). ``in_flight``: a write of the lease (a renewal or
+    a checkpoint) sent this many seconds before and still unanswered (None: none was).
+    ``failed``: the last renewal's error, when it failed and no write landed after it."""
+
+    since_write: float
+    in_flight: float | None = None
+    failed: str | None = None
+
+    def __str__(self) -> str:
+        parts = [f"last write that landed sent {self.since_write:.1f} s before"]
+        if self.in_flight is not None:
+            parts.append(f"a write unanswered for {self.in_flight:.1f} s")
+        if self.failed is not None:
+            parts.append(f"the last renewal failed: {self.failed}")
+        if self.in_flight is None and self.failed is None:
+            parts.append("no write in flight")
+        return "; ".join(parts)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseLost(_ShardEvent):
-    """A lease is no longer this worker's: stop processing the shard, do not checkpoint."""
+    """A lease is no longer this worker's: stop processing the shard, do not checkpoint.
+
+    ``lapse`` says what the worker saw when the lease ran out (why ``expired``; else None)."""
 
     lease_key: str
     why: LostWhy
     new_owner: str | None
+    lapse: Lapse | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

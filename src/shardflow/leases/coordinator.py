@@ -547,7 +547,13 @@ class LeaseCoordinator:
                 # lapse one by one, and a cycle for each was a scan for each.
                 self._spawn(self._reclaim(owned.lease), f"reclaim-{owned.shard_id}")
                 self._take_soon.set()
-            events.emit(LeaseLost, lease_key=owned.lease_key, why=why, new_owner=owned.new_owner)
+            events.emit(
+                LeaseLost,
+                lease_key=owned.lease_key,
+                why=why,
+                new_owner=owned.new_owner,
+                lapse=owned.lapse,
+            )
 
     async def _reclaim(self, lease: Lease) -> None:
         """Claim ``lease`` (as last known here) again after it lapsed here, until it is held

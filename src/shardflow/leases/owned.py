@@ -23,7 +23,7 @@ from typing import Literal
 
 from shardflow.clock import Clock
 from shardflow.errors import AwsError, ShardLeaseLostError
-from shardflow.events import LostWhy, ReleasedWhy
+from shardflow.events import Lapse, LostWhy, ReleasedWhy
 from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.model import Lease
 from shardflow.leases.settings import LeaseSettings
@@ -70,6 +70,12 @@ class OwnedLease:
         self._lock = asyncio.Lock()
         self._bounds: set[asyncio.Timeout] = set()
         self._in_doubt: ExtendedSequenceNumber | None = None
+        self._landed_sent = acquired_at
+        """When the last write that landed was sent (the take, at first)."""
+        self._writing_since: float | None = None
+        self._renewal_failed: str | None = None
+        self.lapse: Lapse | None = None
+        """What this worker saw when the lease ran out here (set with ``ended_why`` expired)."""
         self.lost = asyncio.Event()
         """Set once the lease is no longer this worker's (lost, expired, or released)."""
         self.giving_up = asyncio.Event()
@@ -189,6 +195,7 @@ class OwnedLease:
             return "lost"
         except AwsError as exc:
             log.warning("renewing lease %s failed, retried next round: %s", self.lease_key, exc)
+            self._renewal_failed = type(exc).__name__
             if self.remaining() <= 0:
                 self.mark_lost("expired")
                 return "lost"
@@ -349,10 +356,23 @@ class OwnedLease:
         if self.ended:
             return
         self.new_owner = new_owner
-        log.warning(
-            "lease %s lost (%s)%s", self.lease_key, why, f" to {new_owner}" if new_owner else ""
-        )
+        if why == "expired":
+            self.lapse = self._lapse()
+            log.warning("lease %s lost (expired): %s", self.lease_key, self.lapse)
+        else:
+            log.warning(
+                "lease %s lost (%s)%s", self.lease_key, why, f" to {new_owner}" if new_owner else ""
+            )
         self._end(why, released=False)
+
+    def _lapse(self) -> Lapse:
+        now = self._clock.monotonic()
+        writing = self._writing_since
+        return Lapse(
+            since_write=round(now - self._landed_sent, 3),
+            in_flight=None if writing is None else round(now - writing, 3),
+            failed=self._renewal_failed,
+        )
 
     def let_expire(self) -> None:
         """Stop using the lease without letting it go: nothing is written and renewals stop,
@@ -389,6 +409,8 @@ class OwnedLease:
     def _confirm(self, lease: Lease, sent: float) -> None:
         """A write sent at ``sent`` succeeded: others restart their expiry clocks after it."""
         self._lease = lease
+        self._landed_sent = max(self._landed_sent, sent)
+        self._renewal_failed = None
         self._deadline = max(self._deadline, sent + self._settings.usable_time)
         if self._bounds:
             when = asyncio.get_running_loop().time() + self.remaining()
@@ -426,13 +448,22 @@ class OwnedLease:
         """One write of the lease as known. Without an answer (error, timeout, cancellation)
         the write may still have landed, leaving the checkpoint ``lands_as``: remembered, so
         that the next refusal can be recognised as our own write (see _after_conflict)."""
+        self._writing_since = self._clock.monotonic()
         try:
             result = await write(self._lease)
         except LeaseConditionFailedError:
+            self._writing_since = None
             raise
-        except BaseException:
+        except asyncio.CancelledError:
+            # Cut off unanswered (the deadline's bound, as a rule): _writing_since stays, so
+            # the lapse that follows can tell a slow table from a write never sent.
             self._in_doubt = lands_as
             raise
+        except BaseException:
+            self._writing_since = None
+            self._in_doubt = lands_as
+            raise
+        self._writing_since = None
         self._in_doubt = None
         return result
 

@@ -152,6 +152,42 @@ def test_without_the_guard_a_replay_of_a_checkpointed_record_is_never_the_browno
         assert report.duplicates_by_cause == {"unexplained": 1}, (detail, at)
 
 
+@pytest.mark.parametrize(
+    ("lapse", "cause"),
+    [
+        ("2.500/-", "slow_lease_table"),  # a renewal unanswered for 2.5 s at the deadline
+        ("-/AwsError", "slow_lease_table"),  # the last renewal failed
+        ("0.200/-", "unexplained"),  # sent late: the table answered in time
+        ("-/-", "unexplained"),  # no write tried: the worker's own doing
+    ],
+)
+def test_a_replay_after_a_lease_lapsed_on_a_slow_table_is_attributed_only_with_evidence(
+    lapse: str, cause: str
+) -> None:
+    calls = [call("w1", "k", 0, 1.0), call("w1", "k", 0, 9.0)]
+    events = [
+        cc.LeaseEvent("w1", "LeaseAcquired", SHARD, 0.5, "free"),
+        cc.LeaseEvent("w1", "LeaseLost", SHARD, 7.0, "expired", lapse),
+        cc.LeaseEvent("w1", "LeaseAcquired", SHARD, 8.0, "resumed"),
+    ]
+    report = cc.check([acked("k", 0)], [], 0, calls, Counter(), [], lease_events=events)
+    assert report.duplicates_by_cause == {cause: 1}
+    assert report.passed == (cause != "unexplained")
+    # A lapse before the first call, or on another shard, explains nothing.
+    early = [events[0], cc.LeaseEvent("w1", "LeaseLost", SHARD, 0.8, "expired", lapse)]
+    report = cc.check([acked("k", 0)], [], 0, calls, Counter(), [], lease_events=early)
+    assert report.duplicates_by_cause == {"unexplained": 1}
+
+
+def test_a_lapse_line_of_a_worker_log_is_read_back(tmp_path: Path) -> None:
+    log = tmp_path / "w1.0.tsv"
+    log.write_text(f"L\tw1.0\tLeaseLost\t{SHARD}\t7.000000\texpired\t3.100/-\n")
+    (event,) = cc.read_lease_events([log])
+    assert event.lapse == "3.100/-"
+    assert event.slow_table(1.0)
+    assert not event.slow_table(5.0)
+
+
 def test_the_same_record_written_twice_is_a_producer_copy() -> None:
     acks = [acked("k", 0), cc.Acked("k", 0, SHARD, "2000", 0, 0.0)]
     calls = [call("w1", "k", 0, 1.0), call("w1", "k", 0, 2.0, number="2000")]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from shardflow.clock import SYSTEM_CLOCK
+from shardflow.errors import AwsError
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.owned import OwnedLease
 from shardflow.leases.settings import LeaseSettings
@@ -71,3 +72,49 @@ async def test_a_write_that_outlives_the_deadline_in_force_still_loses_the_lease
     assert owned.lost.is_set()
     assert owned.ended_why == "expired"
     assert not owned.valid()
+
+
+async def test_a_lapse_says_the_renewal_was_unanswered_for_how_long() -> None:
+    settings = LeaseSettings(failover_time=2.0)
+    store = SlowStore({"renew": 5.0})
+    owned = await held(store, remaining=0.4, settings=settings)
+    await asyncio.sleep(0.1)
+    assert await owned.renew() == "lost"
+    lapse = owned.lapse
+    assert lapse is not None
+    assert lapse.in_flight is not None
+    assert 0.25 <= lapse.in_flight <= 0.6
+    assert lapse.failed is None
+    assert "unanswered" in str(lapse)
+
+
+class FailingStore(SlowStore):
+    async def execute(self, write: LeaseWrite) -> Lease | None:
+        if write.operation == "renew":
+            raise AwsError("the table did not answer")
+        return await super().execute(write)
+
+
+async def test_a_lapse_after_failed_renewals_names_the_error_and_no_write_in_flight() -> None:
+    settings = LeaseSettings(failover_time=2.0)
+    owned = await held(FailingStore({}), remaining=0.2, settings=settings)
+    assert await owned.renew() == "failed"
+    await asyncio.sleep(0.25)
+    assert await owned.renew() == "lost"
+    assert owned.lapse is not None
+    assert owned.lapse.failed == "AwsError"
+    assert owned.lapse.in_flight is None
+
+
+async def test_a_lapse_with_no_write_tried_says_so() -> None:
+    # What a renewal scheduler that never sent the write would leave: the checker of the
+    # chaos soak counts only the other kinds as the lease table's doing.
+    settings = LeaseSettings(failover_time=2.0)
+    owned = await held(SlowStore({}), remaining=0.05, settings=settings)
+    await asyncio.sleep(0.1)
+    owned.mark_lost("expired")
+    assert owned.lapse is not None
+    assert owned.lapse.in_flight is None
+    assert owned.lapse.failed is None
+    assert owned.lapse.since_write >= settings.usable_time
+    assert str(owned.lapse).endswith("no write in flight")
