@@ -182,10 +182,10 @@ async def run(args: argparse.Namespace, kinesis_url: str, dynamodb_url: str) -> 
     validating = ClientFactory(AwsSettings(region=REGION, botocore_config=every_call))
     session = get_session()
     async with (
-        factory.kinesis() as kinesis,
-        factory.dynamodb() as dynamodb,
-        validating.kinesis() as validated_kinesis,
-        validating.dynamodb() as validated_dynamodb,
+        factory.kinesis(own_requests=True) as kinesis,
+        factory.dynamodb(own_requests=True) as dynamodb,
+        validating.kinesis(own_requests=True) as validated_kinesis,
+        validating.dynamodb(own_requests=True) as validated_dynamodb,
         plain_client(session, "kinesis", kinesis_url) as plain_kinesis,
         plain_client(session, "dynamodb", dynamodb_url) as plain_dynamodb,
     ):

@@ -67,7 +67,9 @@ async def read_stream(
         raise ValueError("max_buffered_batches must be at least 1")
     async with AsyncExitStack() as stack:
         if kinesis is None:
-            kinesis = await stack.enter_async_context(ClientFactory(aws).kinesis(stream=stream))
+            kinesis = await stack.enter_async_context(
+                ClientFactory(aws).kinesis(stream=stream, own_requests=True)
+            )
         run = _StreamRun(
             kinesis,
             stream,

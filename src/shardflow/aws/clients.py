@@ -122,9 +122,20 @@ class ClientFactory:
 
     @asynccontextmanager
     async def client(
-        self, service: Service, *, stream: str | None = None, **config_overrides: Any
+        self,
+        service: Service,
+        *,
+        stream: str | None = None,
+        own_requests: bool = False,
+        **config_overrides: Any,
     ) -> AsyncIterator[Any]:
         """An open client for ``service``; closed when the block ends.
+
+        ``own_requests``: the client carries only requests shardflow builds itself (a
+        fetcher's reads, a lease store's writes), so botocore's parameter validation is
+        skipped for those operations (:mod:`shardflow.aws.validation`); every other client,
+        and every client of a user who asked for ``parameter_validation=True``, validates
+        every call.
 
         ``stream`` (Kinesis only; a name or an ARN) is the stream the client is for: this is
         the one place where a stream and its settings become a client. A stream ARN gives the
@@ -149,7 +160,7 @@ class ClientFactory:
                 client = await stack.enter_async_context(session.create_client(service, **kwargs))
             except NoRegionError:
                 raise MissingRegionError(NO_REGION) from None
-            if not self.validates_every_call():
+            if own_requests and not self.validates_every_call():
                 # Before the PutRecords writer wraps it: PutRecords (user data) stays validated.
                 validate_only_foreign_requests(client)
             if service == "kinesis":
@@ -158,16 +169,18 @@ class ClientFactory:
             await _name_an_unknown_region(session, client, service)
             yield client
 
-    def kinesis(self, stream: str | None = None, **config_overrides: Any) -> Any:
+    def kinesis(
+        self, stream: str | None = None, *, own_requests: bool = False, **config_overrides: Any
+    ) -> Any:
         """A Kinesis client for ``stream`` (see :meth:`client`); None: for streams by name
         under the configured region and ``AwsSettings.role``."""
-        return self.client("kinesis", stream=stream, **config_overrides)
+        return self.client("kinesis", stream=stream, own_requests=own_requests, **config_overrides)
 
-    def dynamodb(self, **config_overrides: Any) -> Any:
-        return self.client("dynamodb", **config_overrides)
+    def dynamodb(self, *, own_requests: bool = False, **config_overrides: Any) -> Any:
+        return self.client("dynamodb", own_requests=own_requests, **config_overrides)
 
-    def dynamodbstreams(self, **config_overrides: Any) -> Any:
-        return self.client("dynamodbstreams", **config_overrides)
+    def dynamodbstreams(self, *, own_requests: bool = False, **config_overrides: Any) -> Any:
+        return self.client("dynamodbstreams", own_requests=own_requests, **config_overrides)
 
     def cloudwatch(self, **config_overrides: Any) -> Any:
         return self.client("cloudwatch", **config_overrides)
@@ -216,14 +229,22 @@ class OpenClients(ClientFactory):
 
     @asynccontextmanager
     async def client(
-        self, service: Service, *, stream: str | None = None, **config_overrides: Any
+        self,
+        service: Service,
+        *,
+        stream: str | None = None,
+        own_requests: bool = False,
+        **config_overrides: Any,
     ) -> AsyncIterator[Any]:
         """The client given for ``service`` (left open), else a new one closed at the end."""
         given = self._given.get(service)
         if given is not None:
             yield given
             return
-        async with super().client(service, stream=stream, **config_overrides) as client:
+        opening = super().client(
+            service, stream=stream, own_requests=own_requests, **config_overrides
+        )
+        async with opening as client:
             yield client
 
 

@@ -7,9 +7,15 @@ that walk finds nothing, yet it is paid on every call: 2% of the CPU of an empty
 and 5% of a conditional lease UpdateItem (bench/client_calls.py, 5 rounds, within their
 spread), the two calls an idle consumer makes most (one per idle shard every ``max_idle_time``; ~300 a second for 1,000
 leases in the per-lease mode). :func:`validate_only_foreign_requests` keeps the walk for every
-other operation (a producer's PutRecords, whose entries are the user's; anything a user calls
-on a shardflow client), where it turns a wrong value into a ``ParamValidationError`` before
-anything is sent. The service still checks every request it gets.
+other operation (a producer's PutRecords, whose entries are the user's), where it turns a
+wrong value into a ``ParamValidationError`` before anything is sent. The service still checks
+every request it gets.
+
+Only clients that carry shardflow's own requests alone skip it: those a consumer, a reader,
+the multilang daemon and the Spark source open for fetching and for their lease table
+(``ClientFactory.client(..., own_requests=True)``). A client of the public factory otherwise
+validates every call, since its requests may carry user values (an idempotency guard's keys,
+a Spark metadata store's items, the user's own calls).
 """
 
 from __future__ import annotations

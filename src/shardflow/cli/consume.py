@@ -375,7 +375,7 @@ async def _lease_store(
     if not separate:
         yield None
         return
-    async with ClientFactory(aws).dynamodb() as dynamodb:
+    async with ClientFactory(aws).dynamodb(own_requests=True) as dynamodb:
         yield DynamoDBLeaseStore(dynamodb, application, streams=streams)
 
 

@@ -196,7 +196,7 @@ class DynamoDBLeaseStore(LeaseStoreBase):
         cls, factory: ClientFactory, table_name: str, **options: Any
     ) -> AsyncIterator[DynamoDBLeaseStore]:
         """A store with its own DynamoDB client, closed when the block ends."""
-        async with factory.dynamodb() as client:
+        async with factory.dynamodb(own_requests=True) as client:
             yield cls(client, table_name, **options)
 
     async def _call(self, operation: str, call: Callable[[], Awaitable[Any]]) -> Any:

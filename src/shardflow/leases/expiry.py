@@ -79,6 +79,7 @@ class ExpiryTracker:
         self._kept: dict[str, float] = {}
         """Worker id -> when it was last seen writing a lease it already held (a renewal or a
         checkpoint): how a worker that keeps no heartbeat shows itself."""
+        self._pruned_at = -math.inf
         self._beat_gone: dict[str, float] = {}
         """Worker id -> when its heartbeat item was seen gone (deleted by a worker that left,
         or that went back to the per-lease mode): it is of a version with the heartbeat mode,
@@ -169,6 +170,7 @@ class ExpiryTracker:
         """Workers seen renewing or checkpointing a lease they hold within ``seconds``, that
         keep no heartbeat: KCL 2.x workers, or shardflow versions without the heartbeat mode
         (both judge expiry lease by lease, and would take a heartbeat worker's leases)."""
+        self._prune(now)
         gone = self._beat_gone
         for worker, at in list(gone.items()):
             # Forgotten once its lease writes no longer count either (bounded memory).
@@ -226,6 +228,7 @@ class ExpiryTracker:
         """
         if complete and self._blind_since is not None:
             self._excuse(now)
+        self._prune(now)
         at = self._tracked(now)
         seen = self._seen
         present: set[str] = set()
@@ -270,6 +273,7 @@ class ExpiryTracker:
         :meth:`observe` would record for them, without its general comparisons (a worker of a
         per-lease fleet reads every renewal of every worker: 3,000 a second at 10,000
         leases); any lease not seen so as last time goes through :meth:`observe`."""
+        self._prune(now)
         seen = self._seen
         at = self._tracked(now)
         odd: list[Lease] = []
@@ -329,14 +333,40 @@ class ExpiryTracker:
     def renewed_within(self, worker_id: str, now: float, seconds: float) -> bool:
         """Whether this observer saw ``worker_id`` write in the last ``seconds``: renew or
         checkpoint one of its leases, take one, or ask for one. Proof of life, which a
-        handover to it is not."""
+        handover to it is not. ``seconds``: at most twice the failover time (older proofs are
+        forgotten, see :meth:`seen_writing`)."""
         last = self._renewed.get(worker_id)
         return last is not None and self._tracked(now) - last <= seconds
 
     def seen_writing(self, now: float, seconds: float) -> set[str]:
-        """The workers :meth:`renewed_within` ``seconds`` of ``now``."""
+        """The workers :meth:`renewed_within` ``seconds`` of ``now``. Workers last seen
+        writing longer ago than twice the failover time are forgotten here and, at most once
+        a failover time, on every read (:meth:`_prune`): every worker id a fleet ever had
+        would otherwise stay, and be walked, for the process's life (a rolling restart brings
+        new ids each time)."""
+        self._prune(now, force=True)
         tracked = self._tracked(now)
         return {worker for worker, at in self._renewed.items() if tracked - at <= seconds}
+
+    def _prune(self, now: float, *, force: bool = False) -> None:
+        """Forget the workers not seen writing within twice the failover time (every question
+        asks about at most one); unless ``force``d, at most once a failover time, so that the
+        reads that call it (every view) do not walk every worker each time."""
+        if not force and now - self._pruned_at < self._failover:
+            return
+        self._pruned_at = now
+        horizon = 2 * self._failover
+        tracked = self._tracked(now)
+        renewed, kept = self._renewed, self._kept
+        for worker in [w for w, at in renewed.items() if tracked - at > horizon]:
+            del renewed[worker]
+        for worker in [w for w, at in kept.items() if now - at > horizon]:
+            del kept[worker]
+
+    @property
+    def writers_remembered(self) -> int:
+        """Worker ids kept as seen writing (:meth:`seen_writing` bounds them)."""
+        return len(self._renewed.keys() | self._kept.keys())
 
     def unchanged_since(self, lease_key: str) -> float | None:
         """When this observer first saw the lease as it is now (None: never seen)."""

@@ -369,6 +369,11 @@ class LeaseTaker:
         if resumed or self._settings.handoff:
             self._resume_own = False
             taken += await self._resume(view, how="resumed" if resumed else "handoff")
+        else:
+            # Without handoffs nothing claims leases that name this worker after the first
+            # cycle (they expire and are taken as any other): none is left to retry a second
+            # later, which would wake the take loop every second for good.
+            self._mine_left = False
         await self._complete_stranded(view)
         handoff = self._settings.handoff
         max_steal = self._settings.max_leases_to_steal_at_once

@@ -149,7 +149,7 @@ class MultiLangDaemon:
         ):
             yield None
             return
-        async with ClientFactory(config.dynamodb_aws()).dynamodb() as dynamodb:
+        async with ClientFactory(config.dynamodb_aws()).dynamodb(own_requests=True) as dynamodb:
             yield DynamoDBLeaseStore(dynamodb, config.table_name, streams=[config.stream])
 
     def _lag_of(self, shard_id: str) -> int | None:

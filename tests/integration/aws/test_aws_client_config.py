@@ -33,7 +33,10 @@ async def test_reads_and_lease_writes_work(
     plain.get_waiter("stream_exists").wait(StreamName=stream_name)
     for i in range(3):
         plain.put_record(StreamName=stream_name, Data=b"r%d" % i, PartitionKey="k")
-    async with factory.kinesis() as kinesis, factory.dynamodb() as dynamodb:
+    async with (
+        factory.kinesis(own_requests=True) as kinesis,
+        factory.dynamodb(own_requests=True) as dynamodb,
+    ):
         # Kinesis: behind the one-pass PutRecords writer (see shardflow.aws.kinesis_json).
         skipping = isinstance(kinesis._serializer._wrapped, OwnRequestsUnvalidated)
         assert skipping is not validate_all

@@ -54,7 +54,11 @@ BAD_UPDATE_ITEM = {"TableName": "t", "Key": {"leaseKey": {"S": "k"}}, "ReturnVal
 
 
 async def test_own_requests_are_sent_unvalidated_and_others_validated() -> None:
-    async with factory().kinesis() as kinesis, factory().dynamodb() as dynamodb:
+    own = factory()
+    async with (
+        own.kinesis(own_requests=True) as kinesis,
+        own.dynamodb(own_requests=True) as dynamodb,
+    ):
         assert await outcome(lambda: kinesis.get_records(**BAD_GET_RECORDS)) == "sent"
         assert await outcome(lambda: dynamodb.update_item(**BAD_UPDATE_ITEM)) == "sent"
         # A producer's PutRecords carries the user's records: still checked before sending.
@@ -64,13 +68,22 @@ async def test_own_requests_are_sent_unvalidated_and_others_validated() -> None:
         assert await outcome(lambda: dynamodb.list_tables(Limit="ten")) == "validated"
 
 
+async def test_a_client_that_is_not_only_shardflows_validates_every_call() -> None:
+    # The public factory's clients carry user values (an idempotency guard's keys, a metadata
+    # store's items, the user's own calls): a wrong one is refused before it is sent.
+    async with factory().kinesis() as kinesis, factory().dynamodb() as dynamodb:
+        assert not isinstance(dynamodb._serializer, OwnRequestsUnvalidated)
+        assert await outcome(lambda: kinesis.get_records(**BAD_GET_RECORDS)) == "validated"
+        assert await outcome(lambda: dynamodb.update_item(**BAD_UPDATE_ITEM)) == "validated"
+
+
 def test_the_skipped_operations_are_the_fetchers_and_the_lease_stores() -> None:
     assert {"GetRecords", "GetShardIterator", "UpdateItem", "PutItem", "Scan"} <= OWN_REQUESTS
     assert not {"PutRecords", "PutRecord", "ListStreams"} & OWN_REQUESTS
 
 
 async def test_a_user_asking_for_validation_gets_it_for_every_call() -> None:
-    async with factory(Config(parameter_validation=True)).kinesis() as kinesis:
+    async with factory(Config(parameter_validation=True)).kinesis(own_requests=True) as kinesis:
         assert not isinstance(kinesis._serializer, OwnRequestsUnvalidated)
         assert await outcome(lambda: kinesis.get_records(**BAD_GET_RECORDS)) == "validated"
 

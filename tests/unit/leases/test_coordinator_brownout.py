@@ -141,3 +141,40 @@ def test_expiry_is_judged_as_of_the_moment_the_observer_went_blind() -> None:
     assert not tracker.is_expired(lease, 24.9)
     assert tracker.is_expired(lease, 25.0)
     assert tracker.expired_candidates(25.0) == [sid(1)]
+
+
+async def test_without_handoffs_a_failed_first_claim_of_its_own_leases_does_not_wake_it_every_second() -> (
+    None
+):
+    # A worker restarted with its old id claims the leases that still name it in its first
+    # cycle. Those claims failing (the table erring) flagged leases of its own as left to
+    # claim, and the take loop woke a second later to retry them; only with handoffs does any
+    # later cycle claim them (and clear the flag), so without handoffs it woke every second
+    # for the rest of its life.
+    async with world([shard(i) for i in range(8)]) as w:
+        settings = LeaseSettings(handoff=False, pickup="stream")
+        first = await w.start("a", settings=settings, lease_streams=InMemoryLeaseStreams(w.tables))
+        await run_for(10.0, w.clock)
+        assert len(first.owned()) == 8
+        await first.stop(release=False)
+        failing = {"on": True}
+
+        def writes_fail(operation: str) -> None:
+            if failing["on"] and operation == "UpdateItem":
+                raise TransientError("brownout", operation=operation, code="InternalServerError")
+
+        again = await w.start(
+            "a",
+            settings=settings,
+            store=w.store(fault=writes_fail),
+            lease_streams=InMemoryLeaseStreams(w.tables),
+        )
+        await run_for(2.0, w.clock)
+        failing["on"] = False
+        await run_for(60.0, w.clock)
+        assert len(again.owned()) == 8, "taken once they expired"
+        taker = again._taker
+        last = taker._last_cycle
+        assert last is not None
+        wake = taker.next_wake()
+        assert wake is None or wake - last > 1.5, (wake, last)

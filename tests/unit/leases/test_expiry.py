@@ -93,3 +93,25 @@ def test_only_the_observers_own_elapsed_time_matters(
             first_seen = now
         tracker.observe([lease], now)
         assert tracker.is_expired(lease, now) == (now - first_seen >= 10.0)
+
+
+def test_workers_seen_writing_long_ago_are_forgotten() -> None:
+    # A long-lived process sees a new worker id in every rolling restart: 500 deploys of 2
+    # workers, each renewing its one lease for a while and leaving. Only the recent ones stay.
+    tracker = ExpiryTracker(10.0)
+    now = 0.0
+    for deploy in range(500):
+        for n in range(2):
+            lease = Lease(f"shardId-{n:012d}", lease_owner=f"w-{deploy}-{n}", lease_counter=1)
+            tracker.observe([lease], now=now)
+            tracker.observe([replace(lease, lease_counter=2)], now=now + 3.0)
+        now += 30.0
+    # Only reads, as in the per-lease mode (nothing asks for lease keepers without heartbeat).
+    assert tracker.writers_remembered <= 4
+    assert tracker.seen_writing(now, 10.0) == set()
+    # What is recent is still known.
+    fresh = Lease("shardId-000000000009", lease_owner="fresh", lease_counter=1)
+    tracker.observe([fresh], now=now)
+    tracker.observe([replace(fresh, lease_counter=2)], now=now + 1.0)
+    assert tracker.renewed_within("fresh", now + 5.0, 10.0)
+    assert tracker.seen_writing(now + 5.0, 10.0) == {"fresh"}

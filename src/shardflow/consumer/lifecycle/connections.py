@@ -92,10 +92,12 @@ class Connections:
             )
         self._fetch_kinesis_of = dict(self._kinesis_of)
         if self.store is None:
-            dynamodb = await stack.enter_async_context(factory.dynamodb())
+            dynamodb = await stack.enter_async_context(factory.dynamodb(own_requests=True))
             self.store = DynamoDBLeaseStore(dynamodb, self._application_name, streams=self._streams)
             if self._settings.leases.pickup in ("stream", "auto"):
-                self.lease_streams = await stack.enter_async_context(factory.dynamodbstreams())
+                self.lease_streams = await stack.enter_async_context(
+                    factory.dynamodbstreams(own_requests=True)
+                )
         if isinstance(self._settings.fetch, FanOut):
             await self._register_fanout(stack, factory, self._settings.fetch)
         return self.kinesis, self.store
@@ -109,7 +111,9 @@ class Connections:
         for stream in self._streams:
             key = (settings.role_for(stream), stream_region(stream, settings.region))
             if key not in opened:
-                opened[key] = await stack.enter_async_context(factory.kinesis(stream=stream))
+                opened[key] = await stack.enter_async_context(
+                    factory.kinesis(stream=stream, own_requests=True)
+                )
             of[stream] = opened[key]
         return of
 

@@ -39,7 +39,9 @@ class LoopRunner:
         client = self._clients.get(key)
         if client is None:
             factory = ClientFactory(settings)
-            opening = fanout_client(factory, shards=16) if fanout else factory.kinesis()
+            opening = (
+                fanout_client(factory, shards=16) if fanout else factory.kinesis(own_requests=True)
+            )
             client = self.run(self._stack.enter_async_context(opening))
             self._clients[key] = client
         return client
