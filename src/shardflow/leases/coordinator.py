@@ -217,6 +217,7 @@ class LeaseCoordinator:
             take_cycle=self.take_cycle,
             wake_taker=self._take_soon.set,
             lease_streams=lease_streams,
+            rng=self._rng,
         )
         self._fleet: KclFleet | None = None
         self._taker.defers = self._defers_to_kcl
@@ -230,8 +231,9 @@ class LeaseCoordinator:
         self._foreign: frozenset[str] = frozenset()
         """Lease writers without a heartbeat seen in a heartbeat-mode table."""
         self._moves.kcl_workers = self._live_kcl_workers
-        self._parent_waiters: dict[str, set[asyncio.Event]] = {}
-        """Parent lease key -> the waits of its children here (see wait_parents_done)."""
+        self._parent_waiters: dict[str, dict[asyncio.Event, None]] = {}
+        """Parent lease key -> the waits of its children here (see wait_parents_done); a dict
+        as an ordered set: woken in the order they began, alike in every simulated run."""
         self._taker.on_finished = self._shard_ended_seen
         self._moves.on_finished = self._shard_ended_seen
         self._sync_wanted = asyncio.Event()
@@ -383,7 +385,7 @@ class LeaseCoordinator:
         while not owned.lost.is_set() and not self._stopped.is_set():
             ended = asyncio.Event()  # registered before the read: an end seen meanwhile wakes it
             for key in parents:
-                self._parent_waiters.setdefault(key, set()).add(ended)
+                self._parent_waiters.setdefault(key, {})[ended] = None
             try:
                 try:
                     if await self.parents_done(owned):
@@ -397,7 +399,7 @@ class LeaseCoordinator:
                 for key in parents:
                     waiting = self._parent_waiters.get(key)
                     if waiting is not None:
-                        waiting.discard(ended)
+                        waiting.pop(ended, None)
                         if not waiting:
                             del self._parent_waiters[key]
         return False

@@ -12,6 +12,7 @@ may each have chosen the other, and neither may end with the other's leases.
 from __future__ import annotations
 
 import logging
+import random
 import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
@@ -75,7 +76,10 @@ class LeaseMoves:
         take_cycle: Callable[[list[Lease]], Awaitable[object]],
         wake_taker: Callable[[], None],
         lease_streams: Any | None,
+        rng: random.Random | None = None,
     ) -> None:
+        self._rng = rng
+        """The worker's random source (retry jitter): seeded, a simulated fleet repeats."""
         self._store = store
         self._worker_id = worker_id
         self._settings = settings
@@ -467,7 +471,7 @@ class LeaseMoves:
             assert stream_arn is not None
             self.pickup_source = "stream"
             return StreamChanges(
-                self._lease_streams, stream_arn, interval=interval, clock=self._clock
+                self._lease_streams, stream_arn, interval=interval, clock=self._clock, rng=self._rng
             )
         if mode == "stream":
             log.warning(

@@ -68,7 +68,9 @@ class OwnedLease:
         self._deadline = acquired_at + settings.usable_time
         self._on_end = on_end
         self._lock = asyncio.Lock()
-        self._bounds: set[asyncio.Timeout] = set()
+        self._bounds: dict[asyncio.Timeout, None] = {}
+        # (an ordered set: bounds moved together are rescheduled in the order they began, so
+        # timers of equal deadline fire in the same order in every run of bench/simulate.py)
         self._in_doubt: ExtendedSequenceNumber | None = None
         self._landed_sent = acquired_at
         """When the last write that landed was sent (the take, at first)."""
@@ -425,11 +427,11 @@ class OwnedLease:
         write must not give the lease up at the deadline that write has just pushed back
         (under load, with writes taking most of a second, this lost valid leases)."""
         async with asyncio.timeout(self.remaining()) as bound:
-            self._bounds.add(bound)
+            self._bounds[bound] = None
             try:
                 yield
             finally:
-                self._bounds.discard(bound)
+                self._bounds.pop(bound, None)
 
     async def _conditional(
         self, write: Callable[[Lease], Awaitable[Lease]], *, lands_as: ExtendedSequenceNumber

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -242,8 +243,17 @@ class StreamChanges:
     """Reads the lease table's DynamoDB stream ``stream_arn`` with the ``dynamodbstreams``
     client ``client``, from the moment it starts (LATEST), every ``interval`` seconds."""
 
-    def __init__(self, client: Any, stream_arn: str, *, interval: float, clock: Clock) -> None:
+    def __init__(
+        self,
+        client: Any,
+        stream_arn: str,
+        *,
+        interval: float,
+        clock: Clock,
+        rng: random.Random | None = None,
+    ) -> None:
         self._client = client
+        self._rng = rng
         self._arn = stream_arn
         self._interval = interval
         self._clock = clock
@@ -254,7 +264,9 @@ class StreamChanges:
     async def _call(self, operation: str, **params: Any) -> Any:
         method = getattr(self._client, operation)
         name = "".join(part.title() for part in operation.split("_"))
-        return await retrying(lambda: method(**params), operation=name, backoff=_STREAM_BACKOFF)
+        return await retrying(
+            lambda: method(**params), operation=name, backoff=_STREAM_BACKOFF, rng=self._rng
+        )
 
     async def _describe(self, *, first: bool) -> None:
         """Find open stream shards; iterators for new ones (LATEST at first, else from the
