@@ -33,6 +33,7 @@ from shardflow.errors import (
     AwsError,
     ExpiredIteratorError,
     MalformedLeaseError,
+    ThrottledError,
 )
 from shardflow.leases.entities import (
     HEARTBEAT_PREFIX,
@@ -54,6 +55,10 @@ from shardflow.leases.store import LeaseStore, LeaseStoreBase, TableMarks, Table
 log = logging.getLogger("shardflow.leases")
 
 _STREAM_BACKOFF = Backoff(base=0.05, cap=0.5, max_attempts=3)
+THROTTLED_PAUSE_MAX = 5.0
+"""Seconds between two reads of the lease table's stream at most while it throttles them."""
+THROTTLE_LOG_EVERY = 60.0
+"""Seconds between two warnings that the lease table's stream throttles reads."""
 _REDESCRIBE_EVERY = 60.0
 """Seconds between DescribeStream calls that look for new stream shards (DynamoDB rolls its
 stream shards over about every four hours; a closed shard also triggers one at once)."""
@@ -241,7 +246,16 @@ class _Marking:
 
 class StreamChanges:
     """Reads the lease table's DynamoDB stream ``stream_arn`` with the ``dynamodbstreams``
-    client ``client``, from the moment it starts (LATEST), every ``interval`` seconds."""
+    client ``client``, from the moment it starts (LATEST), every ``interval`` seconds.
+
+    DynamoDB Streams throttles a stream shard read by more than about two processes at once
+    (AWS: "do not allow more than two processes to read from the same DynamoDB Streams shard
+    at the same time"), and every worker of a fleet reads every shard of its lease table's
+    stream. A read that is throttled doubles the pause before the next one, up to
+    ``THROTTLED_PAUSE_MAX``; each read that is not halves it again, down to ``interval``: the
+    fleet's reads settle at what the stream serves, instead of every worker retrying four
+    times a second. Pick-up is slower then, never wrong (the take cycle's scans still see
+    every change); the throttling is logged once a minute, not on every read."""
 
     def __init__(
         self,
@@ -260,12 +274,22 @@ class StreamChanges:
         self._iterators: dict[str, str] = {}
         self._known: set[str] = set()
         self._described_at: float | None = None
+        self._throttled = False
+        """The last read met throttling (see the class doc)."""
+        self.pause = interval
+        """Seconds between the starts of two reads now (``interval`` unless throttled)."""
+        self.throttled_reads = 0
+        self._throttle_logged_at = -math.inf
 
     async def _call(self, operation: str, **params: Any) -> Any:
         method = getattr(self._client, operation)
         name = "".join(part.title() for part in operation.split("_"))
         return await retrying(
-            lambda: method(**params), operation=name, backoff=_STREAM_BACKOFF, rng=self._rng
+            lambda: method(**params),
+            operation=name,
+            backoff=_STREAM_BACKOFF,
+            rng=self._rng,
+            sleep=self._clock.sleep,
         )
 
     async def _describe(self, *, first: bool) -> None:
@@ -307,11 +331,21 @@ class StreamChanges:
         yield LeaseView((), complete=False, resumed=True)
         while True:
             started = self._clock.monotonic()
+            self._throttled = False
             try:
                 view = await self._read_all()
+            except ThrottledError as exc:
+                self._throttled = True
+                view = None
+                self._note_throttling(exc, started)
             except AwsError as exc:
                 log.warning("reading the lease table's stream failed, tried again: %s", exc)
                 view = None
+            if self._throttled:
+                self.throttled_reads += 1
+                self.pause = min(self.pause * 2, max(THROTTLED_PAUSE_MAX, self._interval))
+            else:
+                self.pause = max(self.pause / 2, self._interval)
             if view is not None and (
                 view.leases
                 or view.renewed
@@ -321,8 +355,21 @@ class StreamChanges:
                 or view.mode_seen
             ):
                 yield view
-            pause = self._interval - (self._clock.monotonic() - started)
+            pause = self.pause - (self._clock.monotonic() - started)
             await self._clock.sleep(max(pause, 0.0))
+
+    def _note_throttling(self, exc: AwsError, now: float) -> None:
+        if now - self._throttle_logged_at < THROTTLE_LOG_EVERY:
+            return
+        self._throttle_logged_at = now
+        log.warning(
+            "the lease table's stream throttles this worker's reads (%s): read every %.2f s "
+            "now (at most %.0f s); lease pick-up is slower meanwhile. DynamoDB Streams serves "
+            "about two readers a stream shard; a larger fleet may prefer pickup='poll'",
+            exc,
+            min(self.pause * 2, max(THROTTLED_PAUSE_MAX, self._interval)),
+            THROTTLED_PAUSE_MAX,
+        )
 
     async def _read_all(self) -> LeaseView:
         due = self._described_at is None or (
@@ -353,7 +400,11 @@ class StreamChanges:
                 # showed must be handed on now, or it is gone. This shard keeps its iterator
                 # and the ones after it wait too (a child shard holds later changes of the
                 # same leases than its parent), so the next read goes on from here in order.
-                log.warning("reading the lease table's stream failed, tried again: %s", exc)
+                if isinstance(exc, ThrottledError):
+                    self._throttled = True
+                    self._note_throttling(exc, self._clock.monotonic())
+                else:
+                    log.warning("reading the lease table's stream failed, tried again: %s", exc)
                 break
             following = answer.get("NextShardIterator")
             if following:

@@ -9,13 +9,20 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from shardflow.clock import ManualClock
-from shardflow.errors import AccessDeniedError
+from shardflow.errors import AccessDeniedError, ThrottledError
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease
 from shardflow.leases.entities import Heartbeat, heartbeat_item
 from shardflow.leases.memory import InMemoryLeaseStreams
 from shardflow.leases.model import lease_to_item
-from shardflow.leases.pickup import LeaseView, PollingChanges, StreamChanges
+from shardflow.leases.pickup import (
+    THROTTLED_PAUSE_MAX,
+    LeaseView,
+    PollingChanges,
+    StreamChanges,
+)
 
 INTERVAL = 0.25
 FULL_EVERY = 3.0
@@ -251,6 +258,16 @@ async def test_a_stream_read_keeps_renewals_apart_and_any_other_change_of_the_sa
     assert released.lease_owner is None
 
 
+async def streamed_table() -> tuple[InMemoryLeaseTables, InMemoryLeaseStore, str, Lease]:
+    """A lease table with its stream on, and one free lease in it."""
+    tables = InMemoryLeaseTables()
+    store = InMemoryLeaseStore("app", tables=tables)
+    status = await store.ensure_table(stream_view=True)
+    assert status.stream_arn is not None
+    created = await store.create_if_absent(Lease(lease_key="shardId-1"))
+    return tables, store, status.stream_arn, created
+
+
 class TwoShardStream:
     """The table's stream as :class:`InMemoryLeaseStreams` shows it, with a second stream
     shard listed after it whose reads fail while ``failing`` is set (a stream whose later
@@ -284,14 +301,10 @@ class TwoShardStream:
 async def test_a_failed_read_of_a_later_stream_shard_keeps_what_the_earlier_shards_showed() -> None:
     # The earlier shard's iterator has moved past its records when a later shard's read fails:
     # a view thrown away with the error would lose those changes for good.
-    tables = InMemoryLeaseTables()
-    store = InMemoryLeaseStore("app", tables=tables)
-    status = await store.ensure_table(stream_view=True)
-    assert status.stream_arn is not None
-    created = await store.create_if_absent(Lease(lease_key="shardId-1"))
+    tables, store, stream_arn, created = await streamed_table()
     clock = ManualClock()
     stream = TwoShardStream(tables)
-    views = StreamChanges(stream, status.stream_arn, interval=INTERVAL, clock=clock).views()
+    views = StreamChanges(stream, stream_arn, interval=INTERVAL, clock=clock).views()
     assert (await anext(views)).resumed
 
     async def next_view() -> LeaseView:
@@ -314,3 +327,60 @@ async def test_a_failed_read_of_a_later_stream_shard_keeps_what_the_earlier_shar
     released = await store.release(taken, "a")
     view = await next_view()
     assert [lease.lease_owner for lease in view.leases] == [released.lease_owner]
+
+
+async def test_a_throttled_stream_is_read_less_and_less_often_then_as_before() -> None:
+    # DynamoDB Streams throttles a stream shard read by more than about two processes, and
+    # every worker of a fleet reads every shard of its lease table's stream: each throttled
+    # worker kept reading four times a second (and retrying each read), logging every time.
+    tables, store, stream_arn, created = await streamed_table()
+    throttled = {"on": False}
+    reads: list[float] = []
+    clock = ManualClock()
+
+    def fault(operation: str) -> None:
+        if operation == "GetRecords":
+            reads.append(clock.monotonic())
+            if throttled["on"]:
+                raise ThrottledError(
+                    "rate exceeded", operation=operation, code="LimitExceededException"
+                )
+
+    changes = StreamChanges(
+        InMemoryLeaseStreams(tables, fault=fault), stream_arn, interval=INTERVAL, clock=clock
+    )
+    seen: list[LeaseView] = []
+
+    async def read() -> None:
+        async for view in changes.views():
+            seen.append(view)
+
+    async def run(seconds: float) -> None:
+        for _ in range(round(seconds / 0.05)):
+            await clock.advance(0.05)
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        await run(2.0)
+        throttled["on"] = True
+        began, before = clock.monotonic(), len(reads)
+        await run(30.0)
+        calls = len(reads) - before
+        # Unthrottled: 4 reads a second, each tried up to 3 times: 360 calls in 30 s.
+        assert calls <= 45, calls
+        assert changes.pause == pytest.approx(THROTTLED_PAUSE_MAX)
+        assert changes.throttled_reads >= 5
+        assert reads[-1] >= began + 20, "still read now and then"
+        throttled["on"] = False
+        await run(15.0)
+        assert changes.pause == pytest.approx(INTERVAL), "back to the interval"
+        taken = await store.take(created, "a")
+        await run(1.0)
+        assert any(
+            lease.lease_counter == taken.lease_counter for view in seen for lease in view.leases
+        ), "the change is picked up within an interval again"
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
