@@ -3,7 +3,7 @@
 xdist's ``loadgroup`` hands each worker the next unit of the queue when it is free; started
 longest first, the long tests overlap one another and the short ones fill the gaps at the
 end (longest-processing-time first). A unit is one test, or a group of tests that must share
-one worker (:data:`GROUP_BY_FIXTURE`, :data:`GROUP_BY_FILE`): its tests run one after the
+one worker (:data:`GROUP_BY_NODE`, :data:`GROUP_BY_FIXTURE`, :data:`GROUP_BY_FILE`): its tests run one after the
 other, in collection order.
 
 How long a test takes comes from ``tests/durations.txt``: lines as pytest's ``--durations``
@@ -31,10 +31,26 @@ SPARK = "spark"
 #: a plain run: their module-scoped server is started once, and their remote session (which
 #: switches the process to Spark Connect until it is closed) never meets the local one.
 GROUP_BY_FIXTURE = {"spark": SPARK}
+#: Tests that start a system of their own (a fleet of worker processes with emulators, a
+#: standalone Spark cluster with its executors) and hold it to timing bounds: one at a time.
+#: Started longest first they all began together, and on a 2-core machine (load 12) a
+#: Python worker of Spark missed its 10 s connect-back, a worker's lease writes waited
+#: seconds on the lease table: failures of the machine, not of the code under test.
+HEAVY = "heavy"
 GROUP_BY_FILE = {
     "tests/integration/spark/test_connect.py": SPARK,
     # The pages of the docs run in reading order on one stack, as a reader runs them.
     "tests/integration/test_doc_blocks.py": "doc-pages",
+    "tests/chaos/test_soak.py": HEAVY,
+    "tests/chaos/test_spark_soak.py": HEAVY,
+    "tests/integration/bench/test_bench_fleet.py": HEAVY,
+    "tests/integration/spark/test_cluster.py": HEAVY,
+    "tests/integration/leases/test_kcl3_fleet.py": HEAVY,
+}
+GROUP_BY_NODE = {
+    "tests/integration/test_demo.py::test_spark_demo_verifies_every_event_end_to_end[cluster]": (
+        HEAVY
+    ),
 }
 
 
@@ -56,6 +72,8 @@ def known_durations() -> dict[str, float]:
 
 
 def group_of(item: pytest.Item) -> str | None:
+    if item.nodeid in GROUP_BY_NODE:
+        return GROUP_BY_NODE[item.nodeid]
     for fixture in getattr(item, "fixturenames", ()):
         if fixture in GROUP_BY_FIXTURE:
             return GROUP_BY_FIXTURE[fixture]

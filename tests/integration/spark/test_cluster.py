@@ -24,7 +24,7 @@ from support.spark_source import make_stream, payloads, write
 if TYPE_CHECKING:
     from support.spark_cluster import StandaloneCluster
 
-pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 DRIVER = Path(__file__).parents[2] / "support" / "cluster_driver.py"
 
@@ -89,7 +89,7 @@ def test_exactly_once_on_a_cluster_through_executor_and_driver_kills(
         wait_for(
             lambda: logged(checkpoint, "commits") and in_flight(checkpoint),
             "a batch in flight",
-            150,
+            240,  # the driver's JVM, its executors and their Python workers start first
             driver,
         )
         victims = spark_cluster.executor_pids()
@@ -100,7 +100,7 @@ def test_exactly_once_on_a_cluster_through_executor_and_driver_kills(
         wait_for(
             lambda: in_flight(checkpoint) and min(in_flight(checkpoint)) > passed + 1,
             "a later batch in flight",
-            150,
+            240,
             driver,
         )
         kill_driver(driver)
