@@ -55,6 +55,7 @@ import contextlib
 
 import chaos_check
 import chaos_roles
+import fleet_kit
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -1232,8 +1233,7 @@ def main() -> None:
     if not modes or set(modes) - set(MODES):
         parser.error(f"--modes takes a comma-separated selection of {', '.join(MODES)}")
 
-    # SIGTERM to this script: unwind (the finally blocks stop every process it started).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    fleet_kit.stop_on_sigterm()  # unwind: the finally blocks stop every process it started
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "chaos")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "chaos")

@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import chaos_spark_check as check  # noqa: E402
+import fleet_kit  # noqa: E402
 from chaos_spark_logs import in_flight, read_batches, read_tasks  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -799,8 +800,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    # SIGTERM to this script: unwind (the finally blocks stop every process it started).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    fleet_kit.stop_on_sigterm()  # unwind: the finally blocks stop every process it started
     for name, value in (
         ("AWS_ACCESS_KEY_ID", "chaos"),
         ("AWS_SECRET_ACCESS_KEY", "chaos"),
