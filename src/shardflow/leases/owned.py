@@ -143,8 +143,17 @@ class OwnedLease:
         return self.ended_why is not None
 
     def valid(self) -> bool:
-        """Whether the shard may still be processed: held, and the deadline not passed."""
-        return not self.ended and self._clock.monotonic() < self._deadline
+        """Whether the shard may still be processed: held, and the deadline not passed.
+
+        Seen past its deadline, the lease is lost for good (``expired``): a write in flight
+        that lands later would move the deadline back into the future, and whoever stopped
+        using the lease at the deadline must not find it valid again."""
+        if self.ended:
+            return False
+        if self._clock.monotonic() < self._deadline:
+            return True
+        self.mark_lost("expired")
+        return False
 
     def remaining(self) -> float:
         """Seconds left before the deadline (<= 0: past it)."""

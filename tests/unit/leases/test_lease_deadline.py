@@ -5,8 +5,9 @@ the checkpoint write has just pushed back (under load this lost valid leases, is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
-from shardflow.clock import SYSTEM_CLOCK
+from shardflow.clock import SYSTEM_CLOCK, ManualClock
 from shardflow.errors import AwsError
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.owned import OwnedLease
@@ -118,3 +119,48 @@ async def test_a_lapse_with_no_write_tried_says_so() -> None:
     assert owned.lapse.failed is None
     assert owned.lapse.since_write >= settings.usable_time
     assert str(owned.lapse).endswith("no write in flight")
+
+
+class GatedStore(InMemoryLeaseStore):
+    """An in-memory lease table whose checkpoint writes wait for ``gate``."""
+
+    def __init__(self) -> None:
+        super().__init__("leases", create_table=True)
+        self.gate = asyncio.Event()
+
+    async def execute(self, write: LeaseWrite) -> Lease | None:
+        if write.operation == "checkpoint":
+            await self.gate.wait()
+        return await super().execute(write)
+
+
+async def test_a_lease_seen_past_its_deadline_stays_lost_when_a_late_write_lands() -> None:
+    # On a busy event loop a write's answer can be taken up after the deadline, before the
+    # deadline's bound fires: its confirmation would move the deadline back into the future.
+    # Whoever saw the lease invalid in between (a dispatcher lane that abandoned the records
+    # it held) must never find it valid again.
+    settings = LeaseSettings(failover_time=2.0)
+    clock = ManualClock(100.0)
+    store = GatedStore()
+    created = await store.create_if_absent(Lease("shardId-000000000000"))
+    taken = await store.take(created, "a")
+    owned = OwnedLease(
+        taken,
+        stream="s",
+        store=store,
+        worker_id="a",
+        settings=settings,
+        clock=clock,
+        acquired_at=clock.monotonic(),
+    )
+    await clock.advance(settings.usable_time - 0.5)
+    writing = asyncio.create_task(owned.writer.write(ExtendedSequenceNumber("100")))
+    await asyncio.sleep(0.01)  # sent, half a second before the deadline
+    await clock.advance(1.0)
+    assert not owned.valid()
+    store.gate.set()  # the answer lands
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(writing, 5)
+    assert not owned.valid()
+    assert owned.lost.is_set()
+    assert owned.ended_why == "expired"

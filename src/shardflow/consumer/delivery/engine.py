@@ -162,6 +162,8 @@ class ShardDispatcher(Generic[R]):
         self._sink = sink
         self._on_stop = on_stop
         self._lease_held = lease_held
+        self._lease_gone = False
+        """Latched once ``lease_held`` said no: see :meth:`_may_go_on`."""
         self._call: RetryingCall[Any] = RetryingCall(
             handler,
             retry=settings.retry,
@@ -384,9 +386,17 @@ class ShardDispatcher(Generic[R]):
                 self._finish()
 
     def _may_go_on(self) -> bool:
-        if self._failure is not None or self._closed:
+        if self._failure is not None or self._closed or self._lease_gone:
             return False
-        return self._lease_held is None or self._lease_held()
+        if self._lease_held is None or self._lease_held():
+            return True
+        # For good: a lane that saw the lease gone abandons the records it holds (unacked), so
+        # a later record of its key must never run, even if the lease looks held again (a
+        # renewal answered after the deadline moved it: records ran out of key order, and the
+        # checkpoint stuck behind the abandoned ones until the lease moved, on a loaded
+        # machine in the chaos soak).
+        self._lease_gone = True
+        return False
 
     # --- one record ----------------------------------------------------------------------------
 
