@@ -13,32 +13,25 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_TICKS = os.sysconf("SC_CLK_TCK")
+from support.proc_table import processes
 
 
 def _descendants_cpu(root: int) -> dict[int, float]:
     """CPU seconds (user + system, own only) of every live descendant of ``root``."""
-    parent: dict[int, int] = {}
+    table = processes()
+    children: dict[int, list[int]] = {}
     cpu: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        parent[int(entry.name)] = int(fields[1])
-        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / _TICKS
+    for proc in table:
+        children.setdefault(proc.parent, []).append(proc.pid)
+        cpu[proc.pid] = proc.cpu
     found: dict[int, float] = {}
     frontier = [root]
     while frontier:
-        pid = frontier.pop()
-        for child, its_parent in parent.items():
-            if its_parent == pid and child not in found:
+        for child in children.get(frontier.pop(), ()):
+            if child not in found:
                 found[child] = cpu[child]
                 frontier.append(child)
     return found

@@ -24,6 +24,7 @@ from typing import Any, Self
 from shardflow.errors import LocalStackError
 from shardflow.local.ports import LOOPBACK, free_port
 from shardflow.local.process import command_line, log_tail, spawn, terminate
+from support.proc_table import processes
 
 _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
@@ -155,17 +156,9 @@ class StandaloneCluster:
         """The PIDs of the executor JVMs the Workers launched (children of our Workers)."""
         workers = set(self.worker_pids())
         found: list[int] = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) in workers:
-                line = command_line(int(entry.name)) or []
-                if _EXECUTOR_CLASS in line:
-                    found.append(int(entry.name))
+        for proc in processes():
+            if proc.parent in workers and _EXECUTOR_CLASS in (command_line(proc.pid) or []):
+                found.append(proc.pid)
         return sorted(found)
 
     def kill_executor(self, pid: int) -> None:

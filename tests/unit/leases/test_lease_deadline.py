@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from shardflow.clock import SYSTEM_CLOCK, ManualClock
+from shardflow.clock import SYSTEM_CLOCK, Clock, ManualClock
 from shardflow.errors import AwsError
 from shardflow.leases import InMemoryLeaseStore, Lease
 from shardflow.leases.owned import OwnedLease
@@ -28,18 +28,24 @@ class SlowStore(InMemoryLeaseStore):
         return await super().execute(write)
 
 
-async def held(store: SlowStore, *, remaining: float, settings: LeaseSettings) -> OwnedLease:
+async def held(
+    store: InMemoryLeaseStore,
+    *,
+    remaining: float,
+    settings: LeaseSettings,
+    clock: Clock = SYSTEM_CLOCK,
+) -> OwnedLease:
     """A lease held by worker "a" whose deadline is ``remaining`` seconds away."""
     created = await store.create_if_absent(Lease("shardId-000000000000"))
     taken = await store.take(created, "a")
-    acquired_at = SYSTEM_CLOCK.monotonic() + remaining - settings.usable_time
+    acquired_at = clock.monotonic() + remaining - settings.usable_time
     return OwnedLease(
         taken,
         stream="s",
         store=store,
         worker_id="a",
         settings=settings,
-        clock=SYSTEM_CLOCK,
+        clock=clock,
         acquired_at=acquired_at,
     )
 
@@ -142,18 +148,7 @@ async def test_a_lease_seen_past_its_deadline_stays_lost_when_a_late_write_lands
     settings = LeaseSettings(failover_time=2.0)
     clock = ManualClock(100.0)
     store = GatedStore()
-    created = await store.create_if_absent(Lease("shardId-000000000000"))
-    taken = await store.take(created, "a")
-    owned = OwnedLease(
-        taken,
-        stream="s",
-        store=store,
-        worker_id="a",
-        settings=settings,
-        clock=clock,
-        acquired_at=clock.monotonic(),
-    )
-    await clock.advance(settings.usable_time - 0.5)
+    owned = await held(store, remaining=0.5, settings=settings, clock=clock)
     writing = asyncio.create_task(owned.writer.write(ExtendedSequenceNumber("100")))
     await asyncio.sleep(0.01)  # sent, half a second before the deadline
     await clock.advance(1.0)
