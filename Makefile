@@ -43,9 +43,9 @@ docs: $(STAMPS)/venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
 
 # The suite runs on TEST_WORKERS pytest-xdist workers, longest tests first, the heavy ones one
-# at a time on one of them (tests/support/ordering.py). 3 workers on 2 cores took as long as 2
-# (1,597 s against 1,605 s on a machine 3x slower per call than the one the figures in
-# docs/benchmarks.md come from) and failed 3 tests of load against 1.
+# at a time on one of them (tests/support/ordering.py). The CPU is the limit on 2 cores: 3
+# workers took as long as 2 (1,597 s against 1,605 s, on a machine 3x slower per call than the
+# one docs/benchmarks.md's figures come from) and failed 3 tests of load against 1.
 TEST_WORKERS ?= 2
 test: setup lint typecheck docs
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
