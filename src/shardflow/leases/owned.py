@@ -76,6 +76,8 @@ class OwnedLease:
         """When the last write that landed was sent (the take, at first)."""
         self._writing_since: float | None = None
         self._renewal_failed: str | None = None
+        self._lapsed = False
+        """Seen past its deadline (see :meth:`valid`)."""
         self.lapse: Lapse | None = None
         """What this worker saw when the lease ran out here (set with ``ended_why`` expired)."""
         self.lost = asyncio.Event()
@@ -147,12 +149,17 @@ class OwnedLease:
 
         Seen past its deadline, the lease is lost for good (``expired``): a write in flight
         that lands later would move the deadline back into the future, and whoever stopped
-        using the lease at the deadline must not find it valid again."""
+        using the lease at the deadline must not find it valid again. Safe from any thread
+        (a handler thread asks before its call): off the event loop it only latches, and the
+        renewer marks the lease lost on the loop."""
         if self.ended:
             return False
-        if self._clock.monotonic() < self._deadline:
-            return True
-        self.mark_lost("expired")
+        if not self._lapsed:
+            if self._clock.monotonic() < self._deadline:
+                return True
+            self._lapsed = True
+        if _on_event_loop():
+            self.mark_lost("expired")
         return False
 
     def remaining(self) -> float:
@@ -535,3 +542,12 @@ class LeaseCheckpointWriter:
         final: bool = False,
     ) -> None:
         await self._owned.write_checkpoint(position, completed_state=completed_state, final=final)
+
+
+def _on_event_loop() -> bool:
+    """Whether the caller runs on an event loop (not in a handler thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

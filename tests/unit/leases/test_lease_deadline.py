@@ -159,3 +159,16 @@ async def test_a_lease_seen_past_its_deadline_stays_lost_when_a_late_write_lands
     assert not owned.valid()
     assert owned.lost.is_set()
     assert owned.ended_why == "expired"
+
+
+async def test_a_handler_thread_asking_past_the_deadline_only_latches() -> None:
+    # A sync handler's thread asks right before its call; marking the lease lost there would
+    # set asyncio events and start the coordinator's tasks off the event loop.
+    settings = LeaseSettings(failover_time=2.0)
+    clock = ManualClock(100.0)
+    owned = await held(SlowStore({}), remaining=0.5, settings=settings, clock=clock)
+    await clock.advance(1.0)
+    assert await asyncio.to_thread(owned.valid) is False
+    assert not owned.ended
+    assert not owned.valid()  # on the loop: now marked
+    assert owned.ended_why == "expired"
