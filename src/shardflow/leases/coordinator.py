@@ -181,7 +181,12 @@ class LeaseCoordinator:
         ):
             # A store that can keep shardflow's own items: the heartbeat mode is possible.
             self._keeper = HeartbeatKeeper(
-                store, worker_id=worker_id, settings=self._settings, clock=clock, owned=self._owned
+                store,
+                worker_id=worker_id,
+                settings=self._settings,
+                clock=clock,
+                owned=self._owned,
+                rng=self._rng,
             )
         keeper = self._keeper
         self._renewer = LeaseRenewer(

@@ -11,6 +11,15 @@ after an outage of the lease table every lease looks unchanged for longer than f
 observer could not have seen is no evidence that an owner died; a lease expires once it has
 stayed unchanged for failover_time of the time this observer could read (:meth:`blind`).
 
+Nor is the moment the table answers again: its owners need that moment too, to get a write
+through. After a blind stretch of at least :data:`LONG_BLIND` of failover_time, nothing
+expires for this observer until it has seen ``grace`` seconds more (the renew interval, given
+by the taker): one round in which every owner renews, beats or claims again what lapsed. An
+observer that saw again first fenced the heartbeat of a worker whose beat was a moment
+behind, and took its leases: one move each, for a worker that was alive all along
+(bench/simulate.py's brownout). Patience costs a takeover time, never safety; a table that
+answers this observer throughout (every crash without a brownout) costs nothing.
+
 Heartbeats (the ``heartbeat`` lease mode, :mod:`~shardflow.leases.entities`): a worker that
 keeps a heartbeat item need not renew its leases one by one. One rule serves every worker,
 whatever mode it runs in, so that a fleet half-way through a switch of modes stays safe: a
@@ -27,11 +36,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Final
 
 from shardflow.leases.entities import Heartbeat
 from shardflow.leases.expiry_schedule import ExpirySchedule
 from shardflow.leases.handoff_request import HANDOFF_REQUEST, handoff_request_of
 from shardflow.leases.model import Lease
+
+LONG_BLIND: Final = 0.1
+"""A blind stretch at least this fraction of failover_time long (1 s at the default 10 s)
+is followed by ``grace`` (see the module doc); shorter ones, a failure among successes, are
+not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +68,22 @@ class _Beat:
 class ExpiryTracker:
     """Remembers, per lease key, since when the lease has looked the same to this observer."""
 
-    def __init__(self, failover_time: float, *, worker_id: str | None = None) -> None:
+    def __init__(
+        self, failover_time: float, *, worker_id: str | None = None, grace: float = 0.0
+    ) -> None:
         """``worker_id``: the observer's own id, when it asks :meth:`next_expiry` for the
-        leases of the others (answered from the schedule, not a pass over every lease)."""
+        leases of the others (answered from the schedule, not a pass over every lease).
+        ``grace``: seconds of seeing after a long blind stretch before anything expires (see
+        the module doc)."""
         if not failover_time > 0:
             raise ValueError(f"failover_time must be positive, got {failover_time}")
+        if grace < 0:
+            raise ValueError(f"grace must not be negative, got {grace}")
         self._failover = failover_time
+        self._grace = grace
+        self._floor = -math.inf
+        """Nothing expires before this moment of the tracked clock: ``grace`` after the last
+        long blind stretch ended (see the module doc)."""
         self._me = worker_id
         self._seen: dict[str, _Sighting] = {}
         self._schedule = ExpirySchedule()
@@ -137,6 +162,19 @@ class ExpiryTracker:
         if since is None or now <= since:
             return
         self._excused += now - since
+        if self._grace and now - since >= LONG_BLIND * self._failover:
+            self._floor = max(self._floor, self._tracked(now) + self._grace)
+
+    def _in_grace(self, now: float) -> bool:
+        """Whether nothing expires at ``now`` for the grace after a long blind stretch (see
+        the module doc): in it, or blind for long already (a call answered now would start
+        one: judged so at once, for a cycle planned while still blind)."""
+        if not self._grace:
+            return False
+        since = self._blind_since
+        if since is not None and now - since >= LONG_BLIND * self._failover:
+            return True
+        return self._tracked(self.judged_at(now)) < self._floor
 
     def _tracked(self, now: float) -> float:
         """``now`` on the clock the sightings are kept on (net of the stretches excused)."""
@@ -207,10 +245,9 @@ class ExpiryTracker:
         beat = self._beats.get(worker_id)
         if beat is None:
             return False
-        return (
-            beat.heartbeat.fenced_by is not None
-            or self._tracked(now) >= beat.since + self._failover
-        )
+        if beat.heartbeat.fenced_by is not None:
+            return True
+        return not self._in_grace(now) and self._tracked(now) >= beat.since + self._failover
 
     def _heartbeat_until(self, worker_id: str | None) -> float | None:
         """When the worker's heartbeat expires as last seen, on the tracked clock (None: it
@@ -385,6 +422,8 @@ class ExpiryTracker:
         sighting = self._seen.get(lease.lease_key)
         if sighting is None or sighting.counter != lease.lease_counter:
             return False
+        if self._in_grace(now):
+            return False
         now = self.judged_at(now)
         # The schedule's own comparison (failover moment <= now), so that the two agree to
         # the last bit (a silence of exactly failover_time, net of excused stretches).
@@ -401,7 +440,11 @@ class ExpiryTracker:
         if sighting is None or sighting.counter != lease.lease_counter:
             return None
         beat = self._heartbeat_until(lease.actual_owner)
-        moment = max(sighting.since + self._failover, beat if beat is not None else -math.inf)
+        moment = max(
+            sighting.since + self._failover,
+            beat if beat is not None else -math.inf,
+            self._floor,
+        )
         return moment + self._excused
 
     def forget(self, lease_keys: Iterable[str]) -> None:
@@ -421,6 +464,13 @@ class ExpiryTracker:
         """
         schedule = self._schedule
         tracked = self._tracked(after)
+        if self._seen and self._in_grace(after):
+            # Leases due by then expire at the floor, none before it: a look then (at most
+            # one cycle that finds nothing due). Blind for long: a grace after the first
+            # answer, at the earliest.
+            if self._blind_since is not None:
+                return after + self._grace
+            return self._floor + self._excused
         if holder_not == self._me and tracked >= schedule.advanced_to:
             moment = schedule.next_moment(
                 tracked, holder_not=holder_not, beat_until=self._heartbeat_until
@@ -453,6 +503,8 @@ class ExpiryTracker:
         holder keeps no heartbeat or a lapsed one. Proportional to the holders and the leases
         returned, not to every lease observed."""
         keys: list[str] = []
+        if self._in_grace(now):
+            return keys
         now = self.judged_at(now)
         for holder, due in self._schedule.due(self._tracked(now)).items():
             if holder in self._beats and not self.heartbeat_lapsed(holder, now):

@@ -101,7 +101,9 @@ class LeaseTaker:
         self._events = events
         self._want_sync = want_sync
         self._rng = rng or random.Random()
-        self._tracker = ExpiryTracker(settings.failover_time, worker_id=worker_id)
+        self._tracker = ExpiryTracker(
+            settings.failover_time, worker_id=worker_id, grace=settings.renew_every
+        )
         self._peers: frozenset[str] = frozenset()
         self._sync_asked: set[str] = set()
         """Finished leases that asked for a shard sync (once each): forgotten once their

@@ -95,3 +95,22 @@ def test_a_take_before_the_last_renewal_deadline_is_two_owners() -> None:
     assert [(case["from"], case["to"], case["overlap"]) for case in fleet.two_owners] == [
         ("worker-a", "worker-b", 3.5)
     ]
+
+
+def test_a_heartbeat_registered_again_keeps_no_lease_but_a_beat_does() -> None:
+    # A worker whose heartbeat was fenced registers a new one; that extends no lease it held
+    # (only beats of an established heartbeat do). A take after the lease's own deadline is
+    # then no overlap, however soon after the registration it lands.
+    fleet = Fleet()
+    held = _held_by_a(fleet)
+    renewed = fleet.at(1.0, lambda: fleet.a.renew(held, "worker-a"))  # a's deadline: 10.0
+    fleet.at(10.5, lambda: fleet.a.register_heartbeat("worker-a", None))
+    taken = fleet.at(10.7, lambda: fleet.b.take(renewed, "worker-b"))
+    assert fleet.two_owners == []
+    # A beat that landed keeps every lease its worker holds: a take 0.2 s after it is early.
+    beat = fleet.at(11.0, lambda: fleet.b.register_heartbeat("worker-b", None))
+    fleet.at(12.0, lambda: fleet.b.beat(beat))
+    fleet.at(12.2, lambda: fleet.a.take(taken, "worker-a"))
+    assert [(case["from"], case["to"]) for case in fleet.two_owners] == [
+        ("worker-b", "worker-a")
+    ]

@@ -11,6 +11,7 @@ from shardflow.errors import TransientError
 from shardflow.events import LeaseAcquired, LeaseLost
 from shardflow.leases import Lease
 from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.entities import Heartbeat
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.memory import InMemoryLeaseStreams
 from shardflow.leases.settings import LeaseSettings
@@ -178,3 +179,64 @@ async def test_without_handoffs_a_failed_first_claim_of_its_own_leases_does_not_
         assert last is not None
         wake = taker.next_wake()
         assert wake is None or wake - last > 1.5, (wake, last)
+
+
+def test_after_a_long_blind_stretch_nothing_expires_until_its_owners_had_a_renew_interval() -> None:
+    # The moment the table answers again is its owners' moment too. An observer that saw
+    # again first took the leases of a worker whose next beat was a moment behind: after
+    # bench/simulate.py's brownout (1,000 x 20, seed 4) 10 leases of one live worker moved
+    # 0.1-0.8 s after the table came back. Now nothing expires until a renew interval of
+    # seeing has passed (the grace); a short blind stretch (a failure among successes) and
+    # an observer without grace are judged as before.
+    lease = Lease(lease_key=sid(1), lease_owner="other", lease_counter=3)
+    beat = Heartbeat("holder", 7)
+    held = Lease(lease_key=sid(2), lease_owner="holder", lease_counter=1)
+
+    def tracker(grace: float) -> ExpiryTracker:
+        made = ExpiryTracker(10.0, worker_id="me", grace=grace)
+        made.observe([lease, held], 0.0)
+        made.observe_heartbeats([beat], 0.0)
+        made.blind(9.0)
+        return made
+
+    patient, plain = tracker(3.3), tracker(0.0)
+    for judge in (patient, plain):
+        # Blind for 11 s: it counts for nothing (the lease's 10 s end at 21 s).
+        assert not judge.is_expired(lease, 20.0)
+        judge.answered(20.0)
+    assert plain.is_expired(lease, 21.0)
+    assert plain.heartbeat_lapsed("holder", 21.0)
+    assert plain.is_expired(held, 21.0)
+    # The grace runs on what the observer sees: until 9 + 3.3 s of its clock, 23.3 s here.
+    assert not patient.is_expired(lease, 23.2)
+    assert not patient.heartbeat_lapsed("holder", 23.2)
+    assert not patient.is_expired(held, 23.2)
+    assert patient.expired_candidates(23.2) == []
+    assert patient.next_expiry(21.0, holder_not="me") == 23.3
+    assert patient.expires_at(lease) == 23.3
+    assert patient.is_expired(lease, 23.3)
+    assert patient.heartbeat_lapsed("holder", 23.3)
+    assert sorted(patient.expired_candidates(23.3)) == [sid(1), sid(2)]
+
+    short = ExpiryTracker(10.0, worker_id="me", grace=3.3)
+    short.observe([lease], 0.0)
+    short.blind(9.5)
+    short.answered(9.9)  # 0.4 s: below LONG_BLIND of failover_time
+    assert short.is_expired(lease, 10.4)
+
+
+def test_an_observer_blind_for_long_takes_nothing_even_as_of_the_moment_it_went_blind() -> None:
+    # A cycle planned while still blind judges expiry as of the moment the observer went
+    # blind. After a long stretch that answer would be followed by the grace: judged so at
+    # once. Seen in the simulation: a take planned in the last blind moment of an outage
+    # fenced a heartbeat whose owner beat 0.5 s later.
+    lease = Lease(lease_key=sid(1), lease_owner="other", lease_counter=3)
+    tracker = ExpiryTracker(10.0, worker_id="me", grace=3.3)
+    tracker.observe([lease], 0.0)
+    tracker.blind(12.0)
+    assert tracker.is_expired(lease, 12.5)  # blind 0.5 s: as before
+    assert not tracker.is_expired(lease, 13.0)  # blind 1 s (LONG_BLIND of 10 s)
+    assert tracker.expired_candidates(13.0) == []
+    wake = tracker.next_expiry(13.0, holder_not="me")
+    assert wake is not None
+    assert wake >= 13.0 + 3.3
