@@ -111,6 +111,4 @@ def test_a_heartbeat_registered_again_keeps_no_lease_but_a_beat_does() -> None:
     beat = fleet.at(11.0, lambda: fleet.b.register_heartbeat("worker-b", None))
     fleet.at(12.0, lambda: fleet.b.beat(beat))
     fleet.at(12.2, lambda: fleet.a.take(taken, "worker-a"))
-    assert [(case["from"], case["to"]) for case in fleet.two_owners] == [
-        ("worker-b", "worker-a")
-    ]
+    assert [(case["from"], case["to"]) for case in fleet.two_owners] == [("worker-b", "worker-a")]

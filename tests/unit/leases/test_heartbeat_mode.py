@@ -156,6 +156,39 @@ def test_a_lease_written_lately_is_not_expired_though_its_holders_heartbeat_is()
     assert tracker.is_expired(checkpointed, 18.0)
 
 
+def test_a_heartbeat_whose_worker_is_seen_writing_lapses_a_failover_time_after_its_writes() -> None:
+    # Only its beats fail: its renewals one by one land. Fenced at failover_time, every lease
+    # it had not renewed in the stretch moved (bench/simulate.py's brownout, 10,000 x 100:
+    # 88 leases taken as expired from workers that were alive). Now its heartbeat lapses a
+    # failover time after its last write seen, at the latest twice failover_time after its
+    # last beat; a worker that writes nothing (a crash) lapses at failover_time as before.
+    tracker = ExpiryTracker(10.0)
+    idle = Lease(lease_key="s-1", lease_owner="a", lease_counter=3)
+    renewed = Lease(lease_key="s-2", lease_owner="a", lease_counter=5)
+    crashed = Lease(lease_key="s-3", lease_owner="c", lease_counter=1)
+    tracker.observe([idle, renewed, crashed], 0.0)
+    tracker.observe_heartbeats([Heartbeat("a", 1), Heartbeat("c", 1)], 0.0)
+    tracker.observe_heartbeats([Heartbeat("a", 2), Heartbeat("c", 2)], 1.0)
+    # a's beats fail from 1.0 on; it renews s-2 one by one at 6.0.
+    renewed = Lease(lease_key="s-2", lease_owner="a", lease_counter=6)
+    tracker.observe([renewed], 6.0, complete=False)
+    assert tracker.heartbeat_lapsed("c", 11.0), "c wrote nothing since its beat at 1.0"
+    assert tracker.is_expired(crashed, 11.0)
+    assert not tracker.heartbeat_lapsed("a", 11.0)
+    assert not tracker.is_expired(idle, 11.0)
+    assert tracker.expires_at(idle) == 16.0
+    assert tracker.next_expiry(11.0, holder_not="b") == 16.0
+    assert tracker.is_expired(idle, 16.0)
+    # Writing every 5 s while its beats fail: lapsed at twice failover_time after its beat.
+    for at in (11.0, 16.0):
+        renewed = Lease(lease_key="s-2", lease_owner="a", lease_counter=renewed.lease_counter + 1)
+        tracker.observe([renewed], at, complete=False)
+    assert not tracker.heartbeat_lapsed("a", 20.9)
+    assert tracker.heartbeat_lapsed("a", 21.0)
+    assert tracker.is_expired(idle, 21.0)
+    assert not tracker.is_expired(renewed, 21.0), "renewed at 16: its own counter keeps it"
+
+
 # --- the coordinator ---------------------------------------------------------------------------
 
 
