@@ -17,7 +17,7 @@ side:
   stops its shards within the bound it has for a lost lease today;
 - a beat that fails (no answer) has its leases renewed one by one until a beat succeeds
   again: a heartbeat-only brownout costs writes, not shards. It is tried again after a short
-  jittered pause (:data:`RETRY`), not a whole interval later: one item stands for all of a
+  jittered pause (:data:`RETRY_BASE`), not a whole interval later: one item stands for all of a
   worker's leases, and peers fence it once it has not changed for ``failover_time``. Beating
   every interval, a worker lost its heartbeat, and with it every lease it had not renewed
   one by one, to three failed writes in a row: one worker in eight per failover time when
