@@ -245,13 +245,11 @@ class ExpiryTracker:
         """Whether the worker keeps a heartbeat that is expired (fenced, or silent as seen
         here for as long as :meth:`_heartbeat_until` says). False for a worker that keeps
         none."""
-        beat = self._beats.get(worker_id)
-        if beat is None:
+        if worker_id not in self._beats:
             return False
-        if beat.heartbeat.fenced_by is not None:
-            return True
         until = self._heartbeat_until(worker_id)
-        assert until is not None
+        if until is None:
+            return True  # fenced
         return not self._in_grace(now) and self._tracked(now) >= until
 
     def _heartbeat_until(self, worker_id: str | None) -> float | None:

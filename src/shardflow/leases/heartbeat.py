@@ -84,7 +84,9 @@ class HeartbeatKeeper:
             jitter="half",
         )
         self._failures = 0
-        """Beats failed in a row (no answer): the pause before the next one (see RETRY_BASE)."""
+        """Beats failed in a row (no answer; a refusal leaves the count): while any did,
+        leases are renewed one by one, so that a brownout of heartbeats alone does not cost
+        this worker its shards, and the next beat comes after a short pause (RETRY_BASE)."""
         self._worker_id = worker_id
         self._settings = settings
         self._clock = clock
@@ -99,9 +101,6 @@ class HeartbeatKeeper:
         covers nothing."""
         self._established_at: float | None = None
         self._last_sent_ok: float | None = None
-        self._failing = False
-        """The last beat failed (no answer): leases are renewed one by one meanwhile, so that a
-        brownout of heartbeats alone does not cost this worker its shards."""
         self._wake = asyncio.Event()
         self.on_lapsed: Callable[[], None] = lambda: None
         """Called when a beat was refused (the heartbeat was fenced or deleted by a peer)."""
@@ -134,7 +133,7 @@ class HeartbeatKeeper:
         return (
             self.wanted
             and self.heartbeat is not None
-            and not self._failing
+            and not self._failures
             and established is not None
             and last is not None
             and last >= established
@@ -176,7 +175,7 @@ class HeartbeatKeeper:
                 last = self._last_sent
                 now = self._clock.monotonic()
                 pause = interval if last is None else max(last + interval - now, 0.0)
-                if self._failing and self._failures:
+                if self._failures:
                     pause = min(pause, self._retry.delay(self._failures - 1, self._rng))
                 await first_of(self._wake, self._clock.sleep(pause))
 
@@ -251,12 +250,10 @@ class HeartbeatKeeper:
             return
         except (AwsError, TimeoutError) as exc:
             log.warning("heartbeat of %s failed, tried again: %r", self._worker_id, exc)
-            self._failing = True
             self._failures += 1
             self.on_answer(False, self._clock.monotonic())
             report("failed", heartbeat.counter + 1)
             return
-        self._failing = False
         self._failures = 0
         self.on_answer(True, self._clock.monotonic())
         self._last_sent_ok = sent
