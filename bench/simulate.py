@@ -29,7 +29,9 @@ Phases, one after the other on the same table (``--phases``):
     replace     C new workers join (the crashed ones' replacements)
     brownout    the lease table fails half of all calls for ``--brownout`` s, then every call
                 for ``--outage`` s (longer than failover_time - safety margin: leases lapse),
-                then answers again
+                then answers again; each worker's store retries a failed call as the
+                DynamoDB store does (up to 6 attempts within ~1.5 s; ``--no-store-retries``:
+                none), its stream reads as lease pick-up does
     split       every open shard is split in two at once (the shard count doubles)
     idle        nothing happens for ``--idle`` s on the split table (twice the leases)
 
@@ -118,6 +120,7 @@ from shardflow.errors import ShardflowError, TransientError
 from shardflow.events import DiagnosticEvent, LeaseAcquired, LeaseLost
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables
 from shardflow.leases.coordinator import LeaseCoordinator
+from shardflow.leases.dynamodb import LEASE_BACKOFF
 from shardflow.leases.entities import LeaseMode as TableLeaseMode
 from shardflow.leases.memory import InMemoryLeaseStreams, LeaseWriteSeen
 from shardflow.leases.owned import OwnedLease
@@ -173,6 +176,11 @@ class Config:
     drain: float = 0.2
     read_to_end: float = 1.0
     pickup: PickupMode = "stream"
+    store_retries: bool = True
+    """Each worker's store retries the table's failures as the DynamoDB store does
+    (``LEASE_BACKOFF``: up to 6 attempts within ~1.5 s), so a brownout reaches the coordinator
+    as it would from DynamoDB. False: every failed call reaches it at once (the runs before
+    2026-11-28 did so, and saw leases lost to a half-failing table that retries would keep)."""
     seed: int = 1
     phases: tuple[str, ...] = PHASES
     modes: tuple[str, ...] = ("per-lease", "heartbeat")
@@ -435,7 +443,13 @@ class SimWorker:
         self.running = False
         self.exited = asyncio.Event()
         self.stopping = asyncio.Event()
-        self.store = InMemoryLeaseStore(APPLICATION, tables=sim.tables, fault=self._fault)
+        self.store = InMemoryLeaseStore(
+            APPLICATION,
+            tables=sim.tables,
+            fault=self._fault,
+            backoff=LEASE_BACKOFF if sim.config.store_retries else None,
+            rng=random.Random(f"store-{seed}"),
+        )
         sim.store_owner[id(self.store)] = worker_id
         streams = (
             InMemoryLeaseStreams(sim.tables, fault=self._fault)
@@ -1363,6 +1377,7 @@ def _run_one(config: Config, name: str, partial: Path | None) -> dict[str, Any]:
 
     def keep(result: dict[str, Any]) -> None:
         if partial is not None:
+            partial.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(json.dumps(result, indent=2) + "\n")
 
     return run(
@@ -1450,6 +1465,11 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int)
     parser.add_argument(
+        "--no-store-retries",
+        action="store_true",
+        help="the stores raise every failed call at once (no DynamoDB-store retries)",
+    )
+    parser.add_argument(
         "--save", metavar="VARIANT", help="write bench/results/simulate-VARIANT.json"
     )
     parser.add_argument(
@@ -1471,6 +1491,8 @@ def main() -> None:
         "seed": args.seed,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    if args.no_store_retries:
+        config = replace(config, store_retries=False)
     if args.phases:
         config = replace(config, phases=tuple(args.phases.split(",")))
     if args.modes:

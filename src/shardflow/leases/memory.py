@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -30,6 +31,8 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from shardflow.aws.backoff import retrying
+from shardflow.backoff import Backoff
 from shardflow.errors import InvalidArgumentError, MalformedLeaseError, ResourceNotFoundError
 from shardflow.leases.entities import MODE_KEY, Entity, entity_from_item
 from shardflow.leases.errors import EntityConditionFailedError, LeaseConditionFailedError
@@ -297,7 +300,11 @@ class InMemoryLeaseStore(LeaseStoreBase):
     ``tables`` is shared between the stores of simulated workers. The table exists only after
     :meth:`ensure_table` (or with ``create_table=True``), as in DynamoDB. ``fault`` is called
     with the operation name before every call; tests raise errors from it (e.g. a
-    :class:`~shardflow.errors.ThrottledError`) to see how callers cope.
+    :class:`~shardflow.errors.ThrottledError`) to see how callers cope. A fault is raised to
+    the caller at once, unless ``backoff`` is given: then retryable ones are retried as
+    :class:`~shardflow.leases.dynamodb.DynamoDBLeaseStore` retries DynamoDB's failures (with
+    its ``LEASE_BACKOFF``, a store that behaves as the DynamoDB one does under a brownout:
+    what ``bench/simulate.py`` needs), the pauses drawn from ``rng``.
     """
 
     def __init__(
@@ -307,16 +314,35 @@ class InMemoryLeaseStore(LeaseStoreBase):
         tables: InMemoryLeaseTables | None = None,
         create_table: bool = False,
         fault: Callable[[str], None] | None = None,
+        backoff: Backoff | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         super().__init__(table_name)
         self.tables = tables if tables is not None else InMemoryLeaseTables()
         self._fault = fault
+        self._backoff = backoff
+        self._rng = rng
         if create_table:
             self.tables.tables.setdefault(table_name, _Table())
 
+    async def _answered(self, operation: str) -> None:
+        """The yield every call makes (a real store awaits its answer there; so does this one,
+        for fair races), then the injected fault, if any: raised, or retried per ``backoff``.
+        Nothing yields between the return and the caller's next line: a write stays atomic."""
+        fault = self._fault
+        if fault is None or self._backoff is None:
+            await asyncio.sleep(0)
+            if fault is not None:
+                fault(operation)
+            return
+
+        async def attempt() -> None:
+            await asyncio.sleep(0)
+            fault(operation)
+
+        await retrying(attempt, operation=operation, backoff=self._backoff, rng=self._rng)
+
     def _table(self, operation: str) -> _Table:
-        if self._fault is not None:
-            self._fault(operation)
         table = self.tables.tables.get(self._table_name)
         if table is None:
             raise ResourceNotFoundError(
@@ -329,9 +355,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
     async def ensure_table(
         self, *, stream_view: bool = False, stream_if_created: bool = False
     ) -> TableStatus:
-        await asyncio.sleep(0)
-        if self._fault is not None:
-            self._fault("CreateTable")
+        await self._answered("CreateTable")
         table = self.tables.tables.get(self._table_name)
         created = table is None
         if table is None:
@@ -347,7 +371,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
         )
 
     async def list_leases(self) -> list[Lease]:
-        await asyncio.sleep(0)  # a real store yields here; so does this one, for fair races
+        await self._answered("Scan")
         table = self._table("Scan")
         leases = []
         for key in table.sorted_keys():
@@ -359,7 +383,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
         return leases
 
     async def scan_table(self) -> TableScan:
-        await asyncio.sleep(0)
+        await self._answered("Scan")
         table = self._table("Scan")
         leases = []
         found: list[Entity] = []
@@ -378,7 +402,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
         return scan
 
     async def read_marks(self, heartbeat_keys: Sequence[str]) -> TableMarks | None:
-        await asyncio.sleep(0)
+        await self._answered("BatchGetItem")
         table = self._table("BatchGetItem")
         keys = [MODE_KEY, *heartbeat_keys]
         return marks_of(
@@ -386,8 +410,8 @@ class InMemoryLeaseStore(LeaseStoreBase):
         )
 
     async def execute_entity(self, write: LeaseWrite) -> Item | None:
-        await asyncio.sleep(0)
         operation = {"update": "UpdateItem", "put": "PutItem", "delete": "DeleteItem"}[write.kind]
+        await self._answered(operation)
         table = self._table(operation)
         key = write.lease_key
         old = table.items.get(key)
@@ -410,7 +434,7 @@ class InMemoryLeaseStore(LeaseStoreBase):
         return copy.deepcopy(new)
 
     async def get(self, lease_key: str) -> Lease | None:
-        await asyncio.sleep(0)
+        await self._answered("GetItem")
         table = self._table("GetItem")
         if lease_key not in table.items:
             return None
@@ -420,8 +444,8 @@ class InMemoryLeaseStore(LeaseStoreBase):
         return found
 
     async def execute(self, write: LeaseWrite) -> Lease | None:
-        await asyncio.sleep(0)
         operation = {"update": "UpdateItem", "put": "PutItem", "delete": "DeleteItem"}[write.kind]
+        await self._answered(operation)
         table = self._table(operation)
         # Between the yield above and here nothing else runs: the write is atomic, as in DynamoDB.
         key = write.lease_key

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from botocore.exceptions import ClientError
 
-from shardflow.errors import InvalidArgumentError, ResourceNotFoundError, ThrottledError
+from shardflow.backoff import Backoff
+from shardflow.errors import (
+    InvalidArgumentError,
+    ResourceNotFoundError,
+    ThrottledError,
+    TransientError,
+)
 from shardflow.leases import InMemoryLeaseStore, InMemoryLeaseTables, Lease, memory
 from shardflow.leases.errors import LeaseConditionFailedError
 from shardflow.leases.memory import (
@@ -83,6 +91,41 @@ async def test_faults_are_raised_before_the_call() -> None:
         await store.take(lease, "w")
     assert await store.get("shardId-1") == lease
     assert calls == ["PutItem", "UpdateItem", "GetItem"]
+
+
+async def test_with_a_backoff_faults_are_retried_as_the_dynamodb_store_retries_them() -> None:
+    # bench/simulate.py's brownout: a store that raised every failed call at once lost leases
+    # that the DynamoDB store (LEASE_BACKOFF: up to 6 attempts) keeps.
+    failures = {"UpdateItem": 5, "GetItem": 99}
+    calls: list[str] = []
+
+    def fault(operation: str) -> None:
+        calls.append(operation)
+        if failures.get(operation, 0) > 0:
+            failures[operation] -= 1
+            raise TransientError("try again", operation=operation, code="InternalServerError")
+
+    quick = Backoff(base=0.001, cap=0.002, max_attempts=6)
+    store = InMemoryLeaseStore(
+        "app", create_table=True, fault=fault, backoff=quick, rng=random.Random(1)
+    )
+    lease = await store.create_if_absent(Lease.new("shardId-1"))
+    taken = await store.take(lease, "w")  # five failures, the sixth attempt lands
+    assert taken.lease_owner == "w"
+    assert calls.count("UpdateItem") == 6
+    with pytest.raises(TransientError):  # six failures: the last one reaches the caller
+        await store.get("shardId-1")
+    assert calls.count("GetItem") == 6
+    calls.clear()
+
+    def refuse(operation: str) -> None:
+        calls.append(operation)
+        raise InvalidArgumentError("bad request", operation=operation, code="ValidationException")
+
+    picky = InMemoryLeaseStore("app", tables=store.tables, fault=refuse, backoff=quick)
+    with pytest.raises(InvalidArgumentError):  # not retryable: raised at the first attempt
+        await picky.get("shardId-1")
+    assert calls == ["GetItem"]
 
 
 async def test_items_over_400_kb_are_refused() -> None:
