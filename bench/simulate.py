@@ -262,9 +262,19 @@ class SimClock(ManualClock):
         raise RuntimeError(f"the simulation did not come to rest at t={self.monotonic():.2f}")
 
     def _next_timer(self) -> float | None:
+        """When the loop's earliest live timer is due. The loop keeps its timers in a heap
+        and drops cancelled ones only when they reach its top; dropped here the same way (as
+        ``BaseEventLoop._run_once`` does), the top is the answer. A pass over every timer
+        instead cost O(timers) per instant: with the stores' retries (thousands of jittered
+        pauses) that was most of the brownout's wall time at 10,000 x 100."""
         loop = asyncio.get_running_loop()
-        scheduled = [handle for handle in vars(loop)["_scheduled"] if not handle.cancelled()]
-        return min((handle.when() for handle in scheduled), default=None)
+        state = vars(loop)
+        scheduled: list[asyncio.TimerHandle] = state["_scheduled"]
+        while scheduled and scheduled[0].cancelled():
+            state["_timer_cancelled_count"] -= 1
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False  # type: ignore[attr-defined]
+        return scheduled[0].when() if scheduled else None
 
     async def advance(self, seconds: float) -> None:
         target = self._now + seconds
