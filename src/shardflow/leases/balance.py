@@ -20,7 +20,9 @@ The rules follow KCL 2.x's lease taker, with one difference noted below:
   target. When no worker is above target it asks the most loaded worker for one lease if
   that one holds at least two more than itself: workers that join together (each counts
   only itself among those holding nothing, so the target looks met by everyone else) still
-  get their share, and the fleet ends within one lease of even. (The owner answers a request
+  get their share, and the fleet ends within one lease of even. Workers the taker saw write
+  lately and not leaving (``TableShape.seen``) count as live too: after a split wave each
+  worker holds nothing between releasing its finished parents and taking a child. (The owner answers a request
   only while it keeps its own share, :func:`may_give`, judged on the table as it sees it
   now, not as its last take cycle did.)
 - With ``even_out``, expired leases (shards whose owner stopped) are also taken beyond the
@@ -109,6 +111,9 @@ class TableShape:
     """A worker's live leases in lease-key order (asked for a few workers only)."""
     requesters: frozenset[str] = frozenset()
     """Workers that asked for a lease (a fresh handoff request), when evening out."""
+    seen: frozenset[str] = frozenset()
+    """Other workers known to be live without holding a live lease now (the taker's: seen
+    writing lately and not leaving): counted in the target as requesters are."""
 
 
 def shape_of(
@@ -230,7 +235,7 @@ def decide(
     loads = Counter(shape.alive_counts)
     loads[worker_id] = mine
     holders = frozenset(loads)
-    live = holders | shape.requesters
+    live = holders | shape.requesters | shape.seen
     target = target_for(shape.total, len(live), max_leases_per_worker)
     need = target - mine
     wanted = need

@@ -19,6 +19,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from typing import Final
 
 from shardflow.clock import Clock
@@ -404,16 +405,15 @@ class LeaseTaker:
             even_out=handoff and not defers,
         )
         # The fleet as this worker knows it: the live workers counted, and those it saw write
-        # within a failover time (after a split wave nobody holds a lease for a moment, while
-        # every worker of the fleet has just written).
-        fleet = (
-            frozenset(shape.alive_counts)
-            | shape.requesters
-            | {self._worker_id}
-            | self._tracker.seen_writing(now, self._settings.failover_time)
-        )
+        # within a failover time that did not say they leave (after a split wave nobody holds
+        # a lease for a moment, while every worker of the fleet has just written): they count
+        # in the target (see ExpiryTracker.staying).
+        seen = self._tracker.staying(now, self._settings.failover_time) - {self._worker_id}
+        fleet = frozenset(shape.alive_counts) | shape.requesters | {self._worker_id} | seen
         if fleet != self._live_seen:
             self._live_seen, self._live_since = fleet, now
+        if seen:
+            shape = replace(shape, seen=frozenset(seen))
         plan = decide(
             shape,
             worker_id=self._worker_id,
@@ -565,7 +565,7 @@ class LeaseTaker:
         # takes, not the doubling. After a split wave every worker held nothing (its parents
         # finished) and doubled from one batch, a paced scan apart (32, 64, 128 of 200 at
         # 10,000 shards under 100 workers: four rounds of 3 s).
-        seen = self._tracker.seen_writing(now, failover) | view.by_owner.keys()
+        seen = self._tracker.staying(now, failover) | view.by_owner.keys()
         share = target_for(
             len(view.active), len(seen | {self._worker_id}), self._settings.max_leases_per_worker
         )

@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardflow.leases import Lease
+from shardflow.leases.entities import Heartbeat
 from shardflow.leases.expiry import ExpiryTracker
+from shardflow.leases.handoff_request import LEAVING
 
 HELD = Lease("shardId-000000000001", lease_owner="a", lease_counter=5)
 
@@ -115,3 +117,40 @@ def test_workers_seen_writing_long_ago_are_forgotten() -> None:
     tracker.observe([replace(fresh, lease_counter=2)], now=now + 1.0)
     assert tracker.renewed_within("fresh", now + 5.0, 10.0)
     assert tracker.seen_writing(now + 5.0, 10.0) == {"fresh"}
+
+
+def test_the_fleet_that_stays_leaves_out_leavers_and_deleted_heartbeats() -> None:
+    # The workers a take cycle balances over beyond the holders of live leases: those seen
+    # writing within a failover time, less those known to leave. A worker that said on a
+    # lease that it leaves, and one whose heartbeat was deleted with no lease write since (a
+    # graceful leaver deletes it once it holds nothing), are gone; one that deleted its
+    # heartbeat and renews on (back to the per-lease mode) stays.
+    tracker = ExpiryTracker(10.0)
+    leases = [
+        Lease(f"shardId-{n:012d}", lease_owner=owner, lease_counter=1)
+        for n, owner in enumerate(("stays", "says-it-leaves", "per-lease-again"))
+    ]
+    tracker.observe(leases, now=0.0)
+    tracker.observe_heartbeats(
+        [Heartbeat("gone", 1), Heartbeat("per-lease-again", 1)], now=0.0, complete=False
+    )
+    word = {LEAVING: {"S": "2:says-it-leaves"}}
+    tracker.observe(
+        [replace(leases[0], lease_counter=2), replace(leases[1], lease_counter=2, extra=word)],
+        now=1.0,
+        complete=False,
+    )
+    tracker.observe_heartbeats(
+        [Heartbeat("gone", 2), Heartbeat("per-lease-again", 2)], now=1.0, complete=False
+    )
+    assert tracker.seen_writing(2.0, 10.0) == {"stays", "says-it-leaves", "gone", "per-lease-again"}
+    tracker.forget_heartbeat("gone", 2.0)
+    tracker.forget_heartbeat("per-lease-again", 2.0)
+    tracker.observe([replace(leases[2], lease_counter=2)], now=3.0, complete=False)  # renews
+    assert tracker.staying(4.0, 10.0) == {"stays", "per-lease-again"}
+    # Seen through the stream's renewals too (only a counter moved).
+    fresh = ExpiryTracker(10.0)
+    fresh.observe([leases[1]], now=0.0)
+    fresh.renewed([replace(leases[1], lease_counter=2, extra=word)], now=1.0)
+    assert fresh.seen_writing(2.0, 10.0) == {"says-it-leaves"}
+    assert fresh.staying(2.0, 10.0) == set()
