@@ -49,6 +49,7 @@ from shardflow.leases.handoff_request import (
     leaving_owner_of,
 )
 from shardflow.leases.model import Lease
+from shardflow.records import SHARD_END
 
 LONG_BLIND: Final = 0.1
 """A blind stretch at least this fraction of failover_time long (1 s at the default 10 s)
@@ -120,6 +121,9 @@ class ExpiryTracker:
         self._said_leaving: dict[str, float] = {}
         """Worker id -> when (tracked clock) it was last seen saying on a lease that it leaves
         (``shardflowLeaving``): no longer one of the fleet that :meth:`staying` counts."""
+        self._released: dict[str, float] = {}
+        """Worker id -> when (tracked clock) it was last seen releasing a lease of a shard that
+        had not ended: a worker stopping without handoffs releases what it holds."""
 
     @property
     def is_blind(self) -> bool:
@@ -394,6 +398,15 @@ class ExpiryTracker:
                 # lease for itself. (A handover changes the checkpoint owner too, and is written
                 # by the old owner: no proof that the new one lives.)
                 self._renewed[owner] = at
+        elif (
+            owner is None
+            and previous.owner is not None
+            and previous.counter != lease.lease_counter
+            and lease.checkpoint.sequence_number != SHARD_END
+        ):
+            # Released, and not because its shard ended (each worker does that at a split and
+            # goes on): what a worker stopping without handoffs does with everything it holds.
+            self._released[previous.owner] = at
         if request is not None and request != previous.request:
             # A joiner asked for the lease: its own write, moments ago.
             parsed = handoff_request_of(lease)
@@ -420,9 +433,11 @@ class ExpiryTracker:
 
     def staying(self, now: float, seconds: float) -> set[str]:
         """The workers :meth:`seen_writing` ``seconds`` of ``now``, less those known to be
-        leaving or gone: seen saying on a lease that they leave, or whose heartbeat was seen
-        deleted with no lease write of theirs since (a graceful leaver deletes it once it
-        holds nothing; a worker gone back to the per-lease mode goes on renewing).
+        leaving or gone: seen saying on a lease that they leave, releasing a lease of a shard
+        that had not ended with no write of theirs since (a worker stopping without handoffs),
+        or whose heartbeat was seen deleted with no lease write of theirs since (a graceful
+        leaver deletes it once it holds nothing; a worker gone back to the per-lease mode goes
+        on renewing).
 
         The fleet a take cycle balances over, beyond the workers holding live leases: after a
         split wave every worker has released its finished parents before it takes a child,
@@ -433,10 +448,12 @@ class ExpiryTracker:
         the workers that left to stop counting."""
         writers = self.seen_writing(now, seconds)
         said, gone, beats, kept = self._said_leaving, self._beat_gone, self._beats, self._kept
+        released, renewed = self._released, self._renewed
         return {
             worker
             for worker in writers
             if worker not in said
+            and released.get(worker, -math.inf) < renewed[worker]
             and not (
                 worker in gone
                 and worker not in beats
@@ -458,9 +475,9 @@ class ExpiryTracker:
             del renewed[worker]
         for worker in [w for w, at in kept.items() if now - at > horizon]:
             del kept[worker]
-        said = self._said_leaving
-        for worker in [w for w, at in said.items() if tracked - at > horizon]:
-            del said[worker]
+        for marks in (self._said_leaving, self._released):
+            for worker in [w for w, at in marks.items() if tracked - at > horizon]:
+                del marks[worker]
 
     @property
     def writers_remembered(self) -> int:

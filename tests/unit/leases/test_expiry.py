@@ -12,6 +12,7 @@ from shardflow.leases import Lease
 from shardflow.leases.entities import Heartbeat
 from shardflow.leases.expiry import ExpiryTracker
 from shardflow.leases.handoff_request import LEAVING
+from shardflow.records import SHARD_END, ExtendedSequenceNumber
 
 HELD = Lease("shardId-000000000001", lease_owner="a", lease_counter=5)
 
@@ -154,3 +155,31 @@ def test_the_fleet_that_stays_leaves_out_leavers_and_deleted_heartbeats() -> Non
     fresh.renewed([replace(leases[1], lease_counter=2, extra=word)], now=1.0)
     assert fresh.seen_writing(2.0, 10.0) == {"says-it-leaves"}
     assert fresh.staying(2.0, 10.0) == set()
+
+
+def test_a_worker_seen_releasing_a_live_shards_lease_no_longer_stays() -> None:
+    # A worker stopping without handoffs releases what it holds: counted as staying for a
+    # failover time after its last renewal, its peers (at their share with it counted) left
+    # its released leases free that long. A release of a finished shard's lease (every worker
+    # at a split) is not a leave; and a write after a release counts again.
+    tracker = ExpiryTracker(10.0)
+    live = Lease("shardId-000000000000", lease_owner="stops", lease_counter=1)
+    ended = Lease("shardId-000000000001", lease_owner="splits", lease_counter=1)
+    tracker.observe([live, ended], now=0.0)
+    tracker.observe(
+        [replace(live, lease_counter=2), replace(ended, lease_counter=2)], now=1.0, complete=False
+    )
+    finished = ExtendedSequenceNumber(SHARD_END)
+    tracker.observe(
+        [
+            replace(live, lease_owner=None, lease_counter=3),
+            replace(ended, lease_owner=None, lease_counter=3, checkpoint=finished),
+        ],
+        now=2.0,
+        complete=False,
+    )
+    assert tracker.seen_writing(3.0, 10.0) == {"stops", "splits"}
+    assert tracker.staying(3.0, 10.0) == {"splits"}
+    back = replace(live, lease_owner="stops", lease_counter=4)
+    tracker.observe([back], now=4.0, complete=False)  # took a lease again
+    assert tracker.staying(5.0, 10.0) == {"splits", "stops"}
